@@ -1,0 +1,129 @@
+"""The executor contract: deploy → measure every load level on the same deployment → teardown.
+
+Lifecycle (``evaluate`` runs it)::
+
+    deploy(topology) ──ok──▶ measure(deployment, workload) ──▶ teardown(deployment)
+         │ raises DeploymentFailed            │ raises DeploymentFailed      ▲ always, also on
+         └──────────────────────────────────────────────────────────────────┘ error, timeout, Ctrl-C
+
+A failure never escapes ``evaluate``: it becomes a ``RunResult`` with ``failure`` set, so one bad trial
+cannot stop a study. Every executor (simulated, local, ray) passes the same conformance tests.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from executors.topology import Topology
+from search_spaces import Measurement, Workload
+
+
+class FailureKind(StrEnum):
+    """Why a deployment produced no (or not all) measurements; told to the sampler as infeasible."""
+
+    START = "start"  # vLLM refused its flags or died while starting
+    OOM = "oom"
+    HEALTH_TIMEOUT = "health_timeout"
+    CRASH = "crash"  # died while serving
+    BENCHMARK = "benchmark"  # the load generator failed or timed out
+    PLATFORM = "platform"  # the executor cannot run this candidate here (e.g. EPLB on CPU)
+    INTERRUPTED = "interrupted"  # Ctrl-C or a killed tuner
+
+
+class DeploymentFailed(Exception):
+    def __init__(self, kind: FailureKind, reason: str, log_tail: str = "") -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+@dataclass
+class Timings:
+    deploy_s: float = 0.0
+    warmup_s: float = 0.0
+    measure_s: float = 0.0
+    teardown_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.deploy_s + self.warmup_s + self.measure_s + self.teardown_s
+
+
+@dataclass
+class Deployment:
+    """A running deployment: its entry URL and whatever the executor needs to stop it."""
+
+    topology: Topology
+    url: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # pgids, placement groups, ports, log paths
+    timings: Timings = field(default_factory=Timings)
+    handle: Any = None
+
+
+@dataclass
+class RunResult:
+    measurements: list[Measurement]
+    timings: Timings
+    failure: FailureKind | None = None
+    reason: str | None = None
+    log_tail: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+class Executor(ABC):
+    """Three verbs; ``evaluate`` composes them with teardown guaranteed."""
+
+    kind: str = "abstract"
+    engine_version: str = "unknown"
+
+    @abstractmethod
+    def deploy(self, topology: Topology) -> Deployment: ...
+
+    @abstractmethod
+    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]: ...
+
+    @abstractmethod
+    def teardown(self, deployment: Deployment) -> None: ...
+
+    def close(self) -> None:
+        """Release what the executor holds across trials (a Ray connection, say)."""
+
+    def evaluate(
+        self,
+        topology: Topology,
+        workload: Workload,
+        on_started: Callable[[dict[str, Any]], None] | None = None,
+    ) -> RunResult:
+        """Deploy, measure, tear down. ``on_started`` receives the resources as soon as they exist, so a
+        tuner can record them before anything can crash (crash-safe cleanup)."""
+        deployment: Deployment | None = None
+        t0 = time.monotonic()
+        try:
+            deployment = self.deploy(topology)
+            if on_started is not None:
+                on_started(deployment.resources)
+            measurements = self.measure(deployment, workload)
+            return RunResult(measurements, deployment.timings, resources=deployment.resources)
+        except DeploymentFailed as e:
+            timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
+            res = deployment.resources if deployment else {}
+            return RunResult([], timings, e.kind, e.reason, e.log_tail, res)
+        except KeyboardInterrupt:
+            raise
+        finally:
+            if deployment is not None:
+                t1 = time.monotonic()
+                try:
+                    self.teardown(deployment)
+                finally:
+                    deployment.timings.teardown_s = time.monotonic() - t1

@@ -1,0 +1,191 @@
+"""The one place command lines are written: `vllm serve` per instance and node, `vllm-router`, and the
+launch script. The Ray and local executors run exactly these argument lists; the exports print them.
+
+Flags of the candidate come from ``search_spaces.deployment`` (each field names its flag); flags of the
+placement (data-parallel rank layout, ports, ``--headless``) are written here, once.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from executors.platform import Platform
+from executors.topology import Instance, NodeShard, Topology
+from search_spaces import Mode, Role, RoleConfig
+
+#: Fields rendered only when they differ from the declared default (vLLM's own default is the same).
+_ONLY_WHEN_SET = {"tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "enable_dbo"}
+#: vLLM's default data-parallel RPC port (REFERENCE.md); the same on every node of an instance.
+DEFAULT_DP_RPC_PORT = 29550
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one node shard of an instance listens (head: the API; other nodes: headless)."""
+
+    host: str  # address the others reach this node at
+    port: int  # API port (head) — unused by headless shards
+    dp_rpc_port: int = DEFAULT_DP_RPC_PORT
+    bind_host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def _value(v: Any) -> str:
+    return v.value if isinstance(v, Enum) else str(v)
+
+
+def role_flags(role: RoleConfig) -> list[str]:
+    """The candidate's own flags for one role, read off the fields' ``vllm_flag`` metadata."""
+    out: list[str] = []
+    for name, field in RoleConfig.model_fields.items():
+        flag = (field.json_schema_extra or {}).get("vllm_flag") if isinstance(field.json_schema_extra, dict) else None
+        if not flag:
+            continue
+        value = getattr(role, name)
+        if name in _ONLY_WHEN_SET and value == field.default:
+            continue
+        if name == "data_parallel_size":
+            continue  # rendered with the rank layout in ``dp_flags``
+        if name == "all2all_backend" and not role.enable_expert_parallel:
+            continue  # the backend only exists for expert parallelism
+        if isinstance(value, bool):
+            if value:
+                out.append(flag)
+        else:
+            out += [flag, _value(value)]
+    if role.eplb.enabled:
+        eplb_flag = role.eplb.model_fields["enabled"].json_schema_extra["vllm_flag"]  # type: ignore[index]
+        out += [eplb_flag, "--eplb-config", role.eplb.config_json()]
+    return out
+
+
+def dp_flags(inst: Instance, shard: NodeShard, head: Endpoint) -> list[str]:
+    """Data-parallel layout of one node shard; single-node instances need only the size."""
+    dp = inst.config.data_parallel_size
+    if dp == 1:
+        return []
+    out = ["--data-parallel-size", str(dp)]
+    if not inst.multi_node:
+        return out
+    out += ["--data-parallel-size-local", str(shard.local_ranks)]
+    if not shard.is_head:
+        out += ["--headless", "--data-parallel-start-rank", str(shard.start_rank)]
+    out += ["--data-parallel-address", head.host, "--data-parallel-rpc-port", str(head.dp_rpc_port)]
+    return out
+
+
+def serve_args(
+    inst: Instance,
+    shard: NodeShard,
+    *,
+    model: str,
+    platform: Platform,
+    head: Endpoint,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    kv_connector: str | None = None,
+    pd: bool = False,
+    extra: list[str] | None = None,
+) -> list[str]:
+    """Arguments after ``vllm serve`` for one node shard of one instance."""
+    args = [model]
+    if shard.is_head:
+        args += ["--host", head.bind_host, "--port", str(head.port)]
+    if served_model_name:
+        args += ["--served-model-name", served_model_name]
+    if max_model_len:
+        args += ["--max-model-len", str(max_model_len)]
+    args += role_flags(inst.config)
+    args += dp_flags(inst, shard, head)
+    if pd:
+        args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, kv_connector)]
+    args += platform.extra_serve_args
+    args += extra or []
+    return args
+
+
+def serve_command(platform: Platform, args: list[str]) -> list[str]:
+    return [*platform.engine_cmd, "serve", *args]
+
+
+def router_args(topology: Topology, urls: dict[str, str], *, host: str, port: int, prometheus_port: int) -> list[str]:
+    """``vllm-router`` arguments: P/D mode for a disaggregated deployment, plain balancing otherwise.
+
+    ``urls`` maps instance name → its API URL.
+    """
+    cfg = topology.config
+    args = ["--host", host, "--port", str(port), "--policy", cfg.router_policy,
+            "--prometheus-host", host, "--prometheus-port", str(prometheus_port)]
+    if cfg.mode is Mode.DISAGGREGATED:
+        args.append("--vllm-pd-disaggregation")
+        for inst in topology.of_role(Role.PREFILL):
+            args += ["--prefill", urls[inst.name]]
+        for inst in topology.of_role(Role.DECODE):
+            args += ["--decode", urls[inst.name]]
+    else:
+        args.append("--worker-urls")
+        args += [urls[inst.name] for inst in topology.instances]
+    return args
+
+
+def _shell_line(argv: list[str]) -> str:
+    """shlex.join, but node-address placeholders (``${NODE0_IP}``) stay expandable."""
+    return re.sub(r"'(\$\{NODE\d+_IP\})'", r'"\1"', shlex.join(argv))
+
+
+def launch_script(
+    topology: Topology,
+    *,
+    model: str,
+    platform: Platform,
+    node_hosts: list[str] | None = None,
+    base_port: int = 8100,
+    router_port: int = 8000,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+    header: str = "",
+) -> str:
+    """A bash script with one ``vllm serve`` line per instance and node, then the router line.
+
+    Lines are grouped by node: an operator runs the block of node N on node N. ``node_hosts`` are the
+    nodes' addresses (``$NODE0_IP``… placeholders when not given).
+    """
+    hosts = node_hosts or [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in platform.env.items())
+    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
+    if header:
+        lines += [f"# {h}" if h else "#" for h in header.splitlines()]
+    if env:
+        lines.append(f"export {env}")
+    urls: dict[str, str] = {}
+    pd = topology.config.mode is Mode.DISAGGREGATED
+    by_node: dict[int, list[str]] = {}
+    for k, inst in enumerate(topology.instances):
+        head = Endpoint(host=hosts[inst.head.node], port=base_port + k, dp_rpc_port=DEFAULT_DP_RPC_PORT + k,
+                        bind_host="0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1")
+        urls[inst.name] = head.url
+        for shard in inst.shards:
+            args = serve_args(inst, shard, model=model, platform=platform, head=head,
+                              served_model_name=served_model_name, max_model_len=max_model_len, pd=pd)
+            gpus = ",".join(map(str, shard.gpus))
+            slot_env = (f"VLLM_CPU_OMP_THREADS_BIND={'|'.join(map(str, shard.gpus))}" if platform.cpu_per_gpu_slot
+                        else f"CUDA_VISIBLE_DEVICES={gpus}")
+            line = f"{slot_env} {_shell_line(serve_command(platform, args))} > {inst.name}-node{shard.node}.log 2>&1 &"
+            by_node.setdefault(shard.node, []).append(f"# {inst.name}, DP ranks {shard.start_rank}.."
+                                                      f"{shard.start_rank + shard.local_ranks - 1}\n{line}")
+    for node in sorted(by_node):
+        lines.append(f"\n# ---- node {node} ({hosts[node]}) ----")
+        lines += by_node[node]
+    router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
+                                                prometheus_port=router_port + 1000)]
+    lines.append("\n# ---- router (node 0), once every /health answers ----")
+    lines.append("for u in " + " ".join(urls.values()) + "; do until curl -sf $u/health >/dev/null; do sleep 2; done; done")
+    lines.append(_shell_line(router))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,91 @@
+"""A DeploymentConfig placed on a cluster: which instance runs on which GPUs of which node.
+
+``place`` is a pure function (no ports, no processes): the simulated executor reads it for the
+scale-up/scale-out split, the real executors turn it into placement groups and command lines, and the
+exports render it. Ports are given out by the executor that launches, since only it knows what is free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from search_spaces import ClusterSpec, DeploymentConfig, Role, RoleConfig, instance_sizes, pack
+
+
+@dataclass(frozen=True)
+class NodeShard:
+    """The part of one instance on one node: DP ranks ``[start_rank, start_rank + local_ranks)``."""
+
+    node: int
+    gpus: tuple[int, ...]  # GPU indices on that node
+    start_rank: int
+    local_ranks: int
+
+    @property
+    def is_head(self) -> bool:
+        return self.start_rank == 0
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One vLLM deployment (one API endpoint) of one role."""
+
+    role: Role
+    index: int  # within its role
+    config: RoleConfig
+    shards: tuple[NodeShard, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.role.value}-{self.index}"
+
+    @property
+    def head(self) -> NodeShard:
+        return self.shards[0]
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.shards) > 1
+
+
+@dataclass(frozen=True)
+class Topology:
+    config: DeploymentConfig
+    cluster: ClusterSpec
+    instances: tuple[Instance, ...] = field(default_factory=tuple)
+
+    def of_role(self, role: Role) -> list[Instance]:
+        return [i for i in self.instances if i.role is role]
+
+    @property
+    def gpus(self) -> int:
+        return self.config.total_gpus
+
+    def describe(self) -> str:
+        lines = [f"{self.config.describe()} on {self.cluster.describe()}"]
+        for inst in self.instances:
+            where = ", ".join(f"node {s.node} GPUs {s.gpus[0]}–{s.gpus[-1]}" for s in inst.shards)
+            lines.append(f"  {inst.name}: {where}")
+        return "\n".join(lines)
+
+
+def place(cfg: DeploymentConfig, cluster: ClusterSpec) -> Topology:
+    """Pack every instance onto the cluster (``search_spaces.pack``) and split it into DP ranks per node.
+
+    Raises ``search_spaces.PackingError`` when it does not fit (``search_spaces.check`` says so first).
+    """
+    slices = pack(instance_sizes(cfg), cluster)
+    instances: list[Instance] = []
+    k = 0
+    for role_cfg in cfg.roles:
+        tp = role_cfg.tensor_parallel_size
+        for idx in range(role_cfg.instances):
+            shards: list[NodeShard] = []
+            rank = 0
+            for s in slices[k]:
+                local = s.count // tp
+                shards.append(NodeShard(s.node, tuple(range(s.first_gpu, s.first_gpu + s.count)), rank, local))
+                rank += local
+            instances.append(Instance(role_cfg.role, idx, role_cfg, tuple(shards)))
+            k += 1
+    return Topology(cfg, cluster, tuple(instances))

@@ -1,0 +1,27 @@
+"""The vocabulary of a deployment: candidates, the space they come from, their rules, model, cluster,
+workload and measurements. Imports nothing else of ours."""
+
+from search_spaces.cluster import ClusterSpec
+from search_spaces.deployment import (
+    All2AllBackend,
+    DeploymentConfig,
+    EPLBConfig,
+    Mode,
+    Role,
+    RoleConfig,
+    vllm_flag,
+)
+from search_spaces.hardware import GPU_TABLE, GPUSpec, gpu_spec
+from search_spaces.model_profile import MODEL_PRESETS, AttentionKind, ModelProfile, model_preset
+from search_spaces.packing import PackingError, Slice, pack
+from search_spaces.rules import Violation, check, instance_sizes, kv_capacity_tokens, weight_bytes_per_gpu
+from search_spaces.space import EPLBSpace, RoleSpace, SearchSpace, load_preset, preset_names
+from search_spaces.workload import HIGHER_IS_BETTER, SLO_METRICS, Dataset, LengthDist, Measurement, Workload
+
+__all__ = [
+    "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
+    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
+    "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SLO_METRICS", "SearchSpace", "Slice",
+    "Violation", "Workload", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
+    "model_preset", "pack", "preset_names", "vllm_flag", "weight_bytes_per_gpu",
+]

