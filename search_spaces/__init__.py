@@ -16,11 +16,21 @@ from search_spaces.model_profile import MODEL_PRESETS, AttentionKind, ModelProfi
 from search_spaces.packing import PackingError, Slice, pack
 from search_spaces.rules import Violation, check, instance_sizes, kv_capacity_tokens, weight_bytes_per_gpu
 from search_spaces.space import EPLBSpace, RoleSpace, SearchSpace, load_preset, preset_names
-from search_spaces.workload import HIGHER_IS_BETTER, SLO_METRICS, Dataset, LengthDist, Measurement, Workload
+from search_spaces.states import IllegalTransition, TrialState, transition
+from search_spaces.workload import (
+    HIGHER_IS_BETTER,
+    SLO,
+    SLO_METRICS,
+    Dataset,
+    LengthDist,
+    Measurement,
+    Workload,
+    slo_violation,
+)
 
 __all__ = [
     "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
-    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
+    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
     "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SLO_METRICS", "SearchSpace", "Slice",
     "Violation", "Workload", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
     "model_preset", "pack", "preset_names", "vllm_flag", "weight_bytes_per_gpu",

@@ -117,3 +117,40 @@ SLO_METRICS = sorted(
     HIGHER_IS_BETTER
     | {f"p{p}_{m}_ms" for p in (50, 90, 99) for m in ("ttft", "tpot", "itl", "e2el")}
 )
+
+
+class SLO(BaseModel):
+    """A bound on one measured metric, e.g. ``p90_ttft_ms <= 2000``; checked per load level."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    op: str = Field(pattern=r"^(<=|>=)$")
+    value: float
+
+    @model_validator(mode="after")
+    def _known(self) -> SLO:
+        if self.metric not in SLO_METRICS:
+            raise ValueError(f"unknown SLO metric {self.metric!r}; allowed: {', '.join(SLO_METRICS)}")
+        return self
+
+    def violation(self, m: Measurement) -> float:
+        """How far ``m`` is outside the bound, relative to it (≤ 0 means met); missing data violates by 1."""
+        got = getattr(m, self.metric)
+        if got is None:
+            return 1.0
+        scale = abs(self.value) or 1.0
+        return (self.value - got) / scale if self.op == ">=" else (got - self.value) / scale
+
+    def met(self, m: Measurement) -> bool:
+        return self.violation(m) <= 0
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.value:g}"
+
+
+def slo_violation(slos: list[SLO], m: Measurement) -> float:
+    """The worst violation of ``m`` over all SLOs (≤ 0: every SLO met); a failed level violates by 1."""
+    if m.completed == 0:
+        return 1.0
+    return max((s.violation(m) for s in slos), default=0.0)
