@@ -61,6 +61,24 @@ class Topology:
     def gpus(self) -> int:
         return self.config.total_gpus
 
+    def to_dict(self) -> dict:
+        """JSON-safe placement, as stored with each trial and drawn by the dashboard."""
+        return {
+            "cluster": self.cluster.model_dump(mode="json"),
+            "instances": [
+                {
+                    "name": i.name,
+                    "role": i.role.value,
+                    "gpus": i.config.gpus_per_instance,
+                    "shards": [
+                        {"node": s.node, "gpus": list(s.gpus), "start_rank": s.start_rank, "local_ranks": s.local_ranks}
+                        for s in i.shards
+                    ],
+                }
+                for i in self.instances
+            ],
+        }
+
     def describe(self) -> str:
         lines = [f"{self.config.describe()} on {self.cluster.describe()}"]
         for inst in self.instances:

@@ -113,7 +113,7 @@ def check(cfg: DeploymentConfig, model: ModelProfile, cluster: ClusterSpec, max_
         out.extend(_role_rules(role, model, cluster, max_model_len))
     if cfg.speculative_mtp_tokens and not model.mtp_layers:
         out.append(Violation("mtp-needs-layers", f"{model.name} has no MTP layers for speculative decoding"))
-    if not out:
+    if cfg.total_gpus <= cluster.total_gpus:
         try:
             pack(instance_sizes(cfg), cluster)
         except PackingError as e:

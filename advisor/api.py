@@ -1,0 +1,195 @@
+"""advisor's public API: what the CLI and the dashboard call. Reads go through ``db`` queries."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import db
+from advisor.errors import BadInput
+from advisor.exports import FORMATS, Evidence, evidence_source, write_export
+from advisor.job import ObjectiveMode, TuningJob, job_from_dict
+from advisor.study import redact_url
+from advisor.tune import TrialReport, TuneSummary, tune
+from db import queries
+from executors import place
+from search_spaces import DeploymentConfig, check, load_preset, preset_names
+
+__all__ = [
+    "BestReport", "TrialReport", "TuneSummary", "best_report", "executed_trials", "export", "job_of_study",
+    "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary",
+]
+
+run_tune = tune
+
+#: Columns of the best/Pareto tables.
+_METRIC_COLS = ["throughput_per_gpu", "p90_tokens_per_s_per_user", "p90_ttft_ms", "p90_tpot_ms"]
+
+
+def _open(url: str) -> db.Database:
+    try:
+        return db.connect(url)
+    except db.DatabaseUnavailable as e:
+        raise BadInput(f"storage: cannot open {redact_url(url)}: {e}") from None
+
+
+def space_summary(job: TuningJob, limit: int = 250_000) -> dict[str, Any]:
+    model, wl = job.model_profile(), job.workload
+    broken: Counter[str] = Counter()
+    n = valid = 0
+    for _, cfg in job.space.enumerate():
+        n += 1
+        v = check(cfg, model, job.cluster, wl.max_model_len)
+        if v:
+            broken.update({x.rule for x in v})
+        else:
+            valid += 1
+        if n >= limit:
+            break
+    return {"candidates": n, "valid": valid, "broken_rules": dict(broken), "truncated": n >= limit}
+
+
+def job_of_study(database: db.Database, study: str) -> TuningJob:
+    row = queries.get_study(database, study)
+    if row is None:
+        names = [s.name for s in queries.list_studies(database)]
+        raise BadInput(f"study {study!r} is not in {database.url_for_display}; studies: {', '.join(names) or 'none'}")
+    return job_from_dict(row.job, source=f"study {study!r}")
+
+
+def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
+    database = _open(url)
+    try:
+        name = study or job.name
+        if queries.get_study(database, name) is None:
+            return 0
+        return sum(1 for t in queries.list_trials(database, name) if t.state in ("complete", "failed")
+                   and not (t.reason or "").startswith("same configuration"))
+    finally:
+        database.close()
+
+
+def query_catalog() -> list[list[str]]:
+    return [[q.name, " ".join(f"{a.name}=…" for a in q.args), q.help] for q in queries.NAMED_QUERIES.values()]
+
+
+def query(url: str, name: str, args: dict[str, str]) -> tuple[list[str], list[list[Any]]]:
+    q = queries.NAMED_QUERIES.get(name)
+    if q is None:
+        raise BadInput(f"query {name!r} does not exist; allowed: {', '.join(queries.NAMED_QUERIES)}")
+    known = {a.name: a for a in q.args}
+    for k in args:
+        if k not in known:
+            raise BadInput(f"query {name}: unknown argument {k!r}; allowed: {', '.join(known) or 'none'}")
+    typed: dict[str, Any] = {}
+    for a in q.args:
+        if a.name in args:
+            try:
+                typed[a.name] = a.type(args[a.name])
+            except ValueError:
+                raise BadInput(f"query {name}: {a.name}={args[a.name]!r} is not a {a.type.__name__}") from None
+        elif a.required:
+            raise BadInput(f"query {name}: missing argument {a.name}=… ({a.help})")
+    database = _open(url)
+    try:
+        if "study" in typed and queries.get_study(database, typed["study"]) is None:
+            job_of_study(database, typed["study"])  # raises the one-line message
+        return q.run(database, **typed)
+    finally:
+        database.close()
+
+
+@dataclass
+class BestReport:
+    title: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+    best_text: str = ""
+    empty_reason: str = ""
+
+
+def best_report(url: str, study: str, top: int = 10) -> BestReport:
+    database = _open(url)
+    try:
+        job = job_of_study(database, study)
+        slos = list(job.slos)
+        slo_text = ", ".join(map(str, slos)) or "no SLOs"
+        cols = ["trial", "concurrency", *_METRIC_COLS, "gpus", "configuration"]
+
+        def row(p: Any) -> list[Any]:
+            return [p.trial_number, p.concurrency, *(getattr(p, c) for c in _METRIC_COLS), p.gpus, p.config_text]
+
+        if job.objective.mode is ObjectiveMode.PARETO:
+            pts = queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y, slos=slos)
+            rep = BestReport(f"Pareto front of {study} ({job.objective.metric} × {job.objective.pareto_y}, "
+                             f"points meeting {slo_text})", cols, [row(p) for p in pts[:top]])
+            if pts:
+                rep.best_text = f"trial {pts[0].trial_number}: {pts[0].config_text}"
+        else:
+            best = queries.best_under_slo(database, study, slos, metric=job.objective.metric)
+            rep = BestReport(f"best {job.objective.metric} of {study} under {slo_text}", cols,
+                             [row(best)] if best else [])
+            if best:
+                rep.best_text = f"trial {best.trial_number}: {best.config_text}"
+        if not rep.rows:
+            rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
+        return rep
+    finally:
+        database.close()
+
+
+def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None) -> list[Path]:
+    formats = FORMATS if fmt == "all" else (fmt,)
+    for f in formats:
+        if f not in FORMATS:
+            raise BadInput(f"--format: {f!r} is not a format; allowed: {', '.join(FORMATS)}, all")
+    database = _open(url)
+    try:
+        job = job_of_study(database, study)
+        if trial is None:
+            rep = (queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y,
+                                        slos=list(job.slos))
+                   if job.objective.mode is ObjectiveMode.PARETO
+                   else [b for b in [queries.best_under_slo(database, study, list(job.slos),
+                                                            metric=job.objective.metric)] if b])
+            if not rep:
+                raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
+            trial = rep[0].trial_number
+        t = queries.get_trial(database, study, trial)
+        if t is None or t.config is None:
+            raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
+        if t.state != "complete":
+            raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
+        info = queries.get_study(database, study)
+        cfg = DeploymentConfig.model_validate(t.config)
+        ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
+                      info.hardware or job.cluster.describe(), list(t.measurements))
+        paths = []
+        for f in formats:
+            path, sha = write_export(job, cfg, ev, f, out, model)
+            database.record_export(t.id, f, str(path), sha)
+            paths.append(path)
+        return paths
+    finally:
+        database.close()
+
+
+def simulate(job: TuningJob, cfg: DeploymentConfig) -> tuple[str, list[str], list[list[Any]]]:
+    from executors.simulated import SimulatedExecutor, default_params
+
+    violations = check(cfg, job.model_profile(), job.cluster, job.workload.max_model_len)
+    if violations:
+        raise BadInput("configuration breaks " + "; ".join(map(str, violations)))
+    topo = place(cfg, job.cluster)
+    ex = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu))
+    run = ex.evaluate(topo, job.workload)
+    cols = ["concurrency", *_METRIC_COLS, "p50_ttft_ms", "dp_imbalance"]
+    rows = [[m.concurrency, *(getattr(m, c) for c in cols[1:])] for m in run.measurements]
+    return topo.describe(), cols, rows
+
+
+def preset_rows() -> list[list[str]]:
+    return [[n, load_preset(n).get("description", "")] for n in preset_names()]
+

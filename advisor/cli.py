@@ -1,0 +1,247 @@
+"""``advisor``: the headless front end. Every command either works or says in one line what is wrong
+(exit code 2), never a traceback."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from advisor import api
+from advisor.errors import BadInput, describe_validation_error
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, load_job
+from advisor.study import redact_url
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
+console = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
+                                                f"{DEFAULT_STORAGE}).", show_default=False)]
+
+
+def _storage(url: str | None) -> str:
+    return url or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
+
+
+def friendly(fn: F) -> F:
+    """Bad input → one line on stderr and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except BadInput as e:
+            err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+    return str(v)
+
+
+def _print_rows(title: str, columns: list[str], rows: list[list[Any]], fmt: str = "table") -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str) + "\n")
+        return
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(columns)
+        w.writerows(rows)
+        sys.stdout.write(buf.getvalue())
+        return
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*(_fmt(v) for v in r))
+    console.print(t)
+
+
+# ----------------------------------------------------------------------------------------------- jobs
+@app.command()
+@friendly
+def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")]) -> None:
+    """Check a job file and its search space; write nothing."""
+    job = load_job(job_file)
+    info = api.space_summary(job)
+    console.print(f"[green]ok[/] {job_file}: study {job.name!r}, {job.model_profile().name} on "
+                  f"{job.cluster.describe()}; {info['candidates']} candidates, {info['valid']} valid, "
+                  f"{len(job.workload.load_levels)} load levels, executor {job.executor.kind.value}")
+    for rule, n in sorted(info["broken_rules"].items(), key=lambda kv: -kv[1]):
+        console.print(f"  {n:>7} candidates break {rule}")
+
+
+@app.command()
+@friendly
+def tune(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
+    trials: Annotated[int | None, typer.Option(min=1, help="Total executed trials of the study.")] = None,
+    executor: Annotated[ExecutorKind | None, typer.Option(help="Override the job's executor.")] = None,
+    storage: StorageOpt = None,
+    study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Connect to this Ray cluster.")] = None,
+) -> None:
+    """Run (or continue) a tuning study, then print the best deployments."""
+    job = load_job(job_file)
+    if executor is not None:
+        job = job.model_copy(update={"executor": job.executor.model_copy(update={"kind": executor})})
+    url = storage or job.storage
+    budget = trials or job.budget.trials
+    best: dict[str, Any] = {"text": "–"}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[best]}"), console=console, transient=False) as progress:
+        task = progress.add_task(f"tuning {study or job.name}", total=budget, best="")
+
+        def on_trial(r: api.TrialReport) -> None:
+            if r.executed or r.state.value == "complete":
+                pass
+            if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
+                best["value"] = r.outcome.values[0]
+                best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
+            progress.update(task, completed=min(budget, done[0] + (1 if r.executed else 0)), best=best["text"])
+            if r.executed:
+                done[0] += 1
+
+        done = [api.executed_trials(job, url, study)]
+        progress.update(task, completed=done[0])
+        summary = api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
+                               ray_address=ray_address)
+    console.print(f"study {summary.study!r} in {summary.storage}: {summary.executed} trials run this time "
+                  f"({summary.failed} failed), {summary.invalid} invalid candidates skipped, {summary.repeats} "
+                  f"repeats reused; {summary.stopped_because}")
+    if summary.interrupted_found:
+        console.print(f"closed {summary.interrupted_found} trial(s) left running by an earlier tuner")
+    _best(summary.study, url, top=10)
+
+
+# ----------------------------------------------------------------------------------------------- results
+@app.command()
+@friendly
+def studies(storage: StorageOpt = None,
+            fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+    """Every study in the database with its progress and best result."""
+    cols, rows = api.query(_storage(storage), "studies", {})
+    _print_rows(f"studies in {redact_url(_storage(storage))}", cols, rows, fmt)
+
+
+@app.command()
+@friendly
+def trials(study: str, storage: StorageOpt = None,
+           state: Annotated[str | None, typer.Option(help="Only this state (complete, failed, invalid…).")] = None,
+           fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+    """The trials of a study: configuration, state, objective, timings, reason."""
+    args = {"study": study}
+    if state:
+        args["state"] = state
+    cols, rows = api.query(_storage(storage), "trials", args)
+    _print_rows(f"trials of {study}", cols, rows, fmt)
+
+
+def _best(study: str, url: str, top: int) -> None:
+    report = api.best_report(url, study, top=top)
+    console.print(f"[bold]{report.title}[/]")
+    if not report.rows:
+        console.print(report.empty_reason)
+        return
+    _print_rows("", report.columns, report.rows)
+    if report.best_text:
+        console.print(f"[green]best:[/] {report.best_text}")
+
+
+@app.command()
+@friendly
+def best(study: str, storage: StorageOpt = None,
+         top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 10) -> None:
+    """The Pareto front (pareto studies) or the best deployment under the SLOs, in words."""
+    _best(study, _storage(storage), top)
+
+
+@app.command()
+@friendly
+def export(
+    study: str,
+    fmt: Annotated[str, typer.Option("--format", help="vllm|json")] = "vllm",
+    trial: Annotated[int | None, typer.Option(help="Trial number (default: the best).")] = None,
+    out: Annotated[Path, typer.Option(help="Folder to write into.")] = Path("export"),
+    model: Annotated[str | None, typer.Option(help="Model path or hub id to put in the commands.")] = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Write the ready-to-run configuration of a trial."""
+    paths = api.export(_storage(storage), study, fmt=fmt, trial=trial, out=out, model=model)
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@app.command()
+@friendly
+def query(
+    name: Annotated[str, typer.Argument(help="A named query (`advisor query list` shows them).")],
+    args: Annotated[list[str] | None, typer.Argument(help="KEY=VALUE arguments.")] = None,
+    storage: StorageOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table",
+) -> None:
+    """Run a named query on the results database (named queries only, never raw SQL)."""
+    if name == "list":
+        _print_rows("named queries", ["name", "arguments", "help"], api.query_catalog())
+        return
+    kv: dict[str, str] = {}
+    for a in args or []:
+        if "=" not in a:
+            raise BadInput(f"query argument {a!r}: write KEY=VALUE")
+        k, v = a.split("=", 1)
+        kv[k] = v
+    cols, rows = api.query(_storage(storage), name, kv)
+    _print_rows(name, cols, rows, fmt)
+
+
+@app.command()
+@friendly
+def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A DeploymentConfig YAML.")]) -> None:
+    """Predict one configuration with the performance model (no database)."""
+    job = load_job(job_file)
+    try:
+        doc = yaml.safe_load(config.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise BadInput(f"{config}: cannot read the configuration ({e})") from None
+    try:
+        from search_spaces import DeploymentConfig
+
+        cfg = DeploymentConfig.model_validate(doc)
+    except ValidationError as e:
+        raise BadInput(describe_validation_error(e, str(config))) from None
+    text, cols, rows = api.simulate(job, cfg)
+    console.print(text)
+    _print_rows("predicted", cols, rows)
+
+
+@app.command()
+def presets() -> None:
+    """The search-space presets shipped with the project."""
+    _print_rows("presets", ["name", "description"], api.preset_rows())
+
+
+def main() -> None:  # pragma: no cover
+    app()

@@ -1,0 +1,75 @@
+"""The executor a job asks for, built from the job's ``executor`` section."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from advisor.errors import BadInput
+from advisor.job import ExecutorKind, TuningJob
+from executors import Executor, Platform, cpu_platform, gpu_platform
+
+
+def platform_for(job: TuningJob) -> Platform:
+    spec = job.executor
+    kind = spec.platform
+    if kind == "auto":
+        kind = "cpu" if job.cluster.gpu == "CPU" else "gpu"
+    run_dir = job.resolve_path(spec.run_dir)
+    if kind == "cpu":
+        return cpu_platform(kv_storage_path=str((run_dir / "kv").resolve()), engine_cmd=spec.engine_cmd)
+    return gpu_platform(engine_cmd=spec.engine_cmd)
+
+
+def model_path_for(job: TuningJob) -> Path:
+    """What real executors serve: the job's model folder, or the generated tiny test model."""
+    if job.model.path:
+        p = job.resolve_path(job.model.path)
+        folder = p.parent if p.name == "config.json" else p
+        if not (folder / "config.json").is_file():
+            raise BadInput(f"model.path: {folder} holds no config.json")
+        return folder
+    if job.model.preset == "tiny-moe":
+        from executors.test_model import make_tiny_moe
+
+        return make_tiny_moe(job.resolve_path(job.executor.run_dir) / "models" / "tiny-moe")
+    raise BadInput(
+        f"model.preset: {job.model.preset!r} has no weights here; real executors need model.path "
+        "(a folder with config.json and a tokenizer), or the 'tiny-moe' preset"
+    )
+
+
+def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor:
+    spec = job.executor
+    if spec.kind is ExecutorKind.SIMULATED:
+        from executors.perf_model import PerfParams
+        from executors.simulated import SimulatedExecutor, default_params
+
+        params = default_params(job.cluster.gpu)
+        if spec.perf_params:
+            path = job.resolve_path(spec.perf_params)
+            try:
+                params = PerfParams.model_validate(json.loads(path.read_text()))
+            except (OSError, ValueError) as e:
+                raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+        return SimulatedExecutor(job.model_profile(), params)
+    model_path = model_path_for(job)
+    t = spec.timeouts
+    common = dict(
+        platform=platform_for(job),
+        served_model_name=spec.served_model_name or job.name,
+        max_model_len=job.workload.max_model_len,
+        run_dir=job.resolve_path(spec.run_dir) / job.name,
+        health_timeout_s=t.health_s,
+        bench_timeout_s=t.benchmark_s,
+        teardown_timeout_s=t.teardown_s,
+        router_timeout_s=t.router_s,
+        host=spec.host,
+    )
+    if spec.kind is ExecutorKind.LOCAL:
+        from executors.local import LocalExecutor
+
+        return LocalExecutor(model_path, **common)
+    from executors.ray_executor import RayExecutor
+
+    return RayExecutor(model_path, ray_address=ray_address or spec.ray_address, **common)

@@ -1,0 +1,237 @@
+"""TuningJob: what the user asks for, loaded from YAML and checked before anything runs.
+
+A job may name a preset (``search_spaces/presets/NAME.yaml``); the job's own keys override the
+preset's, key by key. Whatever is wrong comes back as one ``BadInput`` line naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from advisor.errors import BadInput, describe_validation_error
+from search_spaces import (
+    SLO,
+    ClusterSpec,
+    ModelProfile,
+    SearchSpace,
+    Workload,
+    load_preset,
+    model_preset,
+)
+
+DEFAULT_STORAGE = "sqlite:///advisor.db"
+
+
+class ModelRef(BaseModel):
+    """A model by preset name or by an HF ``config.json`` path, with optional overrides of its facts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: str | None = None
+    path: str | None = Field(None, description="A config.json, or a folder holding one (also what real runs serve).")
+    weight_bytes: float | None = Field(None, gt=0)
+    kv_bytes: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelRef:
+        if (self.preset is None) == (self.path is None):
+            raise ValueError("give exactly one of 'preset' or 'path'")
+        if self.preset is not None:
+            from search_spaces import MODEL_PRESETS
+
+            if self.preset not in MODEL_PRESETS:
+                raise ValueError(f"unknown model preset {self.preset!r}; allowed: {', '.join(MODEL_PRESETS)}")
+        return self
+
+    def profile(self, base_dir: Path | None = None) -> ModelProfile:
+        if self.preset is not None:
+            prof = model_preset(self.preset)
+        else:
+            p = Path(self.path)  # type: ignore[arg-type]
+            if not p.is_absolute() and base_dir is not None:
+                p = base_dir / p
+            prof = ModelProfile.from_hf_config(p)
+        upd = {k: v for k, v in (("weight_bytes", self.weight_bytes), ("kv_bytes", self.kv_bytes)) if v is not None}
+        return prof.model_copy(update=upd) if upd else prof
+
+
+class ObjectiveMode(StrEnum):
+    MAX_UNDER_SLO = "max_under_slo"  # maximize one metric (throughput/GPU) over load levels meeting the SLOs
+    PARETO = "pareto"  # the front of throughput/GPU × tokens/s/user
+
+
+class Objective(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: ObjectiveMode = ObjectiveMode.MAX_UNDER_SLO
+    metric: str = "throughput_per_gpu"
+    pareto_y: str = "p90_tokens_per_s_per_user"
+
+    @model_validator(mode="after")
+    def _metrics(self) -> Objective:
+        from search_spaces import HIGHER_IS_BETTER
+
+        for name in (self.metric, self.pareto_y):
+            if name not in HIGHER_IS_BETTER:
+                raise ValueError(f"objective metric {name!r} is not maximizable; allowed: {', '.join(sorted(HIGHER_IS_BETTER))}")
+        return self
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trials: int = Field(200, ge=1, description="Total trials of the study (a re-run continues up to this).")
+    wall_time_s: float | None = Field(None, gt=0)
+    max_consecutive_failures: int = Field(10, ge=1)
+
+
+class SamplerKind(StrEnum):
+    TPE = "tpe"
+    NSGA2 = "nsga2"
+    GP = "gp"
+    RANDOM = "random"
+    GRID = "grid"
+
+
+class SamplerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: SamplerKind = SamplerKind.TPE
+    seed: int = 0
+    n_startup_trials: int = Field(10, ge=0)
+
+
+class ExecutorKind(StrEnum):
+    SIMULATED = "simulated"
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class Timeouts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    health_s: float = Field(300, gt=0)
+    benchmark_s: float = Field(900, gt=0)
+    teardown_s: float = Field(30, gt=0)
+    router_s: float = Field(60, gt=0)
+
+
+class ExecutorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ExecutorKind = ExecutorKind.SIMULATED
+    platform: str = Field("auto", pattern=r"^(auto|cpu|gpu)$")
+    ray_address: str | None = None
+    engine_cmd: list[str] | None = Field(None, description="Replaces `vllm` (e.g. python -m vllm.entrypoints.cli.main).")
+    served_model_name: str | None = None
+    run_dir: str = "runs"
+    perf_params: str | None = Field(None, description="A calibrated performance-model JSON (simulated executor).")
+    timeouts: Timeouts = Timeouts()
+    host: str = "127.0.0.1"
+
+
+class TuningJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="The study name.")
+    description: str = ""
+    preset: str | None = None
+    model: ModelRef
+    cluster: ClusterSpec
+    workload: Workload = Workload()
+    slos: list[SLO] = Field(default_factory=list)
+    objective: Objective = Objective()
+    space: SearchSpace = SearchSpace()
+    budget: Budget = Budget()
+    executor: ExecutorSpec = ExecutorSpec()
+    storage: str = DEFAULT_STORAGE
+    sampler: SamplerSpec = SamplerSpec()
+    _base_dir: str | None = PrivateAttr(None)  # where relative paths in the job file are anchored
+
+    @model_validator(mode="after")
+    def _space_fits_cluster(self) -> TuningJob:
+        total = self.cluster.total_gpus
+        for role in ("mixed", "prefill", "decode"):
+            rs = getattr(self.space, role)
+            for dim in ("dp_sizes", "tp_sizes"):
+                too_big = [v for v in getattr(rs, dim) if v > total]
+                if too_big:
+                    raise ValueError(
+                        f"space.{role}.{dim}: {too_big[0]} is wider than the cluster's {total} GPUs; "
+                        f"allowed: 1..{total}"
+                    )
+            if max(rs.tp_sizes) > self.cluster.gpus_per_node:
+                raise ValueError(
+                    f"space.{role}.tp_sizes: TP{max(rs.tp_sizes)} is wider than a node of "
+                    f"{self.cluster.gpus_per_node} GPUs"
+                )
+        return self
+
+    def model_profile(self) -> ModelProfile:
+        return self.model.profile(Path(self._base_dir) if self._base_dir else None)
+
+    def resolve_path(self, p: str) -> Path:
+        """A path from the job file, anchored at the file's folder when relative."""
+        path = Path(p)
+        return path if path.is_absolute() or not self._base_dir else Path(self._base_dir) / path
+
+    def to_document(self) -> dict[str, Any]:
+        """The job as stored in the database (JSON-safe; no secrets live in a job)."""
+        return self.model_dump(mode="json")
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -> TuningJob:
+    """Validate a job document (after applying its preset); raise BadInput with one line."""
+    if not isinstance(doc, dict):
+        raise BadInput(f"{source}: the document must be a mapping of fields (got {type(doc).__name__})")
+    preset = doc.get("preset")
+    if preset is not None:
+        try:
+            base = load_preset(str(preset))
+        except KeyError as e:
+            raise BadInput(f"{source}: preset: {e.args[0]}") from None
+        base.pop("description", None) if "description" in doc else None
+        doc = _merge(base, doc)
+    try:
+        job = TuningJob.model_validate(doc)
+    except ValidationError as e:
+        e._advisor_model = TuningJob  # type: ignore[attr-defined]
+        raise BadInput(describe_validation_error(e, source)) from None
+    if base_dir is not None:
+        job._base_dir = str(base_dir)
+    try:
+        job.model_profile()
+    except (OSError, ValueError, KeyError) as e:
+        raise BadInput(f"{source}: model: {e}") from None
+    return job
+
+
+def load_job(path: str | Path) -> TuningJob:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise BadInput(f"{p}: cannot read the job file ({e.strerror or e})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise BadInput(f"{p}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    return job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())

@@ -1,0 +1,59 @@
+"""The Optuna side of a study: storage, sampler, directions — on the job's one database URL."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+
+from advisor.errors import BadInput
+from advisor.job import SamplerKind, TuningJob
+from advisor.objectives import objective_names
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
+    s = job.sampler
+    if s.kind is SamplerKind.TPE:
+        # multivariate + group: the space is conditional (prefill dims exist only when disaggregated),
+        # and grouped TPE models each branch jointly instead of falling back to independent sampling.
+        return optuna.samplers.TPESampler(
+            seed=s.seed, n_startup_trials=s.n_startup_trials, multivariate=True, group=True,
+            warn_independent_sampling=False,
+        )
+    if s.kind is SamplerKind.NSGA2:
+        return optuna.samplers.NSGAIISampler(seed=s.seed)
+    if s.kind is SamplerKind.GP:
+        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.n_startup_trials)
+    # random, and grid (grid points are enqueued by the tuner; anything else falls back to random)
+    return optuna.samplers.RandomSampler(seed=s.seed)
+
+
+def storage_for(url: str) -> optuna.storages.RDBStorage:
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if "sqlite" not in url else {})
+    except Exception as e:  # noqa: BLE001 — any driver error is the user's URL, said in one line
+        raise BadInput(f"storage: cannot open {redact_url(url)}: {str(e).splitlines()[0]}") from None
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its password replaced, for messages and logs."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
+def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:
+    directions = ["maximize"] * len(objective_names(job))
+    storage = storage_for(url)
+    try:
+        study = optuna.create_study(
+            storage=storage, study_name=name, directions=directions, sampler=make_sampler(job), load_if_exists=True
+        )
+    except ValueError as e:
+        raise BadInput(f"study {name!r}: {e}") from None
+    if len(study.directions) != len(directions):
+        raise BadInput(
+            f"objective.mode: study {name!r} was created with {len(study.directions)} objective(s); "
+            f"this job asks for {len(directions)} — use another --study name"
+        )
+    return study

@@ -1,0 +1,271 @@
+"""The tune loop: ask → suggest → validate → place → evaluate → record → tell.
+
+Kept short on purpose; what a trial's outcome means for Optuna is in ``objectives``, what is stored is
+in ``db``, and how a deployment runs is the executor's business. Nothing a trial does can stop the loop:
+a failure is a recorded state, not an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+import db
+from advisor.errors import BadInput
+from advisor.executor_factory import make_executor
+from advisor.job import SamplerKind, TuningJob
+from advisor.objectives import INFEASIBLE, Outcome, score, worst
+from advisor.study import open_study, redact_url
+from executors import Executor, RunResult, place
+from search_spaces import DeploymentConfig, TrialState, check
+
+CONFIG_KEY_ATTR = "advisor_config_key"
+STATE_ATTR = "advisor_state"
+HEARTBEAT_S = 10.0
+STALE_AFTER_S = 60.0
+
+
+@dataclass
+class TrialReport:
+    """What the CLI's progress line shows after each trial."""
+
+    number: int
+    state: TrialState
+    config: DeploymentConfig | None
+    outcome: Outcome | None
+    reason: str | None = None
+    executed: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass
+class TuneSummary:
+    study: str
+    storage: str
+    executed: int = 0
+    invalid: int = 0
+    failed: int = 0
+    repeats: int = 0
+    interrupted_found: int = 0
+    stopped_because: str = "budget reached"
+    reports: list[TrialReport] = field(default_factory=list)
+
+
+def _grid_points(job: TuningJob) -> Iterator[dict[str, Any]]:
+    """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline)."""
+    model, wl = job.model_profile(), job.workload
+    pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
+    random.Random(job.sampler.seed).shuffle(pts)
+    yield from pts
+
+
+class _Heartbeat:
+    """Keeps a running trial's heartbeat fresh so another worker can tell it from a dead one."""
+
+    def __init__(self, database: db.Database, trial_id: int) -> None:
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(database, trial_id), daemon=True)
+
+    def _run(self, database: db.Database, trial_id: int) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                database.heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 — a missed beat is not worth a trial
+                pass
+
+    def __enter__(self) -> _Heartbeat:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(timeout=5)
+
+
+def tune(
+    job: TuningJob,
+    *,
+    trials: int | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    executor: Executor | None = None,
+    on_trial: Callable[[TrialReport], None] | None = None,
+    ray_address: str | None = None,
+) -> TuneSummary:
+    url = storage or job.storage
+    name = study_name or job.name
+    budget = trials or job.budget.trials
+    database = db.connect(url)  # raises BadInput-worthy errors before anything is written
+    try:
+        study = open_study(job, url, name)
+        summary = TuneSummary(study=name, storage=redact_url(url))
+        own_executor = executor is None
+        executor = executor or make_executor(job, ray_address=ray_address)
+        database.upsert_study(
+            name, job.to_document(), description=job.description, executor=executor.kind,
+            engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
+        )
+        summary.interrupted_found = _close_stale(database, study, name)
+        try:
+            _loop(job, study, database, executor, name, budget, summary, on_trial)
+        finally:
+            if own_executor:
+                executor.close()
+        return summary
+    finally:
+        database.close()
+
+
+def _executed(study: optuna.Study) -> int:
+    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+    return sum(1 for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get("advisor_executed"))
+
+
+def _loop(
+    job: TuningJob, study: optuna.Study, database: db.Database, executor: Executor, name: str, budget: int,
+    summary: TuneSummary, on_trial: Callable[[TrialReport], None] | None,
+) -> None:
+    model, cluster, wl = job.model_profile(), job.cluster, job.workload
+    seen = {
+        t.user_attrs[CONFIG_KEY_ATTR]: t
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
+    }
+    grid = _grid_points(job) if job.sampler.kind is SamplerKind.GRID else None
+    started = time.monotonic()
+    executed = _executed(study)
+    asks, max_asks = 0, 50 * budget
+    consecutive_failures = 0
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    while executed < budget:
+        if job.budget.wall_time_s and time.monotonic() - started > job.budget.wall_time_s:
+            summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
+            return
+        if asks >= max_asks:
+            summary.stopped_because = f"{asks} proposals without reaching the budget (space mostly invalid?)"
+            return
+        if grid is not None:
+            point = next(grid, None)
+            if point is None:
+                summary.stopped_because = "grid exhausted"
+                return
+            study.enqueue_trial(point, skip_if_exists=True)
+        asks += 1
+        t0 = time.monotonic()
+        trial = study.ask()
+        cfg = job.space.suggest(trial)
+        violations = check(cfg, model, cluster, wl.max_model_len)
+        if violations:
+            reason = "; ".join(map(str, violations))
+            database.record_invalid(name, trial.number, params=trial.params, config=cfg, reason=reason)
+            _tell(study, trial, cfg, worst(job), TrialState.INVALID)
+            summary.invalid += 1
+            _report(summary, on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
+                                                   wall_s=time.monotonic() - t0))
+            continue
+        key = cfg.key()
+        if key in seen:
+            prev = seen[key]
+            outcome = Outcome(list(prev.values), _constraint(prev), None)
+            reason = f"same configuration as trial {prev.number}; its measurements stand"
+            tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None, worker=worker)
+            database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
+                                  violation=outcome.violation, reason=reason)
+            _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+            summary.repeats += 1
+            _report(summary, on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
+                                                   wall_s=time.monotonic() - t0))
+            continue
+        topo = place(cfg, cluster)
+        tid = database.start_trial(name, trial.number, params=trial.params, config=cfg,
+                                   topology=topo.to_dict(), worker=worker)
+        try:
+            with _Heartbeat(database, tid):
+                run = executor.evaluate(topo, wl, on_started=lambda res, tid=tid: database.record_resources(tid, res))
+        except KeyboardInterrupt:
+            database.finish_trial(tid, TrialState.INTERRUPTED, reason="interrupted by the user (Ctrl-C)")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
+            raise
+        state, outcome = _record(job, database, tid, run)
+        _tell(study, trial, cfg, outcome, state)
+        executed += 1
+        summary.executed += 1
+        if state is TrialState.COMPLETE:
+            seen[key] = _frozen(study, trial.number)
+            consecutive_failures = 0
+        else:
+            summary.failed += 1
+            consecutive_failures += 1
+        _report(summary, on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason, executed=True,
+                                               wall_s=time.monotonic() - t0))
+        if consecutive_failures >= job.budget.max_consecutive_failures:
+            summary.stopped_because = (
+                f"{consecutive_failures} trials failed in a row (budget.max_consecutive_failures); "
+                f"last: {run.reason}"
+            )
+            return
+
+
+def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+
+
+def _constraint(t: optuna.trial.FrozenTrial) -> float:
+    return max((v for k, v in t.system_attrs.items() if k.startswith("constraints")), default=0.0)
+
+
+def _record(job: TuningJob, database: db.Database, tid: int, run: RunResult) -> tuple[TrialState, Outcome]:
+    timings = {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
+    if run.ok and run.measurements:
+        outcome = score(job, run.measurements)
+        database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
+                              objectives=outcome.as_dict(job), violation=outcome.violation)
+        return TrialState.COMPLETE, outcome
+    outcome = worst(job)
+    database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
+                          objectives=None, violation=INFEASIBLE,
+                          failure_kind=run.failure.value if run.failure else "no_measurements",
+                          reason=run.reason or "the executor returned no measurements", log_tail=run.log_tail)
+    return TrialState.FAILED, outcome
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig, outcome: Outcome, state: TrialState,
+          *, executed: bool = True) -> None:
+    """Every outcome reaches Optuna as COMPLETE with a constraint, so samplers learn from failures too."""
+    trial.set_user_attr(STATE_ATTR, state.value)
+    trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+    trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+    trial.set_constraint("slo", outcome.violation)
+    study.tell(trial, outcome.values)
+
+
+def _close_stale(database: db.Database, study: optuna.Study, name: str) -> int:
+    """Trials left RUNNING by a tuner that died: mark them interrupted here and FAIL in Optuna."""
+    n = 0
+    for row in database.stale_trials(name, STALE_AFTER_S):
+        database.mark_interrupted(row.id, "the tuner running this trial stopped (no heartbeat)")
+        n += 1
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    live = {r.number for r in database.running_trials(name)}
+    for t in running:
+        if t.number not in live:
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    return n
+
+
+def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: TrialReport) -> None:
+    summary.reports.append(r)
+    if cb is not None:
+        cb(r)
+
+
+__all__ = ["BadInput", "TrialReport", "TuneSummary", "tune"]

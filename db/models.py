@@ -1,0 +1,196 @@
+"""The ORM tables. Private to ``db``: nothing outside this package sees these classes.
+
+Every table is prefixed ``advisor_`` so it sits beside Optuna's own RDB tables in the same database.
+A schema change here needs a new revision under ``db/migrations/versions`` (``tests/test_db.py`` checks
+that the migrated schema and these models agree).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Dialect,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+#: Constraint names are spelled out so migrations can refer to them on every backend.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TABLE_PREFIX = "advisor_"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC datetimes out — also on SQLite, which stores no zone."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass an aware (UTC) datetime")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _json() -> JSON:
+    # None is stored as SQL NULL, not the JSON literal 'null'.
+    return JSON(none_as_null=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class StudyRow(Base):
+    __tablename__ = "advisor_studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    job: Mapped[dict[str, Any]] = mapped_column(_json())
+    description: Mapped[str | None] = mapped_column(Text)
+    executor: Mapped[str | None] = mapped_column(String(32))
+    engine_version: Mapped[str | None] = mapped_column(String(64))
+    hardware: Mapped[str | None] = mapped_column(String(200))
+    optuna_study_name: Mapped[str | None] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    trials: Mapped[list[TrialRow]] = relationship(back_populates="study", passive_deletes=True)
+
+
+class TrialRow(Base):
+    __tablename__ = "advisor_trials"
+    __table_args__ = (
+        UniqueConstraint("study_id", "number"),
+        Index("ix_advisor_trials_study_id_state", "study_id", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("advisor_studies.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    #: ``search_spaces.TrialState`` value, stored as text so it is never renumbered.
+    state: Mapped[str] = mapped_column(String(16))
+    params: Mapped[dict[str, Any]] = mapped_column(_json())
+    #: ``DeploymentConfig.model_dump(mode="json")``
+    config: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    #: ``DeploymentConfig.describe()``
+    config_text: Mapped[str | None] = mapped_column(Text)
+    topology: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    objectives: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    violation: Mapped[float | None] = mapped_column(Double)
+    failure_kind: Mapped[str | None] = mapped_column(String(64))
+    reason: Mapped[str | None] = mapped_column(Text)
+    log_tail: Mapped[str | None] = mapped_column(Text)
+    deploy_s: Mapped[float | None] = mapped_column(Double)
+    warmup_s: Mapped[float | None] = mapped_column(Double)
+    measure_s: Mapped[float | None] = mapped_column(Double)
+    teardown_s: Mapped[float | None] = mapped_column(Double)
+    #: What a crash leaves behind (process groups, placement groups, ports), for the cleanup after one.
+    resources: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    worker: Mapped[str | None] = mapped_column(String(200))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    study: Mapped[StudyRow] = relationship(back_populates="trials")
+    measurements: Mapped[list[MeasurementRow]] = relationship(
+        back_populates="trial", order_by="MeasurementRow.concurrency", passive_deletes=True
+    )
+    exports: Mapped[list[ExportRow]] = relationship(
+        back_populates="trial", order_by="ExportRow.id", passive_deletes=True
+    )
+
+
+class MeasurementRow(Base):
+    """One load level of one trial: a column for every field of ``search_spaces.Measurement`` but ``raw``."""
+
+    __tablename__ = "advisor_measurements"
+    __table_args__ = (UniqueConstraint("trial_id", "concurrency"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("advisor_trials.id", ondelete="CASCADE"))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(32))
+    gpus: Mapped[int] = mapped_column(Integer)
+    num_requests: Mapped[int] = mapped_column(Integer)
+    completed: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+    duration_s: Mapped[float | None] = mapped_column(Double)
+    input_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    output_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    throughput_per_gpu: Mapped[float | None] = mapped_column(Double)
+    output_throughput_per_gpu: Mapped[float | None] = mapped_column(Double)
+    request_throughput: Mapped[float | None] = mapped_column(Double)
+    p50_tokens_per_s_per_user: Mapped[float | None] = mapped_column(Double)
+    p90_tokens_per_s_per_user: Mapped[float | None] = mapped_column(Double)
+    p99_tokens_per_s_per_user: Mapped[float | None] = mapped_column(Double)
+    p50_ttft_ms: Mapped[float | None] = mapped_column(Double)
+    p90_ttft_ms: Mapped[float | None] = mapped_column(Double)
+    p99_ttft_ms: Mapped[float | None] = mapped_column(Double)
+    p50_tpot_ms: Mapped[float | None] = mapped_column(Double)
+    p90_tpot_ms: Mapped[float | None] = mapped_column(Double)
+    p99_tpot_ms: Mapped[float | None] = mapped_column(Double)
+    p50_itl_ms: Mapped[float | None] = mapped_column(Double)
+    p90_itl_ms: Mapped[float | None] = mapped_column(Double)
+    p99_itl_ms: Mapped[float | None] = mapped_column(Double)
+    p50_e2el_ms: Mapped[float | None] = mapped_column(Double)
+    p90_e2el_ms: Mapped[float | None] = mapped_column(Double)
+    p99_e2el_ms: Mapped[float | None] = mapped_column(Double)
+    achieved_concurrency: Mapped[float | None] = mapped_column(Double)
+    client_saturated: Mapped[bool] = mapped_column(Boolean)
+    dp_imbalance: Mapped[float | None] = mapped_column(Double)
+    prefix_cache_hit_rate: Mapped[float | None] = mapped_column(Double)
+    kv_transfer_tokens: Mapped[float | None] = mapped_column(Double)
+    preemptions: Mapped[float | None] = mapped_column(Double)
+    eplb_balancedness: Mapped[float | None] = mapped_column(Double)
+    raw: Mapped[dict[str, Any]] = mapped_column(_json())
+
+    trial: Mapped[TrialRow] = relationship(back_populates="measurements")
+
+
+#: The ``Measurement`` fields that have a column of their own (everything but ``raw``).
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(
+    c.key for c in MeasurementRow.__table__.columns if c.key not in ("id", "trial_id", "raw")
+)
+
+
+class ExportRow(Base):
+    __tablename__ = "advisor_exports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("advisor_trials.id", ondelete="CASCADE"), index=True)
+    format: Mapped[str] = mapped_column(String(32))
+    path: Mapped[str] = mapped_column(Text)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    trial: Mapped[TrialRow] = relationship(back_populates="exports")

@@ -1,0 +1,156 @@
+"""What the database hands back: plain frozen dataclasses and ``search_spaces`` models, never ORM objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from search_spaces import DeploymentConfig, Measurement, TrialState
+
+#: The phases of a trial whose durations are kept, in order (``finish_trial(timings=...)`` keys).
+TIMING_KEYS: tuple[str, ...] = ("deploy_s", "warmup_s", "measure_s", "teardown_s")
+
+
+class UnknownStudy(LookupError):
+    """No study of that name."""
+
+
+class UnknownTrial(LookupError):
+    """No trial of that id / number."""
+
+
+@dataclass(frozen=True)
+class Export:
+    id: int
+    trial_id: int
+    format: str
+    path: str
+    sha256: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial. ``config`` is the parsed ``DeploymentConfig``; it is ``None`` when none was stored or when the
+    stored JSON no longer fits today's vocabulary (``config_json`` always has what was stored)."""
+
+    id: int
+    study: str
+    number: int
+    state: TrialState
+    params: dict[str, Any]
+    config: DeploymentConfig | None
+    config_json: dict[str, Any] | None
+    config_text: str | None
+    topology: dict[str, Any] | None
+    gpus: int | None
+    objectives: dict[str, float] | None
+    violation: float | None
+    failure_kind: str | None
+    reason: str | None
+    log_tail: str | None
+    deploy_s: float | None
+    warmup_s: float | None
+    measure_s: float | None
+    teardown_s: float | None
+    resources: dict[str, Any] | None
+    heartbeat_at: datetime | None
+    worker: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    #: Filled by ``get_trial`` (ordered by concurrency); empty from the list queries.
+    measurements: tuple[Measurement, ...] = ()
+    exports: tuple[Export, ...] = ()
+
+    @property
+    def timings(self) -> dict[str, float]:
+        """The phase durations that were recorded, e.g. ``{"deploy_s": 41.0, "measure_s": 300.2}``."""
+        return {k: v for k in TIMING_KEYS if (v := getattr(self, k)) is not None}
+
+    @property
+    def feasible(self) -> bool:
+        """No recorded SLO/constraint violation (``violation`` absent or ≤ 0)."""
+        return self.violation is None or self.violation <= 0
+
+
+@dataclass(frozen=True)
+class Study:
+    name: str
+    description: str | None
+    job: dict[str, Any]
+    executor: str | None
+    engine_version: str | None
+    hardware: str | None
+    optuna_study_name: str | None
+    created_at: datetime
+    updated_at: datetime
+    #: Trials per state value (every ``TrialState`` is a key, 0 when none).
+    counts: dict[str, int] = field(default_factory=dict)
+    #: The objective ``best`` refers to: the first objective the study's trials recorded.
+    best_objective: str | None = None
+    #: Best value of ``best_objective`` over complete, feasible trials so far.
+    best: float | None = None
+    best_trial: int | None = None
+
+    @property
+    def trials(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def done(self) -> int:
+        return self.counts.get(TrialState.COMPLETE.value, 0)
+
+    @property
+    def failed(self) -> int:
+        return self.counts.get(TrialState.FAILED.value, 0)
+
+    @property
+    def invalid(self) -> int:
+        return self.counts.get(TrialState.INVALID.value, 0)
+
+    @property
+    def running(self) -> int:
+        return self.counts.get(TrialState.RUNNING.value, 0)
+
+    @property
+    def interrupted(self) -> int:
+        return self.counts.get(TrialState.INTERRUPTED.value, 0)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One trial × load level: the trial's identity and the level's ``Measurement``."""
+
+    trial_id: int
+    trial_number: int
+    state: TrialState
+    config_text: str | None
+    #: The trial's GPUs (``measurement.gpus`` is what the level itself reported).
+    gpus: int | None
+    measurement: Measurement
+
+    def metric(self, name: str) -> Any:
+        return getattr(self.measurement, name)
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One trial of a convergence plot: its objective value and the best so far (complete, feasible trials)."""
+
+    number: int
+    state: TrialState
+    value: float | None
+    feasible: bool
+    best: float | None
+
+
+@dataclass(frozen=True)
+class Failure:
+    number: int
+    state: TrialState
+    failure_kind: str | None
+    reason: str | None
+    config_text: str | None
+    log_tail: str | None
+    finished_at: datetime | None
