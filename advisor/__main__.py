@@ -1,0 +1,3 @@
+from advisor.cli import app
+
+app(prog_name="advisor")

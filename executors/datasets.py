@@ -1,0 +1,167 @@
+"""Workload inputs ``vllm bench serve`` cannot generate itself, written as its ``custom`` dataset (JSONL).
+
+``vllm bench serve --dataset-name custom`` reads one ``{"prompt": str, "output_tokens": int}`` per line
+(``--custom-output-len -1`` keeps each line's own length; ``--skip-chat-template`` sends the text as is;
+``--disable-shuffle`` keeps the file's order). Two workloads are turned into that shape here:
+
+* **agentic** — multi-turn sessions whose context grows turn by turn: turn *k* of a session sends the
+  shared system prefix, every earlier user message and assistant reply, and the new user message. Lines
+  are written session group by session group (a group is as many sessions as the load level's
+  concurrency), turn-major inside a group, so a turn is queued behind its predecessor the way an agent
+  waits for the previous answer, and every turn can hit the prefix cache of the one before.
+* **trace** — a user's JSONL: flat requests (``prompt`` + ``output_len``/``output_tokens``) or sessions
+  (``turns``: a list of ``{prompt|user, output_len|output_tokens, response?}``), flattened the same way.
+
+Everything is seeded (``Workload.seed``) and written once per (workload, level).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from search_spaces import Dataset, LengthDist, Workload
+
+_FILLER = (
+    "read the file then run the tests and fix the failing case in the module before you commit the change "
+    "check the log for the error and update the config so the server starts with the new flag value "
+    "the function returns a list of tokens per request and the caller sums them into the batch size"
+).split()
+
+
+class _Tok:
+    """Token counting with the served model's tokenizer (so prompt lengths are in its tokens)."""
+
+    def __init__(self, tokenizer_dir: str | Path) -> None:
+        path = Path(tokenizer_dir) / "tokenizer.json"
+        if path.is_file():
+            from tokenizers import Tokenizer
+
+            t = Tokenizer.from_file(str(path))
+            self.encode = lambda s: t.encode(s, add_special_tokens=False).ids  # noqa: E731
+            self.decode = lambda ids: t.decode(ids)  # noqa: E731
+        else:  # a model folder with another tokenizer format
+            from transformers import AutoTokenizer
+
+            at = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+            self.encode = lambda s: at.encode(s, add_special_tokens=False)  # noqa: E731
+            self.decode = lambda ids: at.decode(ids)  # noqa: E731
+
+    def text(self, rng: random.Random, n: int) -> str:
+        """About ``n`` tokens of filler text."""
+        if n <= 0:
+            return ""
+        words: list[str] = []
+        ids: list[int] = []
+        while len(ids) < n:
+            words += [rng.choice(_FILLER) for _ in range(max(8, n))]
+            ids = self.encode(" ".join(words))
+        return self.decode(ids[:n])
+
+
+@lru_cache(maxsize=4)
+def _tok(tokenizer_dir: str) -> _Tok:
+    return _Tok(tokenizer_dir)
+
+
+def _length(rng: random.Random, d: LengthDist) -> int:
+    lo = max(1, int(d.mean * (1 - d.range_ratio)))
+    hi = max(lo, int(d.mean * (1 + d.range_ratio)))
+    return rng.randint(lo, hi)
+
+
+def _flatten_sessions(sessions: Sequence[Sequence[dict[str, Any]]], group: int, prefix: str = "") -> list[dict[str, Any]]:
+    """Sessions (lists of turns ``{user, output_tokens, response}``) → custom-dataset lines, group by
+    group, turn-major inside a group; each turn's prompt carries the whole conversation so far."""
+    lines: list[dict[str, Any]] = []
+    for g in range(0, len(sessions), max(1, group)):
+        block = sessions[g:g + group]
+        contexts = [prefix] * len(block)
+        for k in range(max((len(s) for s in block), default=0)):
+            for j, sess in enumerate(block):
+                if k >= len(sess):
+                    continue
+                turn = sess[k]
+                prompt = contexts[j] + f"\nUser: {turn['user']}\nAssistant:"
+                lines.append({"prompt": prompt, "output_tokens": int(turn["output_tokens"])})
+                contexts[j] = prompt + " " + turn.get("response", "")
+    return lines
+
+
+def agentic_lines(workload: Workload, concurrency: int, tokenizer_dir: str | Path) -> list[dict[str, Any]]:
+    """The agentic workload's requests for one load level (``workload.num_prompts(concurrency)`` lines)."""
+    tok = _tok(str(tokenizer_dir))
+    rng = random.Random(f"agentic-{workload.seed}-{concurrency}")
+    n = workload.num_prompts(concurrency)
+    turns = workload.turns
+    prefix = tok.text(rng, int(round(workload.prefix_reuse * workload.isl.mean)))
+    sessions: list[list[dict[str, Any]]] = []
+    for _ in range(math.ceil(n / turns)):
+        sess = []
+        for _k in range(turns):
+            out = _length(rng, workload.osl)
+            sess.append({"user": tok.text(rng, _length(rng, workload.isl)), "output_tokens": out,
+                         "response": tok.text(rng, out)})
+        sessions.append(sess)
+    return _flatten_sessions(sessions, concurrency, prefix)[:n]
+
+
+def trace_lines(trace_path: str | Path, concurrency: int) -> list[dict[str, Any]]:
+    """A user's JSONL trace as custom-dataset lines (flat requests, or sessions flattened like agentic)."""
+    flat: list[dict[str, Any]] = []
+    sessions: list[list[dict[str, Any]]] = []
+    with open(trace_path) as fh:
+        for num, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except ValueError as e:
+                raise ValueError(f"{trace_path}:{num}: not JSON ({e})") from None
+            if "turns" in rec:
+                sess = []
+                for t in rec["turns"]:
+                    user = t.get("prompt", t.get("user"))
+                    out = t.get("output_tokens", t.get("output_len"))
+                    if user is None or out is None:
+                        raise ValueError(f"{trace_path}:{num}: each turn needs prompt|user and output_len|output_tokens")
+                    sess.append({"user": user, "output_tokens": int(out), "response": t.get("response", "")})
+                sessions.append(sess)
+            else:
+                out = rec.get("output_tokens", rec.get("output_len"))
+                if "prompt" not in rec or out is None:
+                    raise ValueError(f"{trace_path}:{num}: needs prompt and output_len|output_tokens (or turns)")
+                flat.append({"prompt": rec["prompt"], "output_tokens": int(out)})
+    lines = flat + _flatten_sessions(sessions, concurrency)
+    if not lines:
+        raise ValueError(f"{trace_path}: no requests")
+    return lines
+
+
+def write_jsonl(lines: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        for line in lines:
+            fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+    tmp.replace(p)
+    return p
+
+
+def custom_dataset(workload: Workload, concurrency: int, tokenizer_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write the JSONL ``vllm bench serve --dataset-name custom`` reads for this level; its path."""
+    out = Path(out_dir) / f"{workload.dataset.value}-c{concurrency}-s{workload.seed}.jsonl"
+    if workload.dataset is Dataset.AGENTIC:
+        lines = agentic_lines(workload, concurrency, tokenizer_dir)
+    elif workload.dataset is Dataset.TRACE:
+        assert workload.trace_path
+        lines = trace_lines(workload.trace_path, concurrency)
+    else:
+        raise ValueError(f"dataset {workload.dataset.value!r} is generated by vllm bench itself")
+    return write_jsonl(lines, out)

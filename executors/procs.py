@@ -1,0 +1,315 @@
+"""Processes we own: start one as its own process group, wait for it to answer, stop it by group id.
+
+Nothing here looks a process up by name. Every command starts a new session (``start_new_session``), so
+its pid is its process-group id and everything it forks stays in that group: ``stop_group`` sends TERM
+to the group, waits, then KILL. Shared-memory segments a vLLM instance maps are recorded by name while it
+runs (``shm_segments``) and only those names are removed after it stopped (``remove_shm``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+#: Segment names a vLLM server (or the Python multiprocessing it uses) creates; others are never removed.
+SHM_PREFIXES = ("vllm", "psm_", "sem.mp-", "torch_")
+
+
+class ProcessExited(RuntimeError):
+    """The process died before it became healthy."""
+
+    def __init__(self, returncode: int | None, reason: str, tail: str) -> None:
+        super().__init__(reason)
+        self.returncode = returncode
+        self.reason = reason
+        self.tail = tail
+
+
+class HealthTimeout(TimeoutError):
+    def __init__(self, reason: str, tail: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.tail = tail
+
+
+@dataclass
+class ManagedProcess:
+    """A command started as the leader of its own process group, with its output in ``log_path``."""
+
+    name: str
+    argv: list[str]
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.popen.pid  # start_new_session: the leader's pid is the group id
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 60) -> str:
+        return read_tail(self.log_path, lines)
+
+
+def start(
+    argv: Sequence[str],
+    *,
+    name: str,
+    log_path: str | Path,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    inherit_env: bool = True,
+) -> ManagedProcess:
+    """Start ``argv`` as a new session (own process group); stdout and stderr go to ``log_path``.
+
+    ``env`` is added to this process's environment (``inherit_env``) or replaces it.
+    """
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ) if inherit_env else {}
+    full_env.update(env or {})
+    full_env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log, "ab") as fh:
+        fh.write(f"# {name}: {' '.join(argv)}\n".encode())
+        fh.flush()
+        popen = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=full_env,
+            cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True,
+        )
+    return ManagedProcess(name, list(argv), popen, log)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of the group exists (zombies included: reap your children first)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _reap(pgid: int, popen: subprocess.Popen[bytes] | None) -> None:
+    if popen is not None:
+        popen.poll()
+        return
+    try:  # the leader may be our child: collect it so its zombie does not keep the group "alive"
+        os.waitpid(pgid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _signal(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(
+    pgid: int, term_timeout: float = 30.0, *, popen: subprocess.Popen[bytes] | None = None, kill_timeout: float = 10.0
+) -> bool:
+    """TERM the process group, wait up to ``term_timeout``, then KILL it. True when it is gone.
+
+    ``popen`` (the leader's ``Popen``) lets us reap the leader; without it we try ``waitpid`` ourselves.
+    """
+    if pgid <= 1 or pgid == os.getpgrp():
+        raise ValueError(f"refusing to signal process group {pgid}")
+    _reap(pgid, popen)
+    if not _signal(pgid, signal.SIGTERM):
+        return True
+    for timeout, sig in ((term_timeout, signal.SIGKILL), (kill_timeout, None)):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _reap(pgid, popen)
+            if not group_alive(pgid):
+                return True
+            time.sleep(0.1)
+        if sig is not None:
+            _signal(pgid, sig)
+    _reap(pgid, popen)
+    return not group_alive(pgid)
+
+
+def stop(proc: ManagedProcess, term_timeout: float = 30.0) -> bool:
+    return stop_group(proc.pgid, term_timeout, popen=proc.popen)
+
+
+def free_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:
+    """A TCP port nobody listens on now (the kernel's pick), not in ``avoid``."""
+    taken = set(avoid)
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
+    raise RuntimeError("no free port found")
+
+
+def read_tail(path: str | Path, lines: int = 60, max_bytes: int = 256_000) -> str:
+    """The last ``lines`` lines of a log file ("" when it does not exist)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+_LOG_LEVEL = re.compile(r"\b(INFO|WARNING|DEBUG)\b\s+\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+_EXC = re.compile(r"^\s*(?:\([^)]*\)\s*)?([\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
+_ARGPARSE = re.compile(r"^\S+: error: .+")
+_VALUE_ERR = re.compile(r"^\s*(Value error|Assertion failed), (.+)")
+_GENERIC = ("Engine core initialization failed", "See root cause above", "Failed core proc", "died unexpectedly")
+
+
+def error_line(text: str) -> str | None:
+    """The most informative error line of a vLLM log: an argparse error, a pydantic validation message,
+    else the last exception line that is not vLLM's generic "see root cause above" wrapper."""
+    lines = text.splitlines()
+    candidates: list[str] = []
+    for i, raw in enumerate(lines):
+        line = raw.strip()
+        if not line or _LOG_LEVEL.search(line):
+            continue
+        if _ARGPARSE.match(line) or _VALUE_ERR.match(line):
+            candidates.append(line)
+            continue
+        m = _EXC.match(line)
+        if m and m.group(2):
+            msg = line
+            if "validation error" in (m.group(2) or ""):  # pydantic: the reason is on the next lines
+                for nxt in lines[i + 1:i + 4]:
+                    v = _VALUE_ERR.match(nxt)
+                    if v:
+                        msg = f"{m.group(1)}: {v.group(2)}"
+                        break
+            candidates.append(msg)
+    informative = [c for c in candidates if not any(g in c for g in _GENERIC)]
+    pick = (informative or candidates or [None])[-1]
+    if pick is not None:
+        pick = re.sub(r"\s*\[type=\w+, input_value=.*$", "", pick)  # pydantic's echo of the whole input
+    if pick is None:
+        errs = [ln.strip() for ln in lines if " ERROR " in ln or "error:" in ln]
+        pick = errs[-1] if errs else None
+    return pick[:1000] if pick else None
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body); status 0 when nothing answered."""
+    req = urllib.request.Request(url, headers={"User-Agent": "deploy-advisor"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through a proxy
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read() if e.fp else b""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+def wait_healthy(
+    url: str,
+    timeout: float,
+    proc: ManagedProcess | None = None,
+    *,
+    path: str = "/health",
+    interval: float = 0.5,
+    tail_lines: int = 80,
+) -> float:
+    """Poll ``url + path`` until it answers 200; seconds waited.
+
+    Fails fast with ``ProcessExited`` (vLLM's own error line as reason) when ``proc`` dies first, and with
+    ``HealthTimeout`` after ``timeout`` seconds.
+    """
+    t0 = time.monotonic()
+    target = url.rstrip("/") + path
+    while True:
+        if proc is not None and proc.poll() is not None:
+            tail = proc.tail(tail_lines)
+            reason = error_line(proc.tail(400)) or f"{proc.name} exited with code {proc.poll()} while starting"
+            raise ProcessExited(proc.poll(), reason, tail)
+        status, _ = http_get(target, timeout=min(5.0, max(0.5, interval * 4)))
+        if status == 200:
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            tail = proc.tail(tail_lines) if proc is not None else ""
+            raise HealthTimeout(f"{target} did not answer 200 within {timeout:.0f} s", tail)
+        time.sleep(interval)
+
+
+def shm_segments(pids: Iterable[int]) -> set[str]:
+    """Names of ``/dev/shm`` segments that these processes map now (vLLM's ``vllm_*`` and friends)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            idx = line.find(str(SHM_DIR) + "/")
+            if idx < 0:
+                continue
+            name = line[idx + len(str(SHM_DIR)) + 1:].split(" (deleted)")[0].strip()
+            if name and "/" not in name and name.startswith(SHM_PREFIXES):
+                found.add(name)
+    return found
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process of a process group (read from /proc)."""
+    out: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def remove_shm(names: Iterable[str]) -> list[str]:
+    """Unlink the recorded segments that still exist; the names removed."""
+    removed: list[str] = []
+    for name in names:
+        if "/" in name or not name.startswith(SHM_PREFIXES):
+            continue
+        p = SHM_DIR / name
+        try:
+            p.unlink()
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+    return removed

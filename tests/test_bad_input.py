@@ -1,0 +1,92 @@
+"""Bad input ends with exit code 2 and one line naming the problem — no traceback, nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BAD = Path(__file__).parent / "bad_jobs"
+
+#: file → words the one line must contain (the field, and what is allowed where it applies)
+EXPECT = {
+    "unknown_field.yaml": ["budgett", "allowed"],
+    "unknown_nested_field.yaml": ["racks", "cluster"],
+    "wrong_type.yaml": ["budget.trials"],
+    "zero_nodes.yaml": ["cluster.nodes", "greater than or equal to 1"],
+    "negative_gpus.yaml": ["cluster.gpus_per_node"],
+    "ep_wider_than_cluster.yaml": ["space.", "wider than the cluster"],
+    "unknown_preset.yaml": ["preset", "gb9000-rack", "allowed"],
+    "unknown_gpu.yaml": ["cluster.gpu", "A100X", "allowed"],
+    "unknown_model_preset.yaml": ["model", "llama-moe-9000", "allowed"],
+    "unreadable.yaml": ["not valid YAML", "line"],
+    "not_a_mapping.yaml": ["mapping"],
+    "bad_slo_metric.yaml": ["slos.0", "p95_happiness", "allowed"],
+    "bad_slo_op.yaml": ["slos.0.op"],
+    "empty_load_levels.yaml": ["workload", "load_levels"],
+    "model_folder_without_config.yaml": ["model", "config.json"],
+    "bad_executor.yaml": ["executor.kind", "simulated"],
+    "bad_name.yaml": ["name"],
+    "missing_cluster.yaml": ["cluster", "Field required"],
+    "tp_wider_than_node.yaml": ["space.mixed.tp_sizes"],
+    "bad_objective_metric.yaml": ["objective", "p90_ttft_ms", "allowed"],
+    "range_ratio_too_big.yaml": ["workload.isl.range_ratio"],
+    "bad_all2all.yaml": ["space.decode.all2all_backends", "carrier_pigeon"],
+    "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
+}
+
+
+def advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+def _one_line(p: subprocess.CompletedProcess[str]) -> str:
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr + p.stdout
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def test_corpus_is_complete() -> None:
+    assert sorted(EXPECT) == sorted(p.name for p in BAD.glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+@pytest.mark.parametrize("command", ["validate", "tune"])
+def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
+    db = tmp_path / "study.db"
+    args = [command, str(BAD / name)] + (["--storage", f"sqlite:///{db}"] if command == "tune" else [])
+    line = _one_line(advisor(*args, cwd=tmp_path))
+    for word in EXPECT[name]:
+        assert word in line, f"{word!r} not in {line!r}"
+    assert not db.exists(), "a bad job wrote to the database"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["tune", "JOB", "--trials", "0"], ["--trials"]),
+        (["tune", "JOB", "--executor", "quantum"], ["--executor", "quantum"]),
+        (["tune", "JOB", "--storage", "postgresql+psycopg://u:secret@127.0.0.1:1/none"], ["storage", "***"]),
+        (["tune", "NOFILE"], ["cannot read"]),
+        (["best", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
+        (["export", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
+        (["query", "drop_tables", "--storage", "sqlite:///DB"], ["drop_tables", "allowed"]),
+        (["query", "trials", "colour=red", "--storage", "sqlite:///DB"], ["colour", "allowed"]),
+        (["query", "trials", "oops", "--storage", "sqlite:///DB"], ["KEY=VALUE"]),
+    ],
+)
+def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: ok\npreset: cpu-tiny-moe\nexecutor: {kind: simulated}\n")
+    dbfile = tmp_path / "x.db"
+    args = [a.replace("JOB", str(job)).replace("NOFILE", str(tmp_path / "missing.yaml"))
+            .replace("DB", str(dbfile)) for a in args]
+    line = _one_line(advisor(*args, cwd=tmp_path))
+    for w in words:
+        assert w in line, f"{w!r} not in {line!r}"
+    assert "secret" not in line
