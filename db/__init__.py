@@ -7,7 +7,7 @@ The only package that imports SQLAlchemy. Everything it hands back is a plain da
     db.upsert_study("dsr1-8xh200", job)
     tid = db.start_trial("dsr1-8xh200", 0, params=trial.params, config=cfg, topology=topo, worker="w1")
     db.finish_trial(tid, TrialState.COMPLETE, measurements=levels, objectives={"throughput_per_gpu": 812.0})
-    queries.best_under_slo(db, "dsr1-8xh200", slos)     # (Trial, Measurement) | None
+    queries.best_under_slo(db, "dsr1-8xh200", slos)     # Best(trial, measurement) | None
 """
 
 from db import queries
@@ -29,11 +29,23 @@ from db.queries import (
     parse_slos,
     run_query,
 )
-from db.rows import TIMING_KEYS, Export, Failure, HistoryPoint, Level, Study, Trial, UnknownStudy, UnknownTrial
+from db.rows import (
+    TIMING_KEYS,
+    Best,
+    DatabaseUnavailable,
+    Export,
+    Failure,
+    HistoryPoint,
+    Level,
+    Study,
+    Trial,
+    UnknownStudy,
+    UnknownTrial,
+)
 from search_spaces import IllegalTransition
 
 __all__ = [
-    "Database", "Export", "Failure", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
+    "Best", "Database", "DatabaseUnavailable", "Export", "Failure", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
     "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
     "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
     "list_studies", "list_trials", "measurements", "normalize_url", "pareto_front", "parse_slos", "queries",

@@ -21,16 +21,17 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.util import CommandError
 from pydantic import ValidationError
 from sqlalchemy import Engine, create_engine, event, func, make_url, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from db.models import MEASUREMENT_COLUMNS, VERSION_TABLE, ExportRow, MeasurementRow, StudyRow, TrialRow
-from db.rows import TIMING_KEYS, Export, Trial, UnknownStudy, UnknownTrial
+from db.models import MEASUREMENT_COLUMNS, ExportRow, MeasurementRow, StudyRow, TrialRow
+from db.rows import TIMING_KEYS, DatabaseUnavailable, Export, Trial, UnknownStudy, UnknownTrial
 from search_spaces import DeploymentConfig, Measurement, TrialState, transition
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -68,14 +69,38 @@ def normalize_url(url: str) -> str:
 
 
 def connect(url: str, *, echo: bool = False) -> Database:
-    """Open the database at ``url`` and migrate our tables to the newest schema (safe from several processes)."""
-    engine = _make_engine(normalize_url(url), echo=echo)
+    """Open the database at ``url`` and migrate our tables to the newest schema (safe from several processes).
+
+    Raises ``DatabaseUnavailable`` (one line, no password) when it cannot: not a supported URL, server
+    unreachable, refused login, a folder that cannot be created, or a schema newer than this code knows.
+    """
+    try:
+        normalized = normalize_url(url)
+        engine = _make_engine(normalized, echo=echo)
+    except ValueError as e:
+        raise DatabaseUnavailable(str(e)) from None
+    except OSError as e:
+        raise DatabaseUnavailable(f"cannot create the database file: {e.strerror or e}") from e
     try:
         _upgrade(engine)
-    except BaseException:
+    except BaseException as e:
         engine.dispose()
+        if isinstance(e, DBAPIError):
+            raise DatabaseUnavailable(_one_line(e.orig, engine.url.password)) from e
+        if isinstance(e, CommandError):
+            raise DatabaseUnavailable(
+                f"its advisor_* schema is at a revision this deploy-advisor does not know ({_one_line(e, None)}); "
+                "use the deploy-advisor version that wrote it, or a newer one"
+            ) from e
         raise
     return Database(engine)
+
+
+def _one_line(error: BaseException | None, password: str | None) -> str:
+    """The first line of a driver's message, the password (should a driver echo it) replaced."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text.replace(password, "***") if password else text
 
 
 def _json_safe(value: Any) -> Any:
@@ -160,12 +185,19 @@ def _text(value: str | None, limit: int | None = None) -> str | None:
     return value[-limit:] if limit is not None and len(value) > limit else value
 
 
+def _clip(value: str | None, limit: int) -> str | None:
+    """Short labels (worker, failure kind, hardware, …) are cut to their column's width, the same on every backend
+    (PostgreSQL would refuse a longer one and lose the whole write)."""
+    return None if value is None else _text(value)[:limit]  # type: ignore[index]
+
+
 def _measurement_row(trial_id: int, m: Measurement) -> MeasurementRow:
     data = m.model_dump(exclude={"raw"})
     raw: dict[str, Any] = dict(m.model_dump(mode="json", include={"raw"})["raw"])
     unmapped = {k: data.pop(k) for k in list(data) if k not in MEASUREMENT_COLUMNS}
     if unmapped:
         raw[_UNMAPPED] = unmapped
+    data["source"] = _clip(data["source"], 32)
     return MeasurementRow(trial_id=trial_id, raw=raw, **{k: _nan_to_none(v) for k, v in data.items()})
 
 
@@ -306,8 +338,9 @@ class Database:
             return now.astimezone(UTC)
         return datetime.now(UTC)
 
-    def _insert(self, model: type) -> Any:
-        return (pg_insert if self.backend == "postgresql" else sqlite_insert)(model)
+    def _insert(self, table: Any) -> Any:
+        """INSERT with the backend's ``ON CONFLICT`` (both backends have it)."""
+        return (pg_insert if self.backend == "postgresql" else sqlite_insert)(table)
 
     @staticmethod
     def _study_id(s: Session, name: str) -> int:
@@ -340,16 +373,18 @@ class Database:
         """Create the study or update it (``job`` is replaced; a keyword left ``None`` keeps what is stored)."""
         if not name or not name.strip():
             raise ValueError("a study needs a non-empty name")
+        if len(name) > 200:
+            raise ValueError(f"a study name has at most 200 characters, got {len(name)}")
         optional = {
             "description": _text(description),
-            "executor": executor,
-            "engine_version": engine_version,
-            "hardware": hardware,
-            "optuna_study_name": optuna_study_name,
+            "executor": _clip(executor, 32),
+            "engine_version": _clip(engine_version, 64),
+            "hardware": _clip(hardware, 200),
+            "optuna_study_name": _clip(optuna_study_name, 512),
         }
         with self._write() as s:
             now = self._now(s)
-            ins = self._insert(StudyRow).values(name=name, job=dict(job), created_at=now, updated_at=now, **optional)
+            ins = self._insert(StudyRow.__table__).values(name=name, job=dict(job), created_at=now, updated_at=now, **optional)
             changes = {"job": ins.excluded.job, "updated_at": ins.excluded.updated_at}
             changes.update({k: ins.excluded[k] for k, v in optional.items() if v is not None})
             s.execute(ins.on_conflict_do_update(index_elements=["name"], set_=changes))
@@ -373,7 +408,7 @@ class Database:
             sid = self._study_id(s, study)
             now = self._now(s)
             s.execute(
-                self._insert(TrialRow)
+                self._insert(TrialRow.__table__)
                 .values(
                     study_id=sid,
                     number=number,
@@ -383,7 +418,7 @@ class Database:
                     config_text=None if config is None else _text(config.describe()),
                     topology=None if topology is None else dict(topology),
                     gpus=None if config is None else config.total_gpus,
-                    worker=worker,
+                    worker=_clip(worker, 200),
                     started_at=now,
                     heartbeat_at=now,
                 )
@@ -422,18 +457,19 @@ class Database:
                 "config_text": None if config is None else _text(config.describe()),
                 "gpus": None if config is None else config.total_gpus,
                 "reason": _text(reason),
-                "failure_kind": failure_kind,
+                "failure_kind": _clip(failure_kind, 64),
                 "finished_at": now,
             }
-            inserted = s.execute(
-                self._insert(TrialRow)
+            inserted = s.scalar(
+                self._insert(TrialRow.__table__)
                 .values(study_id=sid, number=number, state=TrialState.INVALID.value, started_at=now, **values)
                 .on_conflict_do_nothing(index_elements=["study_id", "number"])
-            ).rowcount
+                .returning(TrialRow.__table__.c.id)
+            )
             row = s.execute(
                 select(TrialRow).where(TrialRow.study_id == sid, TrialRow.number == number).with_for_update()
             ).scalar_one()
-            if inserted or row.state == TrialState.INVALID.value:
+            if inserted is not None or row.state == TrialState.INVALID.value:
                 return row.id
             row.state = transition(TrialState(row.state), TrialState.INVALID).value
             for k, v in values.items():
@@ -490,7 +526,7 @@ class Database:
             row.finished_at = self._now(s)
             row.objectives = objs
             row.violation = _nan_to_none(None if violation is None else float(violation))
-            row.failure_kind = failure_kind
+            row.failure_kind = _clip(failure_kind, 64)
             row.reason = _text(reason)
             row.log_tail = _text(log_tail, LOG_TAIL_MAX_CHARS)
             for k, v in times.items():
@@ -500,6 +536,10 @@ class Database:
                 s.add(_measurement_row(trial_id, m))
                 s.flush()
 
+    def running_trials(self, study: str) -> list[Trial]:
+        """Every RUNNING trial of ``study``, by number (stale or not)."""
+        return self.stale_trials(study, older_than_s=-math.inf)
+
     def mark_interrupted(self, trial_id: int, reason: str) -> None:
         """Close a RUNNING trial whose worker died or was stopped (``IllegalTransition`` if it already finished)."""
         self.finish_trial(trial_id, TrialState.INTERRUPTED, failure_kind="interrupted", reason=reason)
@@ -507,17 +547,15 @@ class Database:
     def stale_trials(self, study: str, older_than_s: float) -> list[Trial]:
         """RUNNING trials of ``study`` whose last heartbeat is more than ``older_than_s`` seconds old."""
         with self._read() as s:
-            sid = self._study_id(s, study)
-            cutoff = self._now(s) - timedelta(seconds=older_than_s)
-            rows = s.scalars(
-                select(TrialRow)
-                .where(
-                    TrialRow.study_id == sid,
-                    TrialRow.state == TrialState.RUNNING.value,
-                    or_(TrialRow.heartbeat_at.is_(None), TrialRow.heartbeat_at < cutoff),
-                )
-                .order_by(TrialRow.number)
-            ).all()
+            q = select(TrialRow).where(
+                TrialRow.study_id == self._study_id(s, study), TrialRow.state == TrialState.RUNNING.value
+            )
+            if math.isfinite(older_than_s):
+                cutoff = self._now(s) - timedelta(seconds=older_than_s)
+                q = q.where(or_(TrialRow.heartbeat_at.is_(None), TrialRow.heartbeat_at < cutoff))
+            elif older_than_s > 0:
+                return []
+            rows = s.scalars(q.order_by(TrialRow.number)).all()
             return [_trial(r, study) for r in rows]
 
     # -- exports
@@ -530,7 +568,9 @@ class Database:
         with self._write() as s:
             if s.get(TrialRow, trial_id) is None:
                 raise UnknownTrial(f"no trial with id {trial_id}")
-            row = ExportRow(trial_id=trial_id, format=fmt, path=str(path), sha256=digest, created_at=self._now(s))
+            row = ExportRow(
+                trial_id=trial_id, format=_clip(fmt, 32), path=_text(str(path)), sha256=digest, created_at=self._now(s)
+            )
             s.add(row)
             s.flush()
             return row.id

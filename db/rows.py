@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from search_spaces import DeploymentConfig, Measurement, TrialState
 
 #: The phases of a trial whose durations are kept, in order (``finish_trial(timings=...)`` keys).
 TIMING_KEYS: tuple[str, ...] = ("deploy_s", "warmup_s", "measure_s", "teardown_s")
+
+
+class DatabaseUnavailable(Exception):
+    """``connect`` could not open the database; the message is one line and never shows the password."""
 
 
 class UnknownStudy(LookupError):
@@ -45,7 +49,7 @@ class Trial:
     config_text: str | None
     topology: dict[str, Any] | None
     gpus: int | None
-    objectives: dict[str, float] | None
+    objectives: dict[str, float | None] | None
     violation: float | None
     failure_kind: str | None
     reason: str | None
@@ -130,8 +134,60 @@ class Level:
     gpus: int | None
     measurement: Measurement
 
+    @property
+    def concurrency(self) -> int:
+        return self.measurement.concurrency
+
     def metric(self, name: str) -> Any:
         return getattr(self.measurement, name)
+
+    def __getattr__(self, name: str) -> Any:
+        """The level's metrics read straight off it: ``level.p90_ttft_ms``."""
+        return _measurement_field(self, name)
+
+
+def _measurement_field(obj: Any, name: str) -> Any:
+    if name in Measurement.model_fields:
+        return getattr(obj.measurement, name)
+    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
+
+
+class Best(NamedTuple):
+    """What ``best_under_slo`` found: unpacks as ``trial, measurement``; also reads like a ``Level``
+    (``best.trial_number``, ``best.config_text``, ``best.concurrency``, ``best.throughput_per_gpu``)."""
+
+    trial: Trial
+    measurement: Measurement
+
+    @property
+    def trial_number(self) -> int:
+        return self.trial.number
+
+    @property
+    def trial_id(self) -> int:
+        return self.trial.id
+
+    @property
+    def state(self) -> TrialState:
+        return self.trial.state
+
+    @property
+    def config_text(self) -> str | None:
+        return self.trial.config_text
+
+    @property
+    def gpus(self) -> int | None:
+        return self.trial.gpus
+
+    @property
+    def concurrency(self) -> int:
+        return self.measurement.concurrency
+
+    def metric(self, name: str) -> Any:
+        return getattr(self.measurement, name)
+
+    def __getattr__(self, name: str) -> Any:
+        return _measurement_field(self, name)
 
 
 @dataclass(frozen=True)

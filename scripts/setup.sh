@@ -62,7 +62,10 @@ if [[ -n "${PYTHON:-}" ]]; then
     PY="$PYTHON"
 else
     for cand in python3.11 python3 python; do
-        if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then PY="$(command -v "$cand")"; break; fi
+        if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then
+            PY="$("$cand" -c 'import sys; print(sys.executable)')"  # the interpreter itself, not a pyenv shim
+            break
+        fi
     done
 fi
 if [[ -x "$VPY" ]]; then
