@@ -1,3 +1,3 @@
-from advisor.cli import app
+from advisor.cli import main
 
-app(prog_name="advisor")
+main()

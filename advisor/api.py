@@ -29,6 +29,9 @@ _METRIC_COLS = ["throughput_per_gpu", "p90_tokens_per_s_per_user", "p90_ttft_ms"
 
 
 def _open(url: str) -> db.Database:
+    """Open an existing results database for reading (a missing SQLite file is an error, not created)."""
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[len("sqlite:///"):]).exists():
+        raise BadInput(f"storage: no database at {url[len('sqlite:///'):]} (run `advisor tune` first, or pass --storage)")
     try:
         return db.connect(url)
     except db.DatabaseUnavailable as e:
@@ -60,6 +63,9 @@ def job_of_study(database: db.Database, study: str) -> TuningJob:
 
 
 def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
+    """Trials already run in this study (0 for a new study or database), for the progress bar."""
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+        return 0
     database = _open(url)
     try:
         name = study or job.name
@@ -72,31 +78,16 @@ def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
 
 
 def query_catalog() -> list[list[str]]:
-    return [[q.name, " ".join(f"{a.name}=…" for a in q.args), q.help] for q in queries.NAMED_QUERIES.values()]
+    return [[q.name, q.usage(), q.help] for q in queries.NAMED_QUERIES.values()]
 
 
-def query(url: str, name: str, args: dict[str, str]) -> tuple[list[str], list[list[Any]]]:
-    q = queries.NAMED_QUERIES.get(name)
-    if q is None:
-        raise BadInput(f"query {name!r} does not exist; allowed: {', '.join(queries.NAMED_QUERIES)}")
-    known = {a.name: a for a in q.args}
-    for k in args:
-        if k not in known:
-            raise BadInput(f"query {name}: unknown argument {k!r}; allowed: {', '.join(known) or 'none'}")
-    typed: dict[str, Any] = {}
-    for a in q.args:
-        if a.name in args:
-            try:
-                typed[a.name] = a.type(args[a.name])
-            except ValueError:
-                raise BadInput(f"query {name}: {a.name}={args[a.name]!r} is not a {a.type.__name__}") from None
-        elif a.required:
-            raise BadInput(f"query {name}: missing argument {a.name}=… ({a.help})")
+def query(url: str, name: str, args: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """Run a named query; arguments are ``VALUE`` (in declared order) or ``KEY=VALUE`` strings."""
     database = _open(url)
     try:
-        if "study" in typed and queries.get_study(database, typed["study"]) is None:
-            job_of_study(database, typed["study"])  # raises the one-line message
-        return q.run(database, **typed)
+        return queries.run_query(database, name, args)
+    except queries.QueryError as e:
+        raise BadInput(str(e)) from None
     finally:
         database.close()
 
@@ -163,7 +154,7 @@ def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, mode
         if t.state != "complete":
             raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
         info = queries.get_study(database, study)
-        cfg = DeploymentConfig.model_validate(t.config)
+        cfg = t.config
         ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
                       info.hardware or job.cluster.describe(), list(t.measurements))
         paths = []

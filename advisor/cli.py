@@ -143,7 +143,7 @@ def tune(
 def studies(storage: StorageOpt = None,
             fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
     """Every study in the database with its progress and best result."""
-    cols, rows = api.query(_storage(storage), "studies", {})
+    cols, rows = api.query(_storage(storage), "studies", [])
     _print_rows(f"studies in {redact_url(_storage(storage))}", cols, rows, fmt)
 
 
@@ -153,10 +153,7 @@ def trials(study: str, storage: StorageOpt = None,
            state: Annotated[str | None, typer.Option(help="Only this state (complete, failed, invalid…).")] = None,
            fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
     """The trials of a study: configuration, state, objective, timings, reason."""
-    args = {"study": study}
-    if state:
-        args["state"] = state
-    cols, rows = api.query(_storage(storage), "trials", args)
+    cols, rows = api.query(_storage(storage), "trials", [study, *([f"state={state}"] if state else [])])
     _print_rows(f"trials of {study}", cols, rows, fmt)
 
 
@@ -199,7 +196,7 @@ def export(
 @friendly
 def query(
     name: Annotated[str, typer.Argument(help="A named query (`advisor query list` shows them).")],
-    args: Annotated[list[str] | None, typer.Argument(help="KEY=VALUE arguments.")] = None,
+    args: Annotated[list[str] | None, typer.Argument(help="VALUE or KEY=VALUE arguments.")] = None,
     storage: StorageOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table",
 ) -> None:
@@ -207,13 +204,7 @@ def query(
     if name == "list":
         _print_rows("named queries", ["name", "arguments", "help"], api.query_catalog())
         return
-    kv: dict[str, str] = {}
-    for a in args or []:
-        if "=" not in a:
-            raise BadInput(f"query argument {a!r}: write KEY=VALUE")
-        k, v = a.split("=", 1)
-        kv[k] = v
-    cols, rows = api.query(_storage(storage), name, kv)
+    cols, rows = api.query(_storage(storage), name, args or [])
     _print_rows(name, cols, rows, fmt)
 
 
@@ -243,5 +234,23 @@ def presets() -> None:
     _print_rows("presets", ["name", "description"], api.preset_rows())
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The console script: Click's usage errors also become one line and exit 2."""
+    # Typer vendors Click; its UsageError (BadParameter's base) is not re-exported under a public name.
+    usage_error = typer.BadParameter.__mro__[1]
+    try:
+        rv = app(prog_name="advisor", standalone_mode=False)
+    except usage_error as e:  # type: ignore[misc]
+        ctx = getattr(e, "ctx", None)
+        if not e.format_message().strip():  # `advisor` alone: Click printed the help already
+            sys.exit(0 if type(e).__name__ == "NoArgsIsHelpError" else 2)
+        where = f"advisor {ctx.info_name}" if ctx is not None and ctx.parent is not None else "advisor"
+        msg = e.format_message().splitlines()[0]
+        err.print(f"error: {msg} (see '{where} --help')", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Abort:
+        err.print("error: aborted", markup=False)
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import optuna
+
+import db
 
 from advisor.errors import BadInput
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import objective_names
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# ``multivariate``/``group`` are marked experimental; they are what makes TPE work on a conditional space.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
 def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
@@ -20,7 +25,6 @@ def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
         # and grouped TPE models each branch jointly instead of falling back to independent sampling.
         return optuna.samplers.TPESampler(
             seed=s.seed, n_startup_trials=s.n_startup_trials, multivariate=True, group=True,
-            warn_independent_sampling=False,
         )
     if s.kind is SamplerKind.NSGA2:
         return optuna.samplers.NSGAIISampler(seed=s.seed)
@@ -31,6 +35,7 @@ def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
 
 
 def storage_for(url: str) -> optuna.storages.RDBStorage:
+    url = db.normalize_url(url)  # one driver (psycopg 3) for our tables and Optuna's
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if "sqlite" not in url else {})
     except Exception as e:  # noqa: BLE001 — any driver error is the user's URL, said in one line

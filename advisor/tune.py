@@ -103,7 +103,10 @@ def tune(
     url = storage or job.storage
     name = study_name or job.name
     budget = trials or job.budget.trials
-    database = db.connect(url)  # raises BadInput-worthy errors before anything is written
+    try:
+        database = db.connect(url)
+    except db.DatabaseUnavailable as e:
+        raise BadInput(f"storage: {e}") from None
     try:
         study = open_study(job, url, name)
         summary = TuneSummary(study=name, storage=redact_url(url))

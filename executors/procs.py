@@ -184,10 +184,12 @@ def read_tail(path: str | Path, lines: int = 60, max_bytes: int = 256_000) -> st
 
 
 _LOG_LEVEL = re.compile(r"\b(INFO|WARNING|DEBUG)\b\s+\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+_ERR_PREFIX = re.compile(r"^(?:\([^)]*\)\s*)?(?:ERROR|CRITICAL)\s+\d{2}-\d{2} \d{2}:\d{2}:\d{2}\s+\[[^\]]*\]\s*")
 _EXC = re.compile(r"^\s*(?:\([^)]*\)\s*)?([\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
 _ARGPARSE = re.compile(r"^\S+: error: .+")
 _VALUE_ERR = re.compile(r"^\s*(Value error|Assertion failed), (.+)")
-_GENERIC = ("Engine core initialization failed", "See root cause above", "Failed core proc", "died unexpectedly")
+_GENERIC = ("Engine core initialization failed", "See root cause above", "Failed core proc", "died unexpectedly",
+            "See stack trace (above)", "EngineDeadError")
 
 
 def error_line(text: str) -> str | None:
@@ -196,7 +198,7 @@ def error_line(text: str) -> str | None:
     lines = text.splitlines()
     candidates: list[str] = []
     for i, raw in enumerate(lines):
-        line = raw.strip()
+        line = _ERR_PREFIX.sub("", raw.strip())  # "(EngineCore pid=1) ERROR 12-01 02:45:08 [core.py:1] " → ""
         if not line or _LOG_LEVEL.search(line):
             continue
         if _ARGPARSE.match(line) or _VALUE_ERR.match(line):

@@ -61,7 +61,7 @@ def role_flags(role: RoleConfig) -> list[str]:
         else:
             out += [flag, _value(value)]
     if role.eplb.enabled:
-        eplb_flag = role.eplb.model_fields["enabled"].json_schema_extra["vllm_flag"]  # type: ignore[index]
+        eplb_flag = type(role.eplb).model_fields["enabled"].json_schema_extra["vllm_flag"]  # type: ignore[index]
         out += [eplb_flag, "--eplb-config", role.eplb.config_json()]
     return out
 

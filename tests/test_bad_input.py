@@ -76,8 +76,9 @@ def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
         (["best", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
         (["export", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
         (["query", "drop_tables", "--storage", "sqlite:///DB"], ["drop_tables", "allowed"]),
-        (["query", "trials", "colour=red", "--storage", "sqlite:///DB"], ["colour", "allowed"]),
-        (["query", "trials", "oops", "--storage", "sqlite:///DB"], ["KEY=VALUE"]),
+        (["query", "trials", "colour=red", "--storage", "sqlite:///DB"], ["colour=red"]),
+        (["query", "trials", "oops", "--storage", "sqlite:///DB"], ["oops"]),
+        (["query", "pareto", "ok", "x=p90_ttft_mz", "--storage", "sqlite:///DB"], ["p90_ttft_mz"]),
     ],
 )
 def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) -> None:
@@ -86,7 +87,17 @@ def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) ->
     dbfile = tmp_path / "x.db"
     args = [a.replace("JOB", str(job)).replace("NOFILE", str(tmp_path / "missing.yaml"))
             .replace("DB", str(dbfile)) for a in args]
+    if "sqlite:///" + str(dbfile) in args and args[0] != "tune":
+        dbfile.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "advisor", "tune", str(job), "--trials", "1", "--storage",
+                        f"sqlite:///{dbfile}"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
     line = _one_line(advisor(*args, cwd=tmp_path))
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
     assert "secret" not in line
+
+
+def test_reading_a_missing_database_creates_nothing(tmp_path: Path) -> None:
+    dbfile = tmp_path / "none.db"
+    line = _one_line(advisor("studies", "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+    assert "no database" in line and not dbfile.exists()

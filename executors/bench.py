@@ -1,0 +1,296 @@
+"""The load generator: ``vllm bench serve`` per load level, and its saved JSON read into a ``Measurement``.
+
+One run of ``vllm bench serve --save-result --save-detailed`` per concurrency of the ``Workload``, all
+against the same deployment's entry URL (the router). Its JSON holds the aggregate numbers (throughput,
+``p{50,90,99}_{ttft,tpot,itl,e2el}_ms``) and, with ``--save-detailed``, one record per request; from those
+we compute what vLLM does not: tokens/s per user over requests (``1000 / TPOT``) and the concurrency the
+client really sustained. Every percentile goes through ``percentile``: an empty sample is ``None``
+("no data"), never 0 ms.
+
+Datasets: ``random`` and ``prefix`` (``--random-prefix-len``: one shared prefix of ``prefix_reuse × ISL``
+tokens) are vLLM's own; ``agentic`` and ``trace`` are JSONL files from ``executors.datasets`` sent through
+vLLM's ``custom`` dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from executors import procs
+from executors.datasets import custom_dataset
+from executors.platform import Platform
+from search_spaces import Dataset, Measurement, Workload
+
+log = logging.getLogger(__name__)
+
+PERCENTILES = (50, 90, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+#: Per-request lists ``--save-detailed`` adds; summarized, not kept, in ``Measurement.raw``.
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                 "generated_texts", "errors")
+SATURATION = 0.9  # the client is saturated when it sustains less than this share of the target concurrency
+
+
+class BenchFailed(RuntimeError):
+    def __init__(self, reason: str, tail: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.tail = tail
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (numpy's linear rule, as vLLM's), ``None`` for an empty sample."""
+    clean = [v for v in values if v is not None and not math.isnan(v)]
+    if not clean:
+        return None
+    return float(np.percentile(clean, p))
+
+
+# ---------------------------------------------------------------------------------------------- arguments
+def bench_args(
+    workload: Workload,
+    concurrency: int,
+    *,
+    base_url: str,
+    model: str,
+    tokenizer: str,
+    result_dir: str,
+    result_filename: str,
+    dataset_path: str | None = None,
+) -> list[str]:
+    """Arguments after ``bench serve`` for one load level (flags checked against vLLM 0.32's own help)."""
+    args = [
+        "--backend", "vllm",
+        "--base-url", base_url,
+        "--model", model,
+        "--tokenizer", tokenizer,
+        "--num-prompts", str(workload.num_prompts(concurrency)),
+        "--max-concurrency", str(concurrency),
+        "--num-warmups", str(workload.num_warmups(concurrency)),
+        "--ignore-eos",
+        "--percentile-metrics", ",".join(METRICS),
+        "--metric-percentiles", ",".join(map(str, PERCENTILES)),
+        "--save-result", "--save-detailed",
+        "--result-dir", result_dir,
+        "--result-filename", result_filename,
+        "--seed", str(workload.seed),
+        "--disable-tqdm",
+    ]
+    if workload.dataset in (Dataset.RANDOM, Dataset.PREFIX):
+        isl = workload.isl.mean
+        prefix = int(round(workload.prefix_reuse * isl)) if workload.dataset is Dataset.PREFIX else 0
+        ri, ro = workload.isl.range_ratio, workload.osl.range_ratio
+        ratio = f"{ri:g}" if ri == ro else json.dumps({"input": ri, "output": ro})
+        args += ["--dataset-name", "random",
+                 "--random-input-len", str(max(1, isl - prefix)),
+                 "--random-output-len", str(workload.osl.mean),
+                 "--random-range-ratio", ratio]
+        if prefix:
+            args += ["--random-prefix-len", str(prefix)]
+    else:
+        if not dataset_path:
+            raise ValueError(f"the {workload.dataset.value} workload needs a dataset file")
+        args += ["--dataset-name", "custom", "--dataset-path", dataset_path,
+                 "--custom-output-len", "-1", "--skip-chat-template", "--disable-shuffle"]
+    return args
+
+
+def prepare_dataset(workload: Workload, concurrency: int, tokenizer: str, out_dir: str | Path) -> str | None:
+    """The JSONL a custom-dataset workload needs for this level (None for vLLM's own generators)."""
+    if workload.dataset in (Dataset.RANDOM, Dataset.PREFIX):
+        return None
+    return str(custom_dataset(workload, concurrency, tokenizer, out_dir))
+
+
+# ---------------------------------------------------------------------------------------------- running
+@dataclass
+class BenchRun:
+    """One ``vllm bench serve`` process's outcome."""
+
+    result: dict[str, Any]
+    wall_s: float
+    log_path: str
+    argv: list[str]
+
+
+def run_bench(
+    platform: Platform,
+    args: Sequence[str],
+    *,
+    result_path: str | Path,
+    log_path: str | Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    term_timeout_s: float = 10.0,
+    on_start: Any = None,
+) -> BenchRun:
+    """Run ``vllm bench serve ARGS`` as its own process group; the saved JSON, loaded.
+
+    Raises ``BenchFailed`` (with vLLM's error line) when it exits non-zero, writes no result, or runs past
+    ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once.
+    """
+    argv = [*platform.engine_cmd, "bench", "serve", *args]
+    full_env = {**platform.env, **(env or {})}
+    t0 = time.monotonic()
+    proc = procs.start(argv, name="bench", log_path=log_path, env=full_env, cwd=cwd)
+    if on_start is not None:
+        on_start(proc.pgid)
+    try:
+        rc = proc.popen.wait(timeout=timeout_s)
+    except Exception as e:  # TimeoutExpired, or KeyboardInterrupt: never leave the client running
+        procs.stop(proc, term_timeout_s)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", proc.tail(60)) from None
+    finally:
+        if proc.alive:
+            procs.stop(proc, term_timeout_s)
+    wall = time.monotonic() - t0
+    rp = Path(result_path)
+    if rc != 0 or not rp.is_file():
+        text = procs.read_tail(log_path, 400)
+        reason = procs.error_line(text) or f"vllm bench serve exited with code {rc} and no result"
+        raise BenchFailed(reason, procs.read_tail(log_path, 60))
+    try:
+        result = json.loads(rp.read_text())
+    except ValueError as e:
+        raise BenchFailed(f"unreadable bench result {rp}: {e}", procs.read_tail(log_path, 60)) from None
+    return BenchRun(result, wall, str(log_path), argv)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+def _successes(data: Mapping[str, Any]) -> list[int]:
+    errors = data.get("errors") or []
+    lat = data.get("latencies") or []
+    return [i for i in range(len(lat)) if (i >= len(errors) or not errors[i]) and lat[i] and lat[i] > 0]
+
+
+def per_request_tpot_ms(data: Mapping[str, Any]) -> list[float]:
+    """TPOT of each successful request with more than one output token: (E2E − TTFT) / (tokens − 1)."""
+    out_lens, ttfts, lats = data.get("output_lens") or [], data.get("ttfts") or [], data.get("latencies") or []
+    tpots: list[float] = []
+    for i in _successes(data):
+        if i < len(out_lens) and i < len(ttfts) and out_lens[i] and out_lens[i] > 1:
+            tpots.append(1000.0 * (lats[i] - ttfts[i]) / (out_lens[i] - 1))
+    return tpots
+
+
+def concurrency_profile(data: Mapping[str, Any]) -> tuple[float | None, int | None]:
+    """(sustained, peak) requests in flight, from each successful request's start time and latency.
+
+    Sustained = time-averaged in-flight count while the client was still starting requests (first start
+    → last start); after the last start the run only drains, which says nothing about the client. When
+    that window is empty (every request started at once) the peak is returned as sustained.
+    """
+    starts, lats = data.get("start_times") or [], data.get("latencies") or []
+    idx = [i for i in _successes(data) if i < len(starts)]
+    if not idx:
+        return None, None
+    events = sorted([(starts[i], 1) for i in idx] + [(starts[i] + lats[i], -1) for i in idx],
+                    key=lambda e: (e[0], e[1]))
+    t_first = min(starts[i] for i in idx)
+    t_last = max(starts[i] for i in idx)
+    level, peak, area, prev = 0, 0, 0.0, t_first
+    for t, d in events:
+        area += level * max(0.0, min(t, t_last) - max(prev, t_first))
+        prev = t
+        level += d
+        peak = max(peak, level)
+    window = t_last - t_first
+    sustained = area / window if window > 1e-3 else float(peak)
+    return sustained, peak
+
+
+def coalesced_share(data: Mapping[str, Any], gap_ms: float = 0.05) -> float | None:
+    """Share of inter-token gaps under ``gap_ms``: tokens that reached the client in one burst.
+
+    A high share means the stream was delivered in lumps (a starved server or proxy), so TPOT/ITL — and
+    tokens/s per user — describe the delivery, not the decoding.
+    """
+    itls = [g for i in _successes(data) if i < len(data.get("itls") or []) for g in (data["itls"][i] or [])]
+    if not itls:
+        return None
+    return sum(1 for g in itls if g * 1000.0 < gap_ms) / len(itls)
+
+
+def _nonneg(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not math.isnan(x) else None
+
+
+def summarize_raw(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The saved JSON without per-request lists (those are summarized: counts and the distinct errors)."""
+    raw = {k: v for k, v in data.items() if k not in DETAILED_KEYS}
+    errors = [e for e in (data.get("errors") or []) if e]
+    raw["detailed"] = {
+        "requests": len(data.get("latencies") or []),
+        "errors": len(errors),
+        "distinct_errors": sorted(set(e[:300] for e in errors))[:5],
+    }
+    return raw
+
+
+def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int) -> Measurement:
+    """A saved ``vllm bench serve`` JSON → one measured ``Measurement`` (per-GPU numbers over ``gpus``)."""
+    completed = int(data.get("completed") or 0)
+    failed = int(data.get("failed") or 0)
+    num_requests = int(data.get("num_prompts") or (completed + failed))
+    has_data = completed > 0
+    tpots = per_request_tpot_ms(data)
+    kw: dict[str, Any] = {}
+    for m in METRICS:
+        for p in PERCENTILES:
+            v = _nonneg(data.get(f"p{p}_{m}_ms")) if has_data else None
+            if m == "tpot" and not tpots and "output_lens" in data:
+                v = None  # vLLM writes 0 when no request had two tokens: that is "no data"
+            kw[f"p{p}_{m}_ms"] = v
+    for p in PERCENTILES:
+        t = percentile(tpots, p)
+        kw[f"p{p}_tokens_per_s_per_user"] = 1000.0 / t if t and t > 0 else None
+    sustained, peak = concurrency_profile(data)
+    if sustained is None and has_data and data.get("max_concurrent_requests"):
+        sustained = float(min(data["max_concurrent_requests"], concurrency))  # no per-request data
+    target = min(concurrency, num_requests) if num_requests else concurrency
+    saturated = sustained is not None and sustained < SATURATION * target
+    if saturated:
+        log.warning("client saturated at concurrency %d: sustained only %.2f requests in flight", concurrency,
+                    sustained)
+    raw = summarize_raw(data)
+    raw["derived"] = {"sustained_concurrency": sustained, "peak_in_flight": peak, "tpot_requests": len(tpots),
+                      "target_concurrency": target, "coalesced_itl_share": coalesced_share(data)}
+
+    def per_gpu(key: str) -> float | None:
+        v = _nonneg(data.get(key))
+        return v / gpus if v is not None and has_data and gpus > 0 else None
+
+    return Measurement(
+        concurrency=concurrency,
+        source="measured",
+        gpus=gpus,
+        num_requests=num_requests,
+        completed=completed,
+        failed=failed,
+        duration_s=_nonneg(data.get("duration")),
+        input_tokens=int(data["total_input_tokens"]) if data.get("total_input_tokens") is not None else None,
+        output_tokens=int(data["total_output_tokens"]) if data.get("total_output_tokens") is not None else None,
+        throughput_per_gpu=per_gpu("total_token_throughput"),
+        output_throughput_per_gpu=per_gpu("output_throughput"),
+        request_throughput=_nonneg(data.get("request_throughput")) if has_data else None,
+        achieved_concurrency=sustained,
+        client_saturated=saturated,
+        raw=raw,
+        **kw,
+    )
+
+
+def load_result(path: str | Path, *, concurrency: int, gpus: int) -> Measurement:
+    return parse_result(json.loads(Path(path).read_text()), concurrency=concurrency, gpus=gpus)

@@ -1,0 +1,154 @@
+"""What a server's own counters say about one load level: a ``/metrics`` scrape before and after it.
+
+vLLM's Prometheus counters (label ``engine`` = DP rank) give, as deltas over the level:
+
+* ``dp_imbalance`` — max/mean over DP ranks of prompt + generation tokens (worst instance; 1.0 = even);
+* ``prefix_cache_hit_rate`` — ``prefix_cache_hits_total`` / ``prefix_cache_queries_total`` (all instances);
+* ``kv_transfer_tokens`` — ``prompt_tokens_by_source_total{source="external_kv_transfer"}`` on decode
+  instances (P/D only: the prompt tokens that arrived as KV instead of being computed);
+* ``preemptions`` — ``num_preemptions_total``.
+
+EPLB has no metric: its balancedness is read from the log line ``EPLB step: … balancedness=…`` that EP
+rank 0 writes (``log_balancedness``), over the bytes logged during the level.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from executors import procs
+
+Sample = tuple[str, tuple[tuple[str, str], ...]]  # (sample name, sorted labels)
+
+PROMPT = "vllm:prompt_tokens_total"
+GENERATION = "vllm:generation_tokens_total"
+CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+CACHE_HITS = "vllm:prefix_cache_hits_total"
+BY_SOURCE = "vllm:prompt_tokens_by_source_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+EXTERNAL_KV = "external_kv_transfer"
+_EPLB = re.compile(r"EPLB step:.*?balancedness[=:]\s*([0-9.eE+-]+)")
+
+
+def parse_metrics(text: str) -> dict[Sample, float]:
+    """Prometheus text → {(sample name, labels): value} (counters keep their ``_total`` name)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[Sample, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+def scrape(url: str, timeout: float = 5.0) -> dict[Sample, float] | None:
+    """One ``/metrics`` scrape of a server (``None`` when it does not answer)."""
+    status, body = procs.http_get(url.rstrip("/") + "/metrics", timeout=timeout)
+    if status != 200:
+        return None
+    try:
+        return parse_metrics(body.decode("utf-8", errors="replace"))
+    except ValueError:
+        return None
+
+
+def delta(before: Mapping[Sample, float] | None, after: Mapping[Sample, float] | None) -> dict[Sample, float]:
+    """After − before for every sample of ``after`` (a sample new since ``before`` counts from 0)."""
+    if after is None:
+        return {}
+    b = before or {}
+    return {k: v - b.get(k, 0.0) for k, v in after.items()}
+
+
+def _sum(d: Mapping[Sample, float], name: str, **labels: str) -> float | None:
+    vals = [v for (n, lab), v in d.items() if n == name and all((k, w) in lab for k, w in labels.items())]
+    return sum(vals) if vals else None
+
+
+def rank_load(d: Mapping[Sample, float]) -> dict[str, float]:
+    """Prompt + generation tokens per DP rank (``engine`` label)."""
+    load: dict[str, float] = defaultdict(float)
+    for (n, lab), v in d.items():
+        if n in (PROMPT, GENERATION):
+            load[dict(lab).get("engine", "0")] += v
+    return dict(load)
+
+
+def imbalance(load: Mapping[str, float]) -> float | None:
+    if not load:
+        return None
+    mean = sum(load.values()) / len(load)
+    return max(load.values()) / mean if mean > 0 else None
+
+
+@dataclass
+class InstanceDelta:
+    """One instance's counter deltas over a level, with its role (``prefill``/``decode``/``mixed``)."""
+
+    name: str
+    role: str
+    delta: dict[Sample, float]
+
+
+def level_stats(instances: Iterable[InstanceDelta], *, disaggregated: bool) -> dict[str, Any]:
+    """The Measurement fields the counters give (``None`` where no instance reported the counter)."""
+    insts = list(instances)
+    imbs = [x for x in (imbalance(rank_load(i.delta)) for i in insts) if x is not None]
+    queries = [q for q in (_sum(i.delta, CACHE_QUERIES) for i in insts) if q is not None]
+    hits = [h for h in (_sum(i.delta, CACHE_HITS) for i in insts) if h is not None]
+    pre = [p for p in (_sum(i.delta, PREEMPTIONS) for i in insts) if p is not None]
+    kv: float | None = None
+    if disaggregated:
+        kvs = [k for k in (_sum(i.delta, BY_SOURCE, source=EXTERNAL_KV) for i in insts if i.role == "decode")
+               if k is not None]
+        kv = sum(kvs) if kvs else None
+    return {
+        "dp_imbalance": max(imbs) if imbs else None,
+        "prefix_cache_hit_rate": (sum(hits) / sum(queries)) if queries and sum(queries) > 0 and hits else None,
+        "kv_transfer_tokens": kv,
+        "preemptions": sum(pre) if pre else None,
+    }
+
+
+def per_instance_summary(instances: Iterable[InstanceDelta]) -> dict[str, dict[str, Any]]:
+    """Small per-instance record for ``Measurement.raw``: tokens per rank, cache, KV received, preemptions."""
+    out: dict[str, dict[str, Any]] = {}
+    for i in instances:
+        out[i.name] = {
+            "role": i.role,
+            "tokens_per_rank": rank_load(i.delta),
+            "prefix_cache_queries": _sum(i.delta, CACHE_QUERIES),
+            "prefix_cache_hits": _sum(i.delta, CACHE_HITS),
+            "kv_transfer_tokens": _sum(i.delta, BY_SOURCE, source=EXTERNAL_KV),
+            "preemptions": _sum(i.delta, PREEMPTIONS),
+        }
+    return out
+
+
+def log_size(path: str | Path) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return 0
+
+
+def eplb_balancedness(path: str | Path, since: int = 0) -> float | None:
+    """Mean ``balancedness`` of the ``EPLB step`` lines written to ``path`` after byte ``since``."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    vals = []
+    for m in _EPLB.finditer(text):
+        try:
+            vals.append(float(m.group(1)))
+        except ValueError:
+            continue
+    return sum(vals) / len(vals) if vals else None

@@ -1,0 +1,534 @@
+"""The Ray executor: the deployment's processes started by Ray actors inside placement groups.
+
+``ray.init()`` starts a local cluster when no address is given (on a machine without GPUs it declares
+the cluster's GPU slots as logical GPUs, one CPU core each) or connects to ``ray_address``; the
+connection is kept across trials and ``close()`` shuts it down.
+
+Per deployment:
+
+* one placement group per instance, one bundle ``{"GPU": n, "CPU": 0.01}`` per node shard
+  (``STRICT_PACK`` for a single-node instance, ``SPREAD`` across nodes otherwise);
+* one ``_NodeAgent`` actor per shard, scheduled into its bundle and holding the bundle's GPUs, so Ray's
+  accounting hands each instance distinct GPU slots. The agent starts ``vllm serve`` (command lines from
+  ``executors.render``; multi-node data parallelism as head + ``--headless`` ranks addressed at the head
+  node's IP) as a process group it owns, reports pgid and port, and stops it. On GPUs the server
+  inherits the ``CUDA_VISIBLE_DEVICES`` Ray gave the agent; on the CPU build the slot ids Ray assigned
+  become ``VLLM_CPU_OMP_THREADS_BIND`` (one core per slot) and ``CUDA_VISIBLE_DEVICES`` is dropped;
+* a service agent (no GPUs) that runs ``vllm-router``; ``vllm bench serve`` runs as a Ray task pinned
+  to that agent's node, and registers its process group with the agent so teardown can stop it too.
+
+Teardown (always; also for a half-started deployment): stop every group through its agent, kill the
+agents, remove the placement groups. Placement-group ids, pgids, ports, nodes and logs go into
+``Deployment.resources`` as they appear.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executors import bench, metrics, procs
+from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
+from executors.local import (
+    LevelRunner,
+    ServerView,
+    deployment_platform,
+    engine_version,
+    measure_levels,
+    server_unhealthy,
+    start_failure,
+)
+from executors.platform import Platform
+from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, router_args, serve_args, serve_command
+from executors.topology import Instance, Topology
+from search_spaces import Measurement, Mode, Workload
+
+log = logging.getLogger(__name__)
+
+BUNDLE_CPU = 0.01  # agents do no work themselves; the servers' cores are the GPU slots
+
+
+class _NodeAgent:
+    """Lives on one node (inside a placement-group bundle); owns the process groups it starts there."""
+
+    def __init__(self) -> None:
+        self.procs: dict[str, procs.ManagedProcess] = {}
+        self.foreign: dict[str, int] = {}  # groups started by others on this node (the bench task)
+        self.shm: set[str] = set()
+        self.dirs: list[str] = []
+
+    def info(self) -> dict[str, Any]:
+        import ray
+
+        return {"ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "pid": os.getpid(),
+                "cpu_count": os.cpu_count() or 1}
+
+    def free_ports(self, n: int, host: str = "127.0.0.1") -> list[int]:
+        out: list[int] = []
+        for _ in range(n):
+            out.append(procs.free_port(host, out))
+        return out
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], log_path: str, cwd: str,
+              unset: Sequence[str] = ()) -> dict[str, Any]:
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        full = {k: v for k, v in os.environ.items() if k not in set(unset)}
+        full.update(env)
+        p = procs.start(argv, name=name, log_path=log_path, env=full, cwd=cwd, inherit_env=False)
+        self.procs[name] = p
+        return {"pgid": p.pgid, "pid": p.pid, "log_path": str(p.log_path)}
+
+    def register(self, name: str, pgid: int) -> None:
+        self.foreign[name] = pgid
+
+    def forget(self, name: str) -> None:
+        self.foreign.pop(name, None)
+
+    def own_dir(self, path: str) -> None:
+        self.dirs.append(path)
+
+    def wait_healthy(self, name: str, url: str, timeout: float, path: str = "/health") -> dict[str, Any]:
+        p = self.procs[name]
+        try:
+            waited = procs.wait_healthy(url, timeout, p, path=path)
+        except procs.ProcessExited as e:
+            return {"ok": False, "kind": "exited", "returncode": e.returncode, "reason": e.reason, "tail": e.tail}
+        except procs.HealthTimeout as e:
+            return {"ok": False, "kind": "timeout", "reason": e.reason, "tail": e.tail}
+        self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
+        return {"ok": True, "waited_s": waited}
+
+    def status(self) -> dict[str, int | None]:
+        return {n: p.poll() for n, p in self.procs.items()}
+
+    def diagnose(self, name: str, lines: int = 80) -> dict[str, Any]:
+        p = self.procs[name]
+        return {"returncode": p.poll(), "error": procs.error_line(p.tail(400)), "tail": p.tail(lines)}
+
+    def log_size(self, name: str) -> int:
+        return metrics.log_size(self.procs[name].log_path)
+
+    def eplb(self, name: str, since: int) -> float | None:
+        return metrics.eplb_balancedness(self.procs[name].log_path, since)
+
+    def stop_all(self, term_timeout: float) -> dict[str, Any]:
+        for p in self.procs.values():
+            if p.alive:
+                self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
+        stopped: dict[str, bool] = {}
+        for name, pgid in list(self.foreign.items()):
+            try:
+                stopped[name] = procs.stop_group(pgid, term_timeout)
+            except (ValueError, OSError):
+                stopped[name] = False
+        for name, p in reversed(list(self.procs.items())):
+            try:
+                stopped[name] = procs.stop(p, term_timeout)
+            except (ValueError, OSError):
+                stopped[name] = False
+        removed = procs.remove_shm(self.shm)
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return {"stopped": stopped, "shm_removed": removed}
+
+
+def _bench_task(platform_json: str, workload_json: str, concurrency: int, url: str, model: str, tokenizer: str,
+                out_dir: str, timeout_s: float, agent: Any) -> dict[str, Any]:
+    """A Ray task: one ``vllm bench serve`` level, its group registered with ``agent`` while it runs."""
+    import ray
+
+    platform = Platform.model_validate_json(platform_json)
+    workload = Workload.model_validate_json(workload_json)
+    bdir = Path(out_dir)
+    bdir.mkdir(parents=True, exist_ok=True)
+    ds = bench.prepare_dataset(workload, concurrency, tokenizer, bdir)
+    name = f"c{concurrency}.json"
+    args = bench.bench_args(workload, concurrency, base_url=url, model=model, tokenizer=tokenizer,
+                            result_dir=str(bdir), result_filename=name, dataset_path=ds)
+    tag = f"bench-c{concurrency}"
+    try:
+        run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"c{concurrency}.log",
+                              timeout_s=timeout_s, cwd=bdir,
+                              on_start=lambda pgid: ray.get(agent.register.remote(tag, pgid)))
+    except bench.BenchFailed as e:
+        return {"ok": False, "reason": e.reason, "tail": e.tail}
+    finally:
+        ray.get(agent.forget.remote(tag))
+    return {"ok": True, "result": run.result, "wall_s": run.wall_s}
+
+
+@dataclass
+class _Shard:
+    instance: str
+    role: str
+    shard: int
+    agent: Any
+    info: dict[str, Any]
+    proc_name: str
+
+
+@dataclass
+class _RayHandle:
+    dir: Path
+    kv_dir: Path
+    platform: Platform
+    pgs: list[Any] = field(default_factory=list)
+    agents: list[Any] = field(default_factory=list)
+    shards: list[_Shard] = field(default_factory=list)
+    urls: dict[str, str] = field(default_factory=dict)  # instance → API URL
+    service: Any = None  # the router/bench agent
+    service_affinity: Any = None  # scheduling strategy pinning bench tasks to the router's node
+    bench_refs: list[Any] = field(default_factory=list)
+
+
+class RayExecutor(Executor):
+    """Places each instance with a placement group and starts its processes through Ray actors."""
+
+    kind = "ray"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        platform: Platform,
+        served_model_name: str | None = None,
+        max_model_len: int | None = None,
+        run_dir: str | Path,
+        health_timeout_s: float = 180,
+        bench_timeout_s: float = 600,
+        teardown_timeout_s: float = 30,
+        router_timeout_s: float = 60,
+        host: str = "127.0.0.1",
+        ray_address: str | None = None,
+        placement_timeout_s: float = 60,
+        extra_serve_args: Sequence[str] = (),
+    ) -> None:
+        self.model_path = Path(model_path).resolve()
+        self.platform = platform
+        self.served_model_name = served_model_name or self.model_path.name
+        self.max_model_len = max_model_len
+        self.run_dir = Path(run_dir).resolve()
+        self.health_timeout_s = health_timeout_s
+        self.bench_timeout_s = bench_timeout_s
+        self.teardown_timeout_s = teardown_timeout_s
+        self.router_timeout_s = router_timeout_s
+        self.host = host
+        self.ray_address = ray_address
+        self.placement_timeout_s = placement_timeout_s
+        self.extra_serve_args = list(extra_serve_args)
+        self.engine_version = engine_version()
+        self._started_ray = False
+        self._agent_cls: Any = None
+        self._bench_fn: Any = None
+
+    # ---------------------------------------------------------------- Ray connection
+    def _ray(self, topology: Topology) -> Any:
+        import ray
+
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if self.ray_address:
+                ray.init(address=self.ray_address, **kw)
+            else:
+                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
+                gpus = None if _has_gpus() else topology.cluster.gpus_per_node
+                # address="local": always a new cluster of our own, never a stale ray_current_cluster file's
+                ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=gpus, **kw)
+                self._started_ray = True
+        if self._agent_cls is None:
+            self._agent_cls = ray.remote(max_concurrency=16)(_NodeAgent)
+            self._bench_fn = ray.remote(max_retries=0)(_bench_task)
+        return ray
+
+    def close(self) -> None:
+        import ray
+
+        if ray.is_initialized() and self._started_ray:
+            ray.shutdown()
+        self._started_ray = False
+        self._agent_cls = self._bench_fn = None
+
+    # ---------------------------------------------------------------- helpers
+    @staticmethod
+    def _save(dep: Deployment) -> None:
+        path = Path(dep.resources["run_dir"]) / "resources.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dep.resources, indent=2, default=str))
+        tmp.replace(path)
+
+    def _slot_env(self, platform: Platform, info: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
+        """(env, names to unset) for a server on the slots Ray gave its agent."""
+        if not platform.cpu_per_gpu_slot:
+            return {}, []  # the agent's CUDA_VISIBLE_DEVICES (set by Ray) is inherited as is
+        ids = info["gpu_ids"]
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(ids)}, ["CUDA_VISIBLE_DEVICES"]
+
+    # ---------------------------------------------------------------- deploy
+    def deploy(self, topology: Topology) -> Deployment:
+        t0 = time.monotonic()
+        ray = self._ray(topology)
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        dep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        ddir = self.run_dir / dep_id
+        ddir.mkdir(parents=True, exist_ok=True)
+        kv_dir = Path(self.platform.kv_connector_extra.get("shared_storage_path", str(ddir))) / dep_id
+        platform = deployment_platform(self.platform, kv_dir)
+        h = _RayHandle(ddir, kv_dir, platform)
+        dep = Deployment(topology, handle=h, resources={
+            "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
+            "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir)})
+        pd = topology.config.mode is Mode.DISAGGREGATED
+        multi_node_cluster = topology.cluster.nodes > 1
+        try:
+            # 1. placement groups and one agent per node shard
+            for inst in topology.instances:
+                bundles = [{"GPU": float(len(s.gpus)), "CPU": BUNDLE_CPU} for s in inst.shards]
+                pg = placement_group(bundles, strategy="SPREAD" if inst.multi_node else "STRICT_PACK",
+                                     name=f"{dep_id}-{inst.name}")
+                h.pgs.append(pg)
+                dep.resources["placement_groups"].append(pg.id.hex())
+                self._save(dep)
+            for pg, inst in zip(h.pgs, topology.instances, strict=True):
+                if not pg.wait(self.placement_timeout_s):
+                    raise DeploymentFailed(FailureKind.PLATFORM, f"{inst.name}: placement group of "
+                                           f"{[len(s.gpus) for s in inst.shards]} GPUs per node not placed within "
+                                           f"{self.placement_timeout_s:.0f} s (cluster: {ray.cluster_resources()})")
+            for pg, inst in zip(h.pgs, topology.instances, strict=True):
+                for k, s in enumerate(inst.shards):
+                    agent = self._agent_cls.options(
+                        num_cpus=BUNDLE_CPU, num_gpus=len(s.gpus),
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=k),
+                    ).remote()
+                    h.agents.append(agent)
+                    h.shards.append(_Shard(inst.name, inst.role.value, k, agent, {}, f"{inst.name}-node{k}"))
+            infos = ray.get([s.agent.info.remote() for s in h.shards])
+            for s, info in zip(h.shards, infos, strict=True):
+                s.info = info
+                dep.resources["nodes"][s.proc_name] = {"ip": info["ip"], "gpu_ids": info["gpu_ids"]}
+            if platform.cpu_per_gpu_slot:
+                for s in h.shards:
+                    bad = [g for g in s.info["gpu_ids"] if int(g) >= s.info["cpu_count"]]
+                    if bad:
+                        raise DeploymentFailed(FailureKind.PLATFORM, f"{s.proc_name}: GPU slots {bad} have no "
+                                               f"CPU core on its node ({s.info['cpu_count']} cores)")
+            # 2. servers: every shard of every instance, then wait for each head's /health
+            by_inst = {inst.name: [s for s in h.shards if s.instance == inst.name] for inst in topology.instances}
+            heads: dict[str, _Shard] = {}
+            for inst in topology.instances:
+                shards = by_inst[inst.name]
+                head_sh = shards[0]
+                port, rpc = ray.get(head_sh.agent.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
+                host = head_sh.info["ip"] if multi_node_cluster else self.host
+                head = Endpoint(host=host, port=port, dp_rpc_port=rpc if inst.multi_node else DEFAULT_DP_RPC_PORT,
+                                bind_host="0.0.0.0" if multi_node_cluster else self.host)
+                h.urls[inst.name] = head.url
+                heads[inst.name] = head_sh
+                dep.resources["ports"] += [port] + ([rpc] if inst.multi_node else [])
+                for sh, node_shard in zip(shards, inst.shards, strict=True):
+                    self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd)
+            self._wait_servers(h, heads, t0)
+            # 3. router on a service agent (no GPUs), bench tasks pinned to its node
+            h.service = self._agent_cls.options(num_cpus=0).remote()
+            h.agents.append(h.service)
+            sinfo = ray.get(h.service.info.remote())
+            rport, prom = ray.get(h.service.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
+            rhost = sinfo["ip"] if multi_node_cluster else self.host
+            argv = [*platform.router_cmd, *router_args(topology, h.urls, host="0.0.0.0" if multi_node_cluster
+                                                       else self.host, port=rport, prometheus_port=prom)]
+            r = ray.get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"),
+                                               str(ddir)))
+            dep.resources["pgids"].append(r["pgid"])
+            dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "pgid": r["pgid"]})
+            dep.resources["ports"] += [rport, prom]
+            dep.resources["log_paths"]["router"] = r["log_path"]
+            dep.resources["nodes"]["router"] = {"ip": sinfo["ip"], "node_id": sinfo["node_id"]}
+            self._save(dep)
+            router_url = f"http://{rhost}:{rport}"
+            t_r = time.monotonic()
+            for path in ("/health", "/v1/models"):
+                res = ray.get(h.service.wait_healthy.remote(
+                    "router", router_url, max(1.0, self.router_timeout_s - (time.monotonic() - t_r)), path))
+                if not res["ok"]:
+                    kind = FailureKind.START if res["kind"] == "exited" else FailureKind.HEALTH_TIMEOUT
+                    raise DeploymentFailed(kind, f"router: {res['reason']}", res["tail"])
+            h.service_affinity = NodeAffinitySchedulingStrategy(node_id=sinfo["node_id"], soft=False)
+            dep.url = router_url
+        except BaseException:
+            self.teardown(dep)
+            raise
+        dep.timings.deploy_s = time.monotonic() - t0
+        self._save(dep)
+        return dep
+
+    def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
+                      head: Endpoint, platform: Platform, topology: Topology, pd: bool) -> None:
+        import ray
+
+        args = serve_args(inst, node_shard, model=str(self.model_path), platform=platform, head=head,
+                          served_model_name=self.served_model_name, max_model_len=self.max_model_len,
+                          kv_connector=topology.config.kv_connector, pd=pd, extra=self.extra_serve_args)
+        env, unset = self._slot_env(platform, sh.info)
+        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(h.dir / "cache" / sh.proc_name)}
+        if inst.multi_node:
+            env["VLLM_HOST_IP"] = sh.info["ip"]
+        log_path = str(h.dir / f"{sh.proc_name}.log")
+        r = ray.get(sh.agent.start.remote(sh.proc_name, serve_command(platform, args), env, log_path, str(h.dir),
+                                          unset))
+        if "shared_storage_path" in platform.kv_connector_extra and pd:
+            ray.get(sh.agent.own_dir.remote(str(h.kv_dir)))
+        dep.resources["pgids"].append(r["pgid"])
+        dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "pgid": r["pgid"]})
+        dep.resources["log_paths"][sh.proc_name] = r["log_path"]
+        self._save(dep)
+
+    def _wait_servers(self, h: _RayHandle, heads: dict[str, _Shard], t0: float) -> None:
+        import ray
+
+        deadline = t0 + self.health_timeout_s
+        for name, sh in heads.items():
+            res = ray.get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name],
+                                                       max(1.0, deadline - time.monotonic())))
+            if not res["ok"]:
+                if res["kind"] == "exited":
+                    raise start_failure(sh.proc_name, res.get("returncode"), res["reason"], res["tail"])
+                raise DeploymentFailed(FailureKind.HEALTH_TIMEOUT, f"{sh.proc_name}: {res['reason']}", res["tail"])
+            self._check_shards(h, FailureKind.START)
+
+    def _check_shards(self, h: _RayHandle, kind: FailureKind) -> None:
+        """Raise ``kind`` when any server process of the deployment has exited."""
+        import ray
+
+        agents = {id(s.agent): s.agent for s in h.shards}
+        statuses = dict(zip(agents, ray.get([a.status.remote() for a in agents.values()]), strict=True))
+        for s in h.shards:
+            rc = statuses[id(s.agent)].get(s.proc_name)
+            if rc is not None:
+                d = ray.get(s.agent.diagnose.remote(s.proc_name))
+                reason = d["error"] or f"exited with code {rc}"
+                if kind is FailureKind.START:
+                    raise start_failure(s.proc_name, rc, reason, d["tail"])
+                raise DeploymentFailed(kind, f"{s.proc_name} died while serving: {reason}", d["tail"])
+
+    # ---------------------------------------------------------------- measure
+    def _check_alive(self, h: _RayHandle) -> None:
+        import ray
+
+        self._check_shards(h, FailureKind.CRASH)
+        for name, url in h.urls.items():
+            what = server_unhealthy(url)
+            if what is not None:
+                sh = next(s for s in h.shards if s.instance == name)
+                d = ray.get(sh.agent.diagnose.remote(sh.proc_name))
+                raise DeploymentFailed(FailureKind.CRASH, f"{sh.proc_name} died while serving: {d['error'] or what}",
+                                       d["tail"])
+        if h.service is not None and ray.get(h.service.status.remote()).get("router") is not None:
+            d = ray.get(h.service.diagnose.remote("router"))
+            raise DeploymentFailed(FailureKind.CRASH, f"router died: {d['error'] or d['returncode']}", d["tail"])
+
+    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]:
+        import ray
+
+        h: _RayHandle = deployment.handle
+        assert deployment.url, "deploy() did not finish"
+        t0 = time.monotonic()
+        bdir = h.dir / "bench"
+        url = deployment.url
+        heads = {inst.name: next(s for s in h.shards if s.instance == inst.name)
+                 for inst in deployment.topology.instances}
+
+        def run_level(c: int) -> tuple[dict[str, Any], float]:
+            ref = self._bench_fn.options(num_cpus=0, scheduling_strategy=h.service_affinity).remote(
+                h.platform.model_dump_json(), workload.model_dump_json(), c, url, self.served_model_name,
+                str(self.model_path), str(bdir), self.bench_timeout_s, h.service)
+            h.bench_refs.append(ref)
+            try:
+                out = ray.get(ref, timeout=self.bench_timeout_s + 120)
+            except ray.exceptions.GetTimeoutError:
+                raise bench.BenchFailed(f"the bench task did not return within {self.bench_timeout_s + 120:.0f} s")
+            except ray.exceptions.RayError as e:
+                raise bench.BenchFailed(f"the bench task failed: {str(e).splitlines()[0][:300]}")
+            finally:
+                h.bench_refs.remove(ref)
+            if not out["ok"]:
+                raise bench.BenchFailed(out["reason"], out["tail"])
+            bdir.mkdir(parents=True, exist_ok=True)  # the driver's copy (the task may run on another node)
+            (bdir / f"c{c}.json").write_text(json.dumps(out["result"]))
+            return out["result"], out["wall_s"]
+
+        def marks() -> dict[str, int]:
+            return dict(zip(heads, ray.get([s.agent.log_size.remote(s.proc_name) for s in heads.values()]),
+                            strict=True))
+
+        def eplb(m: dict[str, int]) -> float | None:
+            vals = ray.get([s.agent.eplb.remote(s.proc_name, m.get(n, 0)) for n, s in heads.items()])
+            vals = [v for v in vals if v is not None]
+            return min(vals) if vals else None
+
+        servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
+        runner = LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
+        try:
+            return measure_levels(runner, workload, gpus=deployment.topology.gpus,
+                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED)
+        finally:
+            deployment.timings.measure_s = time.monotonic() - t0
+
+    # ---------------------------------------------------------------- teardown
+    def teardown(self, deployment: Deployment) -> None:
+        h: _RayHandle | None = deployment.handle
+        if h is None:
+            return
+        import ray
+        from ray.util import remove_placement_group
+
+        report: dict[str, Any] = {}
+        for ref in list(h.bench_refs):  # a level interrupted mid-run (Ctrl-C): its group is stopped below
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        stops = []
+        for agent in h.agents:
+            try:
+                stops.append(agent.stop_all.remote(self.teardown_timeout_s))
+            except Exception as e:  # noqa: BLE001
+                log.warning("stop_all could not be sent: %s", e)
+        for ref in stops:
+            try:
+                r = ray.get(ref, timeout=2 * self.teardown_timeout_s + 30)
+                report.setdefault("stopped", {}).update(r["stopped"])
+                report.setdefault("shm_removed", []).extend(r["shm_removed"])
+            except Exception as e:  # noqa: BLE001 — an agent that died took its own groups' parent with it
+                log.warning("an agent did not stop its processes: %s", e)
+                report.setdefault("errors", []).append(str(e).splitlines()[0][:300])
+        for agent in h.agents:
+            try:
+                ray.kill(agent, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        for pg in h.pgs:
+            try:
+                remove_placement_group(pg)
+            except Exception as e:  # noqa: BLE001
+                report.setdefault("errors", []).append(f"placement group {pg.id.hex()}: {e}")
+        shutil.rmtree(h.kv_dir, ignore_errors=True)  # single node: the driver sees it too
+        deployment.resources.update(report)
+        try:
+            self._save(deployment)
+        except OSError:
+            pass
+
+
+def _has_gpus() -> bool:
+    """Whether this machine has NVIDIA GPUs (then Ray detects them itself)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))

@@ -1,0 +1,478 @@
+"""``executors.render`` against the real parsers of the installed vLLM and vllm-router.
+
+(a) Every ``vllm serve`` argument list rendered for the presets' candidates — on the GPU and the CPU
+    platform, for every instance and node shard — parses with vLLM's own ``vllm serve`` parser (built the
+    way ``vllm.entrypoints.cli.main`` builds it, plus the post-parse validation ``vllm serve`` runs) into
+    the values the candidate meant. Parsing only: no engine, no model download.
+(b) Multi-node data-parallel instances get the rank layout the cluster's arithmetic asks for, computed
+    here from ``gpus_per_node`` and the instance's TP/DP sizes, not by the topology code.
+(c) The launch script has one ``serve`` line per instance × node, under its node's block, and a router line
+    that vllm-router's own parser reads back as P/D (``--prefill``/``--decode``) or plain balancing
+    (``--worker-urls``) over exactly the servers the script starts; every router flag we render is one
+    that ``vllm-router --help`` lists.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CPU build of vLLM (CI) needs it before import
+
+import argparse
+import functools
+import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from executors import (
+    Endpoint,
+    Instance,
+    NodeShard,
+    Platform,
+    Topology,
+    cpu_platform,
+    gpu_platform,
+    launch_script,
+    place,
+    router_args,
+    serve_args,
+)
+from search_spaces import (
+    ClusterSpec,
+    DeploymentConfig,
+    Mode,
+    ModelProfile,
+    Role,
+    RoleConfig,
+    SearchSpace,
+    Workload,
+    check,
+    load_preset,
+    model_preset,
+    preset_names,
+)
+
+MODEL = "deepseek-ai/DeepSeek-V3"  # only a name: nothing is loaded or downloaded
+SERVED_NAME = "advisor-under-test"
+SAMPLE = 50  # valid candidates per preset (plus any needed to cover every feature of its space)
+PLATFORMS = ["gpu", "cpu"]
+
+
+def platform_of(name: str) -> Platform:
+    return gpu_platform() if name == "gpu" else cpu_platform(kv_storage_path="/tmp/deploy-advisor-kv-test")
+
+
+# ------------------------------------------------------------------------------------------- presets
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    space: SearchSpace
+    model: ModelProfile
+    cluster: ClusterSpec
+    max_model_len: int
+
+
+@functools.cache
+def preset(name: str) -> Preset:
+    doc = load_preset(name)
+    spec = dict(doc["model"])
+    assert "preset" in spec, f"{name}: test knows only model presets, got model {spec}"
+    model = ModelProfile.model_validate({**model_preset(spec.pop("preset")).model_dump(), **spec})
+    return Preset(
+        name=name,
+        space=SearchSpace.model_validate(doc["space"]),
+        model=model,
+        cluster=ClusterSpec.model_validate(doc["cluster"]),
+        max_model_len=Workload.model_validate(doc.get("workload", {})).max_model_len,
+    )
+
+
+def _tags(cfg: DeploymentConfig, cluster: ClusterSpec) -> set[str]:
+    """The features of a candidate a sample should cover (read off the config, so no check is needed)."""
+    tags = {f"mode:{cfg.mode.value}"}
+    for r in cfg.roles:
+        p = r.role.value
+        tags |= {f"{p}:x{r.instances}", f"{p}:tp{r.tensor_parallel_size}", f"{p}:dp{r.data_parallel_size}"}
+        if r.enable_expert_parallel:
+            tags.add(f"{p}:ep:{r.all2all_backend.value}")
+        if r.eplb.enabled:
+            tags.add(f"{p}:eplb:{r.eplb.num_redundant_experts}")
+        if r.enable_dbo:
+            tags.add(f"{p}:dbo")
+        if r.gpus_per_instance > cluster.gpus_per_node:
+            tags.add(f"{p}:multi-node")
+    return tags
+
+
+@functools.cache
+def sample(name: str) -> tuple[DeploymentConfig, ...]:
+    """~SAMPLE valid candidates in a seeded random order, plus the first valid one of each feature not yet seen."""
+    p = preset(name)
+    candidates = [cfg for _, cfg in p.space.enumerate()]
+    random.Random(f"test_render:{name}").shuffle(candidates)
+    chosen: list[DeploymentConfig] = []
+    covered: set[str] = set()
+    misses: Counter[str] = Counter()  # bounds the checks spent looking for a feature no valid candidate has
+    for cfg in candidates:
+        tags = _tags(cfg, p.cluster)
+        new = {t for t in tags - covered if misses[t] < 200}
+        if len(chosen) >= SAMPLE and not new:
+            continue
+        if check(cfg, p.model, p.cluster, p.max_model_len):
+            misses.update(new)
+            continue
+        chosen.append(cfg)
+        covered |= tags
+    assert chosen, f"{name}: no valid candidate in the preset's space"
+    return tuple(chosen)
+
+
+def hosts_of(cluster: ClusterSpec) -> list[str]:
+    return [f"10.0.{n // 200}.{n % 200 + 1}" for n in range(cluster.nodes)]
+
+
+# --------------------------------------------------------------------------------- vLLM's own parser
+@functools.cache
+def _vllm_serve() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, Any]:
+    """``vllm serve``'s parser, built as ``vllm.entrypoints.cli.main.main`` builds it (vLLM 0.32)."""
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    root = FlexibleArgumentParser(prog="vllm")
+    subparsers = root.add_subparsers(required=False, dest="subparser")
+    cmd = ServeSubcommand()
+    serve = cmd.subparser_init(subparsers)
+    serve.set_defaults(dispatch_function=cmd.cmd)
+    return root, serve, cmd
+
+
+def parse_serve(args: list[str], context: str) -> argparse.Namespace:
+    root, _, cmd = _vllm_serve()
+    try:
+        ns = root.parse_args(["serve", *args])
+    except SystemExit as e:  # argparse's error, printed on stderr (shown with the failure)
+        pytest.fail(f"vLLM's `vllm serve` parser rejects (exit {e.code}) the arguments of {context}:\n{shlex.join(args)}")
+    except (argparse.ArgumentError, argparse.ArgumentTypeError, ValueError) as e:  # e.g. a bad --eplb-config JSON
+        pytest.fail(f"vLLM's `vllm serve` parser rejects the arguments of {context}: {e}\n{shlex.join(args)}")
+    cmd.validate(ns)  # what `vllm serve` checks after parsing, before any engine starts
+    assert ns.subparser == "serve" and ns.dispatch_function == cmd.cmd
+    return ns
+
+
+def vllm_default(dest: str) -> Any:
+    return _vllm_serve()[1].get_default(dest)
+
+
+# ------------------------------------------------------------------------ expected, computed here
+@dataclass(frozen=True)
+class NodeLayout:
+    start_rank: int
+    size_local: int
+    headless: bool
+
+
+def expected_layout(role: RoleConfig, cluster: ClusterSpec) -> list[NodeLayout] | None:
+    """vLLM's multi-node DP: whole nodes, the same number of DP ranks on each, ranks numbered node by node;
+    the first node runs the API server, the others are ``--headless``. None: the instance fits in a node."""
+    gpus = role.tensor_parallel_size * role.data_parallel_size
+    per_node = cluster.gpus_per_node
+    if gpus <= per_node:
+        return None
+    assert gpus % per_node == 0 and per_node % role.tensor_parallel_size == 0
+    nodes, local = gpus // per_node, per_node // role.tensor_parallel_size
+    assert nodes * local == role.data_parallel_size
+    return [NodeLayout(start_rank=i * local, size_local=local, headless=i > 0) for i in range(nodes)]
+
+
+def expected_kv(role: Role, platform: Platform, cfg: DeploymentConfig) -> dict[str, Any]:
+    connector = cfg.kv_connector or platform.kv_connector
+    kv_role = {Role.PREFILL: "kv_producer", Role.DECODE: "kv_consumer"}[role]
+    if connector == "NixlConnector":
+        kv_role = "kv_both"  # Nixl pulls: both sides run the same role
+    return {"kv_connector": connector, "kv_role": kv_role, "kv_connector_extra_config": platform.kv_connector_extra}
+
+
+def assert_means(
+    ns: argparse.Namespace,
+    args: list[str],
+    *,
+    cfg: DeploymentConfig,
+    inst: Instance,
+    shard_index: int,
+    head: Endpoint,
+    platform: Platform,
+    pre: Preset,
+    context: str,
+) -> None:
+    """The parsed namespace holds what the candidate, the placement and the platform meant."""
+    r = inst.config
+    got = {
+        "model_tag": ns.model_tag,
+        "served_model_name": ns.served_model_name,
+        "max_model_len": ns.max_model_len,
+        "tensor_parallel_size": ns.tensor_parallel_size,
+        "data_parallel_size": ns.data_parallel_size,
+        "enable_expert_parallel": ns.enable_expert_parallel,
+        "max_num_seqs": ns.max_num_seqs,
+        "max_num_batched_tokens": ns.max_num_batched_tokens,
+        "all2all_backend": ns.all2all_backend,
+        "enable_dbo": ns.enable_dbo,
+        "enable_eplb": ns.enable_eplb,
+        "eplb": (ns.eplb_config.num_redundant_experts, ns.eplb_config.window_size, ns.eplb_config.step_interval),
+    }
+    default_eplb = vllm_default("eplb_config")
+    want = {
+        "model_tag": MODEL,
+        "served_model_name": [SERVED_NAME],
+        "max_model_len": pre.max_model_len,
+        "tensor_parallel_size": r.tensor_parallel_size,
+        "data_parallel_size": r.data_parallel_size,
+        "enable_expert_parallel": r.enable_expert_parallel,
+        "max_num_seqs": r.max_num_seqs,
+        "max_num_batched_tokens": r.max_num_batched_tokens,
+        # the backend is only rendered with expert parallelism; otherwise vLLM's default stands
+        "all2all_backend": r.all2all_backend.value if r.enable_expert_parallel else vllm_default("all2all_backend"),
+        "enable_dbo": r.enable_dbo,
+        "enable_eplb": r.eplb.enabled,
+        "eplb": (
+            (r.eplb.num_redundant_experts, r.eplb.window_size, r.eplb.step_interval)
+            if r.eplb.enabled
+            else (default_eplb.num_redundant_experts, default_eplb.window_size, default_eplb.step_interval)
+        ),
+    }
+    assert got == want, f"{context}:\n{shlex.join(args)}"
+
+    # P/D: vLLM turns --kv-transfer-config's JSON into a KVTransferConfig
+    if cfg.mode is Mode.DISAGGREGATED:
+        kv = ns.kv_transfer_config
+        assert kv is not None, f"{context}: P/D instance without --kv-transfer-config"
+        got_kv = {"kv_connector": kv.kv_connector, "kv_role": kv.kv_role,
+                  "kv_connector_extra_config": kv.kv_connector_extra_config}
+        assert got_kv == expected_kv(inst.role, platform, cfg), context
+    else:
+        assert ns.kv_transfer_config is None, f"{context}: aggregated instance with a KV connector"
+
+    # the data-parallel layout of this node
+    layout = expected_layout(r, pre.cluster)
+    dp = (ns.data_parallel_size_local, ns.data_parallel_start_rank, ns.data_parallel_address,
+          ns.data_parallel_rpc_port, ns.headless)
+    if layout is None:
+        assert dp == (None, None, None, None, False), f"{context}: single-node instance with multi-node flags"
+    else:
+        node = layout[shard_index]
+        # the head gives no start rank: an explicit one switches `vllm serve` to hybrid load balancing
+        want_dp = (node.size_local, node.start_rank if node.headless else None, head.host, head.dp_rpc_port,
+                   node.headless)
+        assert dp == want_dp, f"{context}, node {shard_index} of {len(layout)}:\n{shlex.join(args)}"
+
+    # the API: on the head only (headless nodes serve no HTTP)
+    if shard_index == 0:
+        assert (ns.host, ns.port) == (head.bind_host, head.port), context
+    else:
+        assert "--port" not in args and "--host" not in args, context
+
+    if platform.name == "cpu":  # the CPU build serves dummy weights, eagerly
+        assert (ns.load_format, ns.enforce_eager) == ("dummy", True), context
+
+
+# --------------------------------------------------------------------------------------------- (a)
+@pytest.mark.parametrize("platform_name", PLATFORMS)
+@pytest.mark.parametrize("name", preset_names())
+def test_serve_args_parse_with_vllms_own_parser(name: str, platform_name: str) -> None:
+    pre, platform = preset(name), platform_of(platform_name)
+    hosts = hosts_of(pre.cluster)
+    parsed = 0
+    for cfg in sample(name):
+        topo = place(cfg, pre.cluster)
+        pd = cfg.mode is Mode.DISAGGREGATED
+        for k, inst in enumerate(topo.instances):
+            head = Endpoint(host=hosts[inst.head.node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
+            for i, shard in enumerate(inst.shards):
+                args = serve_args(inst, shard, model=MODEL, platform=platform, head=head,
+                                  served_model_name=SERVED_NAME, max_model_len=pre.max_model_len,
+                                  kv_connector=cfg.kv_connector, pd=pd)
+                context = f"{name}/{platform_name}: {inst.name} of [{cfg.describe()}] on node {shard.node}"
+                ns = parse_serve(args, context)
+                assert_means(ns, args, cfg=cfg, inst=inst, shard_index=i, head=head, platform=platform,
+                             pre=pre, context=context)
+                parsed += 1
+    assert parsed >= len(sample(name))
+
+
+def _features(cfg: DeploymentConfig, cluster: ClusterSpec) -> set[str]:
+    out = {f"mode:{cfg.mode.value}"}
+    for r in cfg.roles:
+        out |= {f for f, on in (("ep", r.enable_expert_parallel), ("eplb", r.eplb.enabled), ("dbo", r.enable_dbo),
+                                ("tp>1", r.tensor_parallel_size > 1), ("dp>1", r.data_parallel_size > 1),
+                                ("multi-node", r.gpus_per_instance > cluster.gpus_per_node)) if on}
+    return out
+
+
+def test_sample_exercises_every_feature() -> None:
+    """The candidates above are not a lucky few: together they hold every kind of instance we render."""
+    seen = {f for name in preset_names() for cfg in sample(name) for f in _features(cfg, preset(name).cluster)}
+    for feature in ("mode:aggregated", "mode:disaggregated", "ep", "eplb", "dbo", "tp>1", "dp>1", "multi-node"):
+        assert feature in seen, f"no sampled candidate has {feature}; seen {sorted(seen)}"
+
+
+# --------------------------------------------------------------------------------------------- (b)
+@pytest.mark.parametrize("name", preset_names())
+def test_multi_node_dp_layout(name: str) -> None:
+    pre = preset(name)
+    if pre.cluster.nodes == 1:
+        pytest.skip(f"{name}: a single-node cluster has no multi-node instances")
+    per_node = pre.cluster.gpus_per_node
+    hosts = hosts_of(pre.cluster)
+    checked = 0
+    for cfg in sample(name):
+        topo: Topology = place(cfg, pre.cluster)
+        for k, inst in enumerate(topo.instances):
+            layout = expected_layout(inst.config, pre.cluster)
+            if layout is None:
+                assert len(inst.shards) == 1, f"{inst.name}: fits one node but spans {len(inst.shards)}"
+                continue
+            context = f"{name}: {inst.name} of [{cfg.describe()}]"
+            shards: tuple[NodeShard, ...] = inst.shards
+            assert len(shards) == len(layout), context
+            assert len({s.node for s in shards}) == len(shards), f"{context}: two shards on one node"
+            assert all(s.gpus == tuple(range(per_node)) for s in shards), f"{context}: not whole nodes"
+            head = Endpoint(host=hosts[shards[0].node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
+            for i, (shard, want) in enumerate(zip(shards, layout)):
+                args = serve_args(inst, shard, model=MODEL, platform=gpu_platform(), head=head,
+                                  pd=cfg.mode is Mode.DISAGGREGATED)
+                ns = parse_serve(args, context)
+                got = (ns.data_parallel_size, ns.data_parallel_size_local, ns.data_parallel_start_rank or 0,
+                       ns.headless, ns.data_parallel_address, ns.data_parallel_rpc_port)
+                assert got == (inst.config.data_parallel_size, want.size_local, want.start_rank, want.headless,
+                               hosts[shards[0].node], 29600 + k), f"{context}, node {i}:\n{shlex.join(args)}"
+                assert ("--headless" in args) == (i > 0), context
+                checked += 1
+    assert checked, f"{name}: the sample holds no multi-node instance on a {pre.cluster.nodes}-node cluster"
+
+
+# --------------------------------------------------------------------------------------------- (c)
+_NODE_HEADER = re.compile(r"^# ---- node (\d+) \((.*)\) ----$")
+_LOG = re.compile(r"^(?P<inst>.+)-node(?P<node>\d+)\.log$")
+
+
+def _serve_line(tokens: list[str], platform: Platform) -> tuple[str, str, list[str], str] | None:
+    """``VAR=slots ENGINE… serve ARGS… > inst-nodeN.log 2>&1 &`` → (VAR, slots, ARGS, log name)."""
+    n = len(platform.engine_cmd)
+    if len(tokens) < n + 6 or tokens[-4] != ">" or tokens[-2:] != ["2>&1", "&"] or "=" not in tokens[0]:
+        return None
+    if tokens[1:1 + n] != platform.engine_cmd or tokens[1 + n] != "serve":
+        return None
+    var, slots = tokens[0].split("=", 1)
+    return var, slots, tokens[2 + n:-4], tokens[-3]
+
+
+@pytest.mark.parametrize("platform_name", PLATFORMS)
+@pytest.mark.parametrize("name", preset_names())
+def test_launch_script(name: str, platform_name: str) -> None:
+    from vllm_router.launch_router import parse_router_args
+
+    pre, platform = preset(name), platform_of(platform_name)
+    for j, cfg in enumerate(sample(name)):
+        topo = place(cfg, pre.cluster)
+        node_hosts = hosts_of(pre.cluster) if j % 2 else None  # half with ${NODEn_IP} placeholders
+        script = launch_script(topo, model=MODEL, platform=platform, node_hosts=node_hosts,
+                               served_model_name=SERVED_NAME, max_model_len=pre.max_model_len)
+        context = f"{name}/{platform_name}: [{cfg.describe()}]"
+        syntax = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+        assert syntax.returncode == 0, f"{context}: bash -n: {syntax.stderr}\n{script}"
+
+        node, node_host = None, {}
+        placed: Counter[tuple[str, int]] = Counter()
+        api_url: dict[str, str] = {}
+        code = [line for line in script.splitlines() if line.strip()]
+        for line in code:
+            if m := _NODE_HEADER.match(line):
+                node = int(m.group(1))
+                node_host[node] = m.group(2)
+                continue
+            if line.startswith("#"):
+                continue
+            serve = _serve_line(shlex.split(line), platform)
+            if serve is None:
+                continue
+            var, slots, args, log = serve
+            m = _LOG.match(log)
+            assert m, f"{context}: log file {log!r}"
+            inst_name, inst_node = m.group("inst"), int(m.group("node"))
+            assert inst_node == node, f"{context}: {inst_name}'s node-{inst_node} line is in node {node}'s block"
+            placed[(inst_name, inst_node)] += 1
+            shard = next(s for i in topo.instances if i.name == inst_name for s in i.shards if s.node == inst_node)
+            want_var, sep = ("VLLM_CPU_OMP_THREADS_BIND", "|") if platform.cpu_per_gpu_slot else ("CUDA_VISIBLE_DEVICES", ",")
+            assert (var, slots) == (want_var, sep.join(map(str, shard.gpus))), context
+            ns = parse_serve(args, f"{context} {inst_name} node {inst_node}")
+            if not ns.headless:
+                assert inst_name not in api_url, f"{context}: {inst_name} has two API servers"
+                api_url[inst_name] = f"http://{node_host[inst_node]}:{ns.port}"
+
+        # one `serve` line per instance × node, nothing more
+        want = Counter((inst.name, s.node) for inst in topo.instances for s in inst.shards)
+        assert placed == want, f"{context}:\n{script}"
+        assert set(api_url) == {inst.name for inst in topo.instances}, context
+
+        # the router: last line; P/D or plain balancing over the API servers the script starts
+        router = shlex.split(code[-1])
+        n = len(platform.router_cmd)
+        assert router[:n] == platform.router_cmd, f"{context}: last line is not the router:\n{code[-1]}"
+        rargs = router[n:]
+        ra = parse_router_args(rargs)  # vllm-router's own parser
+        names = {role: [i.name for i in topo.of_role(role)] for role in Role}
+        if cfg.mode is Mode.DISAGGREGATED:
+            assert "--vllm-pd-disaggregation" in rargs and "--worker-urls" not in rargs, context
+            assert ra.vllm_pd_disaggregation
+            assert [u for u, _ in ra.prefill_urls] == [api_url[x] for x in names[Role.PREFILL]], context
+            assert ra.decode_urls == [api_url[x] for x in names[Role.DECODE]], context
+            assert not ra.worker_urls
+        else:
+            assert "--worker-urls" in rargs and not {"--vllm-pd-disaggregation", "--prefill", "--decode"} & set(rargs)
+            assert not ra.vllm_pd_disaggregation and not ra.prefill_urls and not ra.decode_urls
+            assert ra.worker_urls == [api_url[i.name] for i in topo.instances], context
+        assert ra.policy == cfg.router_policy, context
+        # the health wait before the router polls the same servers
+        wait = next(line for line in code if line.startswith("for u in "))
+        assert sorted(wait.split(";")[0].split()[3:]) == sorted(api_url.values()), f"{context}: {wait}"
+
+
+def _router_help_flags(cmd: list[str]) -> set[str]:
+    out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{shlex.join(cmd)} --help failed: {out.stderr[-2000:]}"
+    return set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", out.stdout))
+
+
+def _resolve(cmd: list[str]) -> list[str]:
+    """``vllm-router`` (the GPU platform's router) from this interpreter's environment, which CI never activates."""
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    exe = shutil.which(cmd[0], path=path)
+    assert exe, f"{cmd[0]!r} is neither next to {sys.executable} nor on PATH (pip install vllm-router)"
+    return [exe, *cmd[1:]]
+
+
+@pytest.mark.parametrize("platform_name", PLATFORMS)
+def test_router_flags_are_vllm_routers(platform_name: str) -> None:
+    """Every flag ``router_args`` renders is one the installed vllm-router lists in ``--help``."""
+    platform = platform_of(platform_name)
+    known = _router_help_flags(_resolve(platform.router_cmd))
+    assert {"--worker-urls", "--vllm-pd-disaggregation", "--prefill", "--decode"} <= known, sorted(known)
+    rendered: set[str] = set()
+    for name in preset_names():
+        pre = preset(name)
+        for cfg in sample(name):
+            topo = place(cfg, pre.cluster)
+            urls = {inst.name: f"http://10.0.0.1:{8100 + k}" for k, inst in enumerate(topo.instances)}
+            rendered |= {a for a in router_args(topo, urls, host="0.0.0.0", port=8000, prometheus_port=9000)
+                         if a.startswith("--")}
+    unknown = rendered - known
+    assert not unknown, f"router_args renders flags vllm-router does not have: {sorted(unknown)}"
+    assert {"--vllm-pd-disaggregation", "--worker-urls"} <= rendered  # both modes were rendered
