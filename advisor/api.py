@@ -11,6 +11,7 @@ import db
 from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, evidence_source, write_export
 from advisor.job import ObjectiveMode, TuningJob, job_from_dict
+from advisor.objectives import objective_names
 from advisor.study import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from db import queries
@@ -19,7 +20,7 @@ from search_spaces import DeploymentConfig, check, load_preset, preset_names
 
 __all__ = [
     "BestReport", "TrialReport", "TuneSummary", "best_report", "executed_trials", "export", "job_of_study",
-    "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary",
+    "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
 ]
 
 run_tune = tune
@@ -92,6 +93,44 @@ def query(url: str, name: str, args: list[str]) -> tuple[list[str], list[list[An
         database.close()
 
 
+def studies_table(url: str) -> tuple[list[str], list[list[Any]]]:
+    """The compact view `advisor studies` prints (the named query `studies` has every column)."""
+    database = _open(url)
+    try:
+        cols = ["study", "executor", "hardware", "trials", "complete", "failed", "invalid", "running", "best",
+                "best trial"]
+        rows = [[s.name, s.executor, s.hardware, s.trials, s.done, s.failed, s.invalid, s.running,
+                 f"{s.best:,.1f} {s.best_objective}" if s.best is not None else None, s.best_trial]
+                for s in queries.list_studies(database)]
+        return cols, rows
+    finally:
+        database.close()
+
+
+def trials_table(url: str, study: str, state: str | None = None) -> tuple[list[str], list[list[Any]]]:
+    """The compact view `advisor trials` prints: one line a trial, timings per phase."""
+    database = _open(url)
+    try:
+        job = job_of_study(database, study)
+        names = objective_names(job)
+        try:
+            trials = queries.list_trials(database, study, states=[state] if state else None)
+        except ValueError as e:
+            raise BadInput(f"--state: {e}") from None
+        cols = ["trial", "state", "gpus", "deployment", *names, "SLO violation", "deploy s", "warm-up s",
+                "measure s", "teardown s", "reason"]
+        rows = []
+        for t in trials:
+            obj = t.objectives or {}
+            reason = (t.reason or "").replace("\n", " ")
+            rows.append([t.number, t.state.value, t.gpus, t.config.short() if t.config else t.config_text,
+                         *(obj.get(n) for n in names), t.violation, t.deploy_s, t.warmup_s, t.measure_s,
+                         t.teardown_s, reason[:90] + ("…" if len(reason) > 90 else "")])
+        return cols, rows
+    finally:
+        database.close()
+
+
 @dataclass
 class BestReport:
     title: str
@@ -107,10 +146,17 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         job = job_of_study(database, study)
         slos = list(job.slos)
         slo_text = ", ".join(map(str, slos)) or "no SLOs"
-        cols = ["trial", "concurrency", *_METRIC_COLS, "gpus", "configuration"]
+        cols = ["trial", "concurrency", "tok/s/GPU", "P90 tok/s/user", "P90 TTFT ms", "P90 TPOT ms", "GPUs",
+                "deployment"]
+        configs: dict[int, DeploymentConfig | None] = {}
 
         def row(p: Any) -> list[Any]:
-            return [p.trial_number, p.concurrency, *(getattr(p, c) for c in _METRIC_COLS), p.gpus, p.config_text]
+            if p.trial_number not in configs:
+                t = queries.get_trial(database, study, p.trial_number)
+                configs[p.trial_number] = t.config if t else None
+            cfg = configs[p.trial_number]
+            return [p.trial_number, p.concurrency, *(getattr(p, c) for c in _METRIC_COLS), p.gpus,
+                    cfg.short() if cfg else p.config_text]
 
         if job.objective.mode is ObjectiveMode.PARETO:
             pts = queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y, slos=slos)

@@ -27,7 +27,8 @@ from advisor.study import redact_url
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
-console = Console()
+#: Tables stay readable when piped: Rich would otherwise fold every column to fit 80 characters.
+console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +58,7 @@ def _fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.3g}"
+        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
     return str(v)
 
 
@@ -143,7 +144,8 @@ def tune(
 def studies(storage: StorageOpt = None,
             fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
     """Every study in the database with its progress and best result."""
-    cols, rows = api.query(_storage(storage), "studies", [])
+    url = _storage(storage)
+    cols, rows = api.query(url, "studies", []) if fmt != "table" else api.studies_table(url)
     _print_rows(f"studies in {redact_url(_storage(storage))}", cols, rows, fmt)
 
 
@@ -153,7 +155,11 @@ def trials(study: str, storage: StorageOpt = None,
            state: Annotated[str | None, typer.Option(help="Only this state (complete, failed, invalid…).")] = None,
            fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
     """The trials of a study: configuration, state, objective, timings, reason."""
-    cols, rows = api.query(_storage(storage), "trials", [study, *([f"state={state}"] if state else [])])
+    url = _storage(storage)
+    if fmt == "table":
+        cols, rows = api.trials_table(url, study, state)
+    else:
+        cols, rows = api.query(url, "trials", [study, *([f"states={state}"] if state else [])])
     _print_rows(f"trials of {study}", cols, rows, fmt)
 
 

@@ -43,6 +43,7 @@ from search_spaces import (
     RoleConfig,
     Workload,
     kv_capacity_tokens,
+    matmul_tflops,
 )
 
 if TYPE_CHECKING:
@@ -336,7 +337,7 @@ class _Role:
         group = tp * dp
         self.group = group
         self.e = group if self.ep else 1
-        peak = spec.fp8_tflops if md.wb <= 1.0 else spec.bf16_tflops
+        peak = matmul_tflops(spec, md.wb)
         self.rate_lin = peak * 1e12
         self.rate_attn = (spec.fp8_tflops if md.model.kv_bytes <= 1.0 else spec.bf16_tflops) * 1e12
         self.bw = spec.hbm_tbps * 1e12 * p.hbm_eff

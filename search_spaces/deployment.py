@@ -96,17 +96,31 @@ class RoleConfig(BaseModel):
         """vLLM's EP group is TP × DP when expert parallelism is on; otherwise experts are TP-sharded."""
         return self.gpus_per_instance if self.enable_expert_parallel else 1
 
-    def describe(self) -> str:
-        """The role in an operator's words: ``2 × DEP4``, ``EP16``, ``TP4``."""
-        n = f"{self.instances} × " if self.instances > 1 else ""
+    @property
+    def shape(self) -> str:
+        """``DEP4`` (prefill/mixed), ``EP16`` (decode), ``TP4``, ``TP2×DP2``."""
         if self.enable_expert_parallel and self.tensor_parallel_size == 1:
-            shape = f"EP{self.ep_size}" if self.role is Role.DECODE else f"DEP{self.data_parallel_size}"
-        elif self.enable_expert_parallel:
-            shape = f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size} EP{self.ep_size}"
-        elif self.data_parallel_size > 1:
-            shape = f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size}"
-        else:
-            shape = f"TP{self.tensor_parallel_size}"
+            return f"EP{self.ep_size}" if self.role is Role.DECODE else f"DEP{self.data_parallel_size}"
+        if self.enable_expert_parallel:
+            return f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size} EP{self.ep_size}"
+        if self.data_parallel_size > 1:
+            return f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size}"
+        return f"TP{self.tensor_parallel_size}"
+
+    def short(self) -> str:
+        """One cell of a table: ``2×DEP4 s256 EPLB32 DBO``."""
+        n = f"{self.instances}×" if self.instances > 1 else ""
+        text = f"{n}{self.shape} s{self.max_num_seqs} b{self.max_num_batched_tokens // 1024}k"
+        if self.eplb.enabled:
+            text += f" EPLB{self.eplb.num_redundant_experts}"
+        if self.enable_dbo:
+            text += " DBO"
+        return text
+
+    def describe(self) -> str:
+        """The role in an operator's words: ``2 × DEP4 (…)``, ``EP16 (…)``, ``TP4 (…)``."""
+        n = f"{self.instances} × " if self.instances > 1 else ""
+        shape = self.shape
         extras = [f"max-num-seqs {self.max_num_seqs}", f"batched tokens {self.max_num_batched_tokens}"]
         if self.enable_expert_parallel:
             extras.append(self.all2all_backend.value)
@@ -157,6 +171,13 @@ class DeploymentConfig(BaseModel):
         if self.speculative_mtp_tokens:
             text += f"; MTP {self.speculative_mtp_tokens}"
         return f"{text} — {self.total_gpus} GPU{'s' if self.total_gpus != 1 else ''}"
+
+    def short(self) -> str:
+        """One table cell: ``P 4×DEP4 … | D EP16 …`` or ``agg 2×DEP8 …``."""
+        if self.mode is Mode.AGGREGATED:
+            return f"agg {self.decode.short()}"
+        assert self.prefill is not None
+        return f"P {self.prefill.short()} | D {self.decode.short()}"
 
     def key(self) -> str:
         """A stable identity, to spot a candidate proposed twice."""

