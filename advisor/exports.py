@@ -1,23 +1,33 @@
-"""Ready-to-run output of a chosen trial: a launch script (``vllm``) and the whole config with its
-evidence (``json``). Command lines come from ``executors.render`` — the renderer real runs use.
+"""Ready-to-run output of a chosen trial: a launch script (``vllm``), the whole config with its evidence
+(``json``), Kubernetes manifests (``k8s``, one LeaderWorkerSet per role: ``advisor.export_k8s``) and a Ray
+Serve LLM application (``ray-serve``: ``advisor.export_ray_serve``). Command lines come from
+``executors.render`` — the renderer real runs use.
+
+A format writes one file (``launch.sh``, ``deployment.json``) or a folder of files (``k8s/``, ``ray-serve/``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from advisor.errors import BadInput
 from advisor.executor_factory import platform_for
 from advisor.job import ExecutorKind, TuningJob
 from executors import Endpoint, launch_script, place, serve_args, serve_command
 from executors.render import DEFAULT_DP_RPC_PORT, router_args
 from search_spaces import DeploymentConfig, Measurement
 
-FORMATS = ("vllm", "json")
+FORMATS = ("vllm", "json", "k8s", "ray-serve")
+#: The container image the Kubernetes export runs (``ExportOptions.image``).
+DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 
 #: Where the presets' weights live on a model hub; an export names them, a real run needs a local path.
 HUB_IDS = {"deepseek-v3": "deepseek-ai/DeepSeek-V3", "qwen3-moe-235b": "Qwen/Qwen3-235B-A22B"}
@@ -58,6 +68,16 @@ class Evidence:
 
 def _f(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.1f}"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export needs beyond the trial: where it runs (used by the ``k8s`` format)."""
+
+    image: str = DEFAULT_IMAGE  # the vLLM container image
+    router_image: str | None = None  # an image with `vllm-router` on PATH (default: ``image``)
+    hf_token_secret: str = "hf-token"  # Kubernetes Secret (key ``token``) the pods read HF_TOKEN from
+    name: str | None = None  # prefix of the Kubernetes objects' names (default: the study's name)
 
 
 def model_name(job: TuningJob, override: str | None = None) -> str:
@@ -103,20 +123,80 @@ def render_json(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str)
     return json.dumps(doc, indent=2) + "\n"
 
 
-RENDERERS = {"vllm": ("launch.sh", render_vllm), "json": ("deployment.json", render_json)}
+#: One file's text, or a folder's files (relative path → text).
+Rendered = str | dict[str, str]
+
+
+class Renderer(NamedTuple):
+    """How one format is written: ``target`` is the file name, or the folder name when ``render`` returns files.
+    (A tuple, so ``RENDERERS[fmt][0]`` is still the target, as when it was ``(filename, render)``.)"""
+
+    target: str
+    render: Callable[[TuningJob, DeploymentConfig, Evidence, str, ExportOptions], Rendered]
+    executable: bool = False
+
+
+def _renderers() -> dict[str, Renderer]:
+    from advisor import export_k8s, export_ray_serve
+
+    return {
+        "vllm": Renderer("launch.sh", lambda job, cfg, ev, model, _o: render_vllm(job, cfg, ev, model),
+                         executable=True),
+        "json": Renderer("deployment.json", lambda job, cfg, ev, model, _o: render_json(job, cfg, ev, model)),
+        "k8s": Renderer("k8s", export_k8s.render),
+        "ray-serve": Renderer("ray-serve", export_ray_serve.render),
+    }
+
+
+RENDERERS: dict[str, Renderer] = _renderers()
+#: Written into every folder an export owns: a folder with it may be replaced by the next export, one without never.
+FOLDER_MARK = ".deploy-advisor-export"
+
+
+def render_export(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, fmt: str, model: str | None = None,
+                  options: ExportOptions | None = None) -> Rendered:
+    """What ``write_export`` would write, in memory."""
+    return RENDERERS[fmt].render(job, cfg, ev, model_name(job, model), options or ExportOptions())
+
+
+def files_sha256(files: dict[str, str]) -> str:
+    """One digest of a folder's files: sha256 over ``path NUL sha256(text) LF`` lines in path order."""
+    lines = "".join(f"{p}\0{hashlib.sha256(t.encode()).hexdigest()}\n" for p, t in sorted(files.items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def write_export(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, fmt: str, out: Path,
-                 model: str | None = None) -> tuple[Path, str]:
-    """Write one format under ``out``; returns the path and its sha256."""
-    filename, render = RENDERERS[fmt]
-    text = render(job, cfg, ev, model_name(job, model))
+                 model: str | None = None, options: ExportOptions | None = None) -> tuple[Path, str]:
+    """Write one format under ``out``; returns the path (a file, or the folder of a multi-file format) and its
+    sha256 (of the file, or ``files_sha256`` of the folder). Everything is rendered before anything is written;
+    a folder is written beside its target and then swapped in, so no half-written folder is left behind."""
+    spec = RENDERERS[fmt]
+    rendered = spec.render(job, cfg, ev, model_name(job, model), options or ExportOptions())
     out.mkdir(parents=True, exist_ok=True)
-    path = out / filename
-    path.write_text(text)
-    if fmt == "vllm":
-        path.chmod(0o755)
-    return path, hashlib.sha256(text.encode()).hexdigest()
+    path = out / spec.target
+    if isinstance(rendered, str):
+        path.write_text(rendered)
+        if spec.executable:
+            path.chmod(0o755)
+        return path, hashlib.sha256(rendered.encode()).hexdigest()
+    if path.exists() and not (path / FOLDER_MARK).is_file():
+        raise BadInput(f"--out: {path} exists and was not written by `advisor export`; "
+                       "move it away or pick another --out")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target}.", dir=out))
+    try:
+        tmp.chmod(0o755)  # mkdtemp's 0700 would follow the folder after the rename
+        for rel, text in rendered.items():
+            f = tmp / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text)
+        (tmp / FOLDER_MARK).write_text(f"{fmt}\n")
+        if path.exists():
+            shutil.rmtree(path)
+        tmp.rename(path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path, files_sha256(rendered)
 
 
 def evidence_source(job: TuningJob) -> str:

@@ -35,9 +35,8 @@ def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
 
 
 def storage_for(url: str) -> optuna.storages.RDBStorage:
-    url = db.normalize_url(url)  # one driver (psycopg 3) for our tables and Optuna's
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True} if "sqlite" not in url else {})
+        return db.optuna_storage(url)  # one URL, one driver (psycopg 3), for our tables and Optuna's
     except Exception as e:  # noqa: BLE001 — any driver error is the user's URL, said in one line
         raise BadInput(f"storage: cannot open {redact_url(url)}: {str(e).splitlines()[0]}") from None
 

@@ -11,7 +11,7 @@ The only package that imports SQLAlchemy. Everything it hands back is a plain da
 """
 
 from db import queries
-from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url
+from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url, optuna_storage
 from db.queries import (
     NAMED_QUERIES,
     NamedQuery,
@@ -48,6 +48,6 @@ __all__ = [
     "Best", "Database", "DatabaseUnavailable", "Export", "Failure", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
     "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
     "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
-    "list_studies", "list_trials", "measurements", "normalize_url", "pareto_front", "parse_slos", "queries",
+    "list_studies", "list_trials", "measurements", "normalize_url", "optuna_storage", "pareto_front", "parse_slos", "queries",
     "run_query",
 ]

@@ -144,12 +144,35 @@ def _make_engine(url: str, *, echo: bool) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
+        sqlite_fast_sync(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("advisor_write") else "BEGIN")
 
     return engine
+
+
+def sqlite_fast_sync(dbapi_connection: Any) -> None:
+    """WAL + synchronous=NORMAL: one fsync per checkpoint instead of per commit. A crash can lose the last
+    commits but never corrupts the file; a simulated study writes thousands of small rows and was I/O-bound."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def optuna_storage(url: str) -> Any:
+    """Optuna's RDB storage on the same URL (and the same driver) as our tables, with the same SQLite settings."""
+    import optuna
+
+    url = normalize_url(url)
+    sqlite = url.startswith("sqlite")
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={} if sqlite else {"pool_pre_ping": True})
+    if sqlite:
+        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))
+        storage.engine.dispose()  # connections made before the listener get the settings on reconnect
+    return storage
 
 
 def _alembic_config() -> Config:

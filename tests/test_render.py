@@ -159,7 +159,8 @@ def parse_serve(args: list[str], context: str) -> argparse.Namespace:
     try:
         ns = root.parse_args(["serve", *args])
     except SystemExit as e:  # argparse's error, printed on stderr (shown with the failure)
-        pytest.fail(f"vLLM's `vllm serve` parser rejects (exit {e.code}) the arguments of {context}:\n{shlex.join(args)}")
+        pytest.fail(f"vLLM's `vllm serve` parser rejects (exit {e.code}) the arguments of {context}:\n"
+                    f"{shlex.join(args)}")
     except (argparse.ArgumentError, argparse.ArgumentTypeError, ValueError) as e:  # e.g. a bad --eplb-config JSON
         pytest.fail(f"vLLM's `vllm serve` parser rejects the arguments of {context}: {e}\n{shlex.join(args)}")
     cmd.validate(ns)  # what `vllm serve` checks after parsing, before any engine starts
@@ -345,7 +346,7 @@ def test_multi_node_dp_layout(name: str) -> None:
             assert len({s.node for s in shards}) == len(shards), f"{context}: two shards on one node"
             assert all(s.gpus == tuple(range(per_node)) for s in shards), f"{context}: not whole nodes"
             head = Endpoint(host=hosts[shards[0].node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
-            for i, (shard, want) in enumerate(zip(shards, layout)):
+            for i, (shard, want) in enumerate(zip(shards, layout, strict=True)):
                 args = serve_args(inst, shard, model=MODEL, platform=gpu_platform(), head=head,
                                   pd=cfg.mode is Mode.DISAGGREGATED)
                 ns = parse_serve(args, context)
@@ -386,7 +387,7 @@ def test_launch_script(name: str, platform_name: str) -> None:
         script = launch_script(topo, model=MODEL, platform=platform, node_hosts=node_hosts,
                                served_model_name=SERVED_NAME, max_model_len=pre.max_model_len)
         context = f"{name}/{platform_name}: [{cfg.describe()}]"
-        syntax = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+        syntax = subprocess.run(["bash", "-n"], check=False, input=script, text=True, capture_output=True)
         assert syntax.returncode == 0, f"{context}: bash -n: {syntax.stderr}\n{script}"
 
         node, node_host = None, {}
@@ -410,7 +411,8 @@ def test_launch_script(name: str, platform_name: str) -> None:
             assert inst_node == node, f"{context}: {inst_name}'s node-{inst_node} line is in node {node}'s block"
             placed[(inst_name, inst_node)] += 1
             shard = next(s for i in topo.instances if i.name == inst_name for s in i.shards if s.node == inst_node)
-            want_var, sep = ("VLLM_CPU_OMP_THREADS_BIND", "|") if platform.cpu_per_gpu_slot else ("CUDA_VISIBLE_DEVICES", ",")
+            want_var, sep = (("VLLM_CPU_OMP_THREADS_BIND", "|") if platform.cpu_per_gpu_slot
+                             else ("CUDA_VISIBLE_DEVICES", ","))
             assert (var, slots) == (want_var, sep.join(map(str, shard.gpus))), context
             ns = parse_serve(args, f"{context} {inst_name} node {inst_node}")
             if not ns.headless:
@@ -446,7 +448,7 @@ def test_launch_script(name: str, platform_name: str) -> None:
 
 
 def _router_help_flags(cmd: list[str]) -> set[str]:
-    out = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([*cmd, "--help"], check=False, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, f"{shlex.join(cmd)} --help failed: {out.stderr[-2000:]}"
     return set(re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", out.stdout))
 

@@ -101,7 +101,7 @@ def test_best_and_export_parse_with_vllms_own_parser(tmp_path: Path) -> None:
     assert rep.rows, rep.empty_reason
     paths = api.export(url, "t", fmt="all", trial=None, out=tmp_path / "out", model=None)
     names = {p.name for p in paths}
-    assert names == {"launch.sh", "deployment.json"}
+    assert names == {"launch.sh", "deployment.json", "k8s", "ray-serve"}  # k8s/, ray-serve/: folders
     doc = json.loads((tmp_path / "out" / "deployment.json").read_text())
     assert doc["evidence"]["source"] == "simulated" and doc["evidence"]["measurements"]
     script = (tmp_path / "out" / "launch.sh").read_text()
@@ -117,7 +117,7 @@ def test_best_and_export_parse_with_vllms_own_parser(tmp_path: Path) -> None:
     database = db.connect(url)
     try:
         t = queries.get_trial(database, "t", doc["evidence"]["trial"])
-        assert {e.format for e in t.exports} == {"vllm", "json"}
+        assert {e.format for e in t.exports} == {"vllm", "json", "k8s", "ray-serve"}
     finally:
         database.close()
 

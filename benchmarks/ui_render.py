@@ -1,0 +1,228 @@
+"""How long the dashboard's Study page takes to render a study of 2,000 trials (goal: < 2 s).
+
+Fills a SQLite database quickly — candidates proposed by an in-memory Optuna study (random sampler) over the
+``gb300-rack-dsv3`` space, predicted by the simulated executor (3 load levels each), written through
+``db.Database`` (a few invalid and failed trials too) and the Optuna trials copied into the same storage, as
+the tuner leaves them — then times Streamlit AppTest runs of the Study page: the first run (cold caches: every
+read and figure is computed) and the following runs (warm: what a reader waits for on every interaction and
+live refresh). ``--browser`` also times a real page load in headless Chromium until the Pareto plot is drawn.
+Prints a table and writes ``benchmarks/results/ui_render.json``.
+
+    python benchmarks/ui_render.py [--trials 2000] [--runs 3] [--db PATH] [--browser]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+import db
+from advisor.job import TuningJob, job_from_dict
+from advisor.objectives import INFEASIBLE, objective_names, score, worst
+from advisor.tune import CONFIG_KEY_ATTR, STATE_ATTR
+from executors import place
+from executors.simulated import SimulatedExecutor, default_params
+from search_spaces import TrialState, check
+
+GOAL_S = 2.0
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "ui_render.json"
+STUDY = "ui-bench"
+PRESET = "gb300-rack-dsv3"
+
+
+def _job(trials: int) -> TuningJob:
+    return job_from_dict({"name": STUDY, "preset": PRESET, "budget": {"trials": trials},
+                          "objective": {"mode": "pareto"}, "sampler": {"kind": "random", "seed": 0}})
+
+
+def fill(path: Path, trials: int, seed: int = 0) -> dict[str, Any]:
+    """A study of ``trials`` measured trials (plus ~5 % invalid and ~2 % failed) in a new SQLite file."""
+    path.unlink(missing_ok=True)
+    url = f"sqlite:///{path}"
+    job = _job(trials)
+    model, cluster, wl = job.model_profile(), job.cluster, job.workload
+    executor = SimulatedExecutor(model, default_params(cluster.gpu))
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    database = db.connect(url)
+    database.upsert_study(STUDY, job.to_document(), description=f"{trials} simulated trials (benchmark)",
+                          executor="simulated", engine_version=executor.engine_version,
+                          hardware=cluster.describe(), optuna_study_name=STUDY)
+    directions = ["maximize"] * len(objective_names(job))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mem = optuna.create_study(directions=directions, sampler=optuna.samplers.RandomSampler(seed=seed))
+    seen: set[str] = set()
+    executed = invalid = failed = 0
+    while executed < trials:
+        trial = mem.ask()
+        cfg = job.space.suggest(trial)
+        violations = check(cfg, model, cluster, wl.max_model_len)
+        if violations or cfg.key() in seen:
+            if violations and rng.random() < 0.05:  # keep a few invalid ones, as a real study has
+                database.record_invalid(STUDY, trial.number, params=trial.params, config=cfg,
+                                        reason="; ".join(map(str, violations)))
+                _tell(mem, trial, cfg.key(), worst(job).values, INFEASIBLE, TrialState.INVALID, executed=False)
+                invalid += 1
+            else:
+                mem.tell(trial, state=optuna.trial.TrialState.FAIL)
+            continue
+        seen.add(cfg.key())
+        topo = place(cfg, cluster)
+        tid = database.start_trial(STUDY, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
+                                   worker="bench")
+        run = executor.evaluate(topo, wl)
+        if rng.random() < 0.02:  # a failed deployment: a reason, a log tail, no measurements
+            database.finish_trial(tid, TrialState.FAILED, objectives=None, violation=INFEASIBLE,
+                                  failure_kind="deploy_failed", reason="engine core died during start-up (benchmark)",
+                                  log_tail="RuntimeError: CUDA error: out of memory\n" * 5)
+            _tell(mem, trial, cfg.key(), worst(job).values, INFEASIBLE, TrialState.FAILED)
+            failed += 1
+        else:
+            outcome = score(job, run.measurements)
+            database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements,
+                                  timings={"deploy_s": 40.0, "warmup_s": 5.0, "measure_s": 120.0, "teardown_s": 3.0},
+                                  objectives=outcome.as_dict(job), violation=outcome.violation)
+            _tell(mem, trial, cfg.key(), outcome.values, outcome.violation, TrialState.COMPLETE)
+        executed += 1
+    db_s = time.perf_counter() - t0
+    kept = [t for t in mem.get_trials(deepcopy=False) if t.state is optuna.trial.TrialState.COMPLETE]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stored = optuna.create_study(storage=db.normalize_url(url), study_name=STUDY, directions=directions)
+        stored.add_trials(kept)
+    database.close()
+    return {"trials": executed, "invalid": invalid, "failed": failed, "levels": executed * len(wl.load_levels),
+            "fill_s": time.perf_counter() - t0, "db_write_s": db_s}
+
+
+def _tell(study: optuna.Study, trial: optuna.Trial, key: str, values: list[float], violation: float,
+          state: TrialState, executed: bool = True) -> None:
+    """What the tuner records on the Optuna side (``advisor.tune._tell``), so importance sees the same."""
+    trial.set_user_attr(STATE_ATTR, state.value)
+    trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+    trial.set_user_attr(CONFIG_KEY_ATTR, key)
+    trial.set_constraint("slo", violation)
+    study.tell(trial, values)
+
+
+def time_apptest(url: str, runs: int) -> list[float]:
+    """Seconds per AppTest run of the Study page; the first run is cold (empty caches)."""
+    from streamlit.testing.v1 import AppTest
+
+    os.environ["ADVISOR_STORAGE"] = url
+    out = []
+    for _ in range(runs):
+        at = AppTest.from_file(str(ROOT / "ui" / "app.py"), default_timeout=300)
+        at.switch_page("views/study.py")
+        at.query_params["study"] = STUDY
+        t0 = time.perf_counter()
+        at.run()
+        out.append(time.perf_counter() - t0)
+        if at.exception:
+            raise SystemExit(f"the Study page raised: {at.exception[0].message}")
+    return out
+
+
+def time_browser(url: str, loads: int = 2) -> list[float]:
+    """Seconds from navigation until the Pareto plot is drawn, in headless Chromium against a real server."""
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "ADVISOR_STORAGE": url}
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    out = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/_stcore/health")
+                    break
+                except Exception:  # noqa: BLE001 — not listening yet
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            for _ in range(loads):
+                t0 = time.perf_counter()
+                page.goto(f"http://127.0.0.1:{port}/study?study={STUDY}")
+                page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                       ".some(el => el.layout && el.layout.meta === 'pareto')", timeout=300_000)
+                out.append(time.perf_counter() - t0)
+            browser.close()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=2000)
+    ap.add_argument("--runs", type=int, default=3, help="AppTest runs (the first is cold)")
+    ap.add_argument("--db", type=Path, default=ROOT / "runs" / "ui_render.db",
+                    help="the SQLite file to fill (reused with --reuse)")
+    ap.add_argument("--reuse", action="store_true", help="keep an existing --db of the same size")
+    ap.add_argument("--browser", action="store_true", help="also time page loads in headless Chromium")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    url = f"sqlite:///{args.db}"
+    if args.reuse and args.db.exists():
+        info = {"trials": args.trials, "reused": True}
+    else:
+        info = fill(args.db, args.trials)
+        print(f"filled {args.db}: {info['trials']} trials ({info['invalid']} invalid, {info['failed']} failed), "
+              f"{info['levels']} load levels in {info['fill_s']:.1f} s")
+    runs = time_apptest(url, args.runs)
+    cold, warm = runs[0], (statistics.median(runs[1:]) if len(runs) > 1 else None)
+    browser = time_browser(url) if args.browser else []
+    rows = [("AppTest, cold caches (first render)", cold), ("AppTest, warm caches (median)", warm)]
+    if browser:
+        rows += [("browser, page load → Pareto plot (first)", browser[0]),
+                 ("browser, page load → Pareto plot (again)", min(browser[1:]) if len(browser) > 1 else None)]
+    print(f"\nStudy page with {args.trials:,} trials × 3 load levels (goal < {GOAL_S:g} s)")
+    print(f"{'what':44} {'seconds':>8}")
+    for what, secs in rows:
+        print(f"{what:44} {'–' if secs is None else f'{secs:8.2f}':>8}")
+    steady = warm if warm is not None else cold
+    ok = steady < GOAL_S
+    print(f"goal < {GOAL_S:g} s for a render with warm caches: {'met' if ok else 'NOT met'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "goal_s": GOAL_S, "goal_met": ok, "trials": args.trials, "preset": PRESET, "fill": info,
+        "apptest_runs_s": runs, "apptest_cold_s": cold, "apptest_warm_median_s": warm, "browser_loads_s": browser,
+        "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,490 @@
+"""The dashboard's pages, driven headlessly by Streamlit's AppTest: empty states, filters, read-only mode,
+starting a study; plus the pure parts (figures, filters, settings) and `advisor dashboard`'s bad input.
+
+A real simulated study fills the database once per module; every page run asserts ``not at.exception``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+import db
+from advisor.errors import BadInput
+from advisor.exports import FORMATS
+from advisor.job import job_from_dict
+from advisor.tune import tune
+from db import queries
+from search_spaces import Measurement, TrialState
+from ui import data, jobs, plots
+from ui.settings import settings
+
+APP = str(Path(__file__).resolve().parent.parent / "ui" / "app.py")
+STUDY = "ui-at"
+FAILED_TRIAL = 900
+
+
+def _fill(url: str) -> None:
+    """A small real study (simulated executor) plus one failed trial with a reason and a log tail."""
+    job = job_from_dict({"name": STUDY, "preset": "h200-qwen3-235b", "budget": {"trials": 8},
+                         "objective": {"mode": "pareto"}})
+    tune(job, storage=url)
+    database = db.connect(url)
+    try:
+        tid = database.start_trial(STUDY, FAILED_TRIAL, params={"mode": "aggregated"})
+        database.finish_trial(tid, TrialState.FAILED, failure_kind="deploy_failed", reason="engine died: CUDA OOM",
+                              log_tail="loading weights\nRuntimeError: CUDA error: out of memory\n")
+    finally:
+        database.close()
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    u = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'advisor.db'}"
+    _fill(u)
+    return u
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Path:
+    """The dashboard's settings for one test: the filled database, read-only, a run folder of its own."""
+    monkeypatch.setenv("ADVISOR_STORAGE", url)
+    monkeypatch.delenv("ADVISOR_ALLOW_NEW_STUDIES", raising=False)
+    monkeypatch.setenv("ADVISOR_UI_RUN_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def _run(page: str | None = None, **query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    if page:
+        at.switch_page(page)
+    for k, v in query.items():
+        at.query_params[k] = v
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def _texts(at: AppTest) -> str:
+    parts = [e.value for kind in ("title", "subheader", "caption", "markdown", "info", "warning", "error", "success",
+                                  "code") for e in getattr(at, kind)]
+    return "\n".join(str(p) for p in parts)
+
+
+def _df(at: AppTest, columns: set[str]):
+    """The first dataframe whose columns include ``columns``."""
+    for d in at.dataframe:
+        if columns <= set(d.value.columns):
+            return d.value
+    raise AssertionError(f"no dataframe with columns {columns}")
+
+
+# ---------------------------------------------------------------------------------------------- empty states
+
+
+def test_missing_database_says_what_to_do_and_creates_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "none.db"
+    monkeypatch.setenv("ADVISOR_STORAGE", f"sqlite:///{path}")
+    for page in (None, "views/study.py", "views/trial.py", "views/compare.py"):
+        at = _run(page)
+        assert "No database at" in _texts(at)
+        assert any("advisor tune" in c.value for c in at.code)
+    assert not path.exists()
+
+
+def test_empty_database_shows_the_tune_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    u = f"sqlite:///{tmp_path / 'empty.db'}"
+    db.connect(u).close()
+    monkeypatch.setenv("ADVISOR_STORAGE", u)
+    at = _run()
+    assert "No studies in" in _texts(at)
+    assert any(c.value.startswith("advisor tune ") and u in c.value for c in at.code)
+    assert not at.error
+
+
+def test_unreachable_database_is_one_line_without_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVISOR_STORAGE", "postgresql://advisor:s3cret@127.0.0.1:1/none")
+    at = _run()
+    assert len(at.error) == 1
+    assert "s3cret" not in at.error[0].value and "***" in at.error[0].value
+    assert all("s3cret" not in c.value for c in at.caption)
+
+
+# ---------------------------------------------------------------------------------------------- studies
+
+
+def test_studies_page_lists_the_study_and_filters(env: Path, url: str) -> None:
+    at = _run()
+    table = _df(at, {"study", "state", "complete", "failed", "invalid", "best"})
+    row = table[table["study"] == STUDY].iloc[0]
+    database = db.connect(url)
+    try:
+        s = queries.get_study(database, STUDY)
+    finally:
+        database.close()
+    assert (row["complete"], row["failed"], row["invalid"]) == (s.done, s.failed, s.invalid)
+    assert row["best"] == pytest.approx(s.best)
+    assert row["state"] == "finished" and row["done"] == "9/8"  # 8 tuned + the failed one added
+    at.text_input(key="studies_filter").input("no-such-study").run()
+    assert not at.exception
+    assert any("No study matches" in i.value for i in at.info)
+    at.text_input(key="studies_filter").input("").run()
+    at.multiselect(key="studies_state").select("running").run()
+    assert any("No study matches" in i.value for i in at.info)
+
+
+# ---------------------------------------------------------------------------------------------- study
+
+
+def _measured_points(url: str, x: str = "throughput_per_gpu", y: str = "p90_tokens_per_s_per_user") -> int:
+    database = db.connect(url)
+    try:
+        return sum(1 for lv in queries.measurements(database, STUDY) if lv.metric(x) is not None
+                   and lv.metric(y) is not None)
+    finally:
+        database.close()
+
+
+def test_study_page_shows_every_point_failures_and_importance(env: Path, url: str) -> None:
+    at = _run("views/study.py", study=STUDY)
+    text = _texts(at)
+    assert f"{_measured_points(url)} trial × load-level points" in text
+    assert "Optuna's get_param_importances" in text
+    fails = _df(at, {"trial", "state", "kind", "reason"})
+    failed = fails[fails["trial"] == FAILED_TRIAL].iloc[0]
+    assert failed["state"] == "failed" and "CUDA OOM" in failed["reason"]
+    assert any("CUDA error" in c.value for c in at.code)  # the failed trial's log tail
+
+
+def test_trial_table_filters_and_sorts(env: Path) -> None:
+    at = _run("views/study.py", study=STUDY)
+    cols = {"trial", "state", "deployment", "throughput_per_gpu"}
+    full = _df(at, cols)
+    at.multiselect(key="trials_states").select("failed").run()
+    assert not at.exception
+    assert list(_df(at, cols)["trial"]) == [FAILED_TRIAL]
+    at.multiselect(key="trials_states").unselect("failed").run()
+    at.selectbox(key="trials_sort").select("throughput_per_gpu").run()
+    at.toggle(key="trials_desc").set_value(True).run()
+    values = _df(at, cols)["throughput_per_gpu"].dropna().tolist()
+    assert values == sorted(values, reverse=True) and len(_df(at, cols)) == len(full)
+    at.checkbox(key="trials_feasible").check().run()
+    feasible = _df(at, cols)
+    assert len(feasible) < len(full) and set(feasible["state"]) == {"complete"}
+    word = full["deployment"].dropna().iloc[0].split()[0]
+    at.checkbox(key="trials_feasible").uncheck().run()
+    at.text_input(key="trials_text").input(word).run()
+    assert all(word.lower() in d.lower() for d in _df(at, cols)["deployment"])
+
+
+def test_too_few_trials_for_importance_is_said_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    u = f"sqlite:///{tmp_path / 'two.db'}"
+    tune(job_from_dict({"name": "two", "preset": "h200-qwen3-235b", "budget": {"trials": 2}}), storage=u)
+    monkeypatch.setenv("ADVISOR_STORAGE", u)
+    at = _run("views/study.py", study="two")
+    assert any("importance needs at least" in i.value for i in at.info)
+
+
+# ---------------------------------------------------------------------------------------------- trial, compare
+
+
+def test_trial_page_of_the_best_trial(env: Path, url: str) -> None:
+    database = db.connect(url)
+    try:
+        best = queries.get_study(database, STUDY).best_trial
+        trial = queries.get_trial(database, STUDY, best)
+    finally:
+        database.close()
+    at = _run("views/trial.py", study=STUDY, trial=str(best))
+    assert at.title[0].value == f"Trial {best} of {STUDY}"
+    assert {s.value for s in at.subheader} >= {"Configuration", "Topology", "Measurements per load level",
+                                              "Per-rank imbalance", "Timings", "Export"}
+    levels = _df(at, {f"c={m.concurrency}" for m in trial.measurements})
+    assert len(levels.columns) == len(trial.measurements)
+    assert len([b for b in at.get("download_button")]) == len(FORMATS)
+
+
+def test_trial_page_of_failed_and_invalid_trials(env: Path, url: str) -> None:
+    at = _run("views/trial.py", study=STUDY, trial=str(FAILED_TRIAL))
+    assert any("CUDA OOM" in e.value for e in at.error)
+    assert any("Only complete trials can be exported" in c.value for c in at.caption)
+    database = db.connect(url)
+    try:
+        invalid = queries.list_trials(database, STUDY, states=["invalid"])
+    finally:
+        database.close()
+    if invalid:
+        at = _run("views/trial.py", study=STUDY, trial=str(invalid[0].number))
+        assert any("broke a validity rule" in i.value for i in at.info)
+
+
+def test_compare_page_two_to_four_trials(env: Path, url: str) -> None:
+    at = _run("views/compare.py", study=STUDY)
+    chosen = at.multiselect(key="compare_trials").value
+    assert len(chosen) == 2
+    options = at.multiselect(key="compare_trials").options
+    third = next(int(o) for o in options if int(o) not in chosen)
+    at.multiselect(key="compare_trials").select(third).run()
+    assert not at.exception
+    table = _df(at, {f"trial {n}" for n in [*chosen, third]})
+    assert list(table.index) == sorted(table.index)
+    at = _run("views/compare.py", study=STUDY, trials=str(chosen[0]))
+    assert any("Pick two" in i.value for i in at.info)
+
+
+# ---------------------------------------------------------------------------------------------- new study
+
+
+def test_new_study_is_read_only_by_default(env: Path) -> None:
+    at = _run("views/new_study.py")
+    assert any("read-only" in i.value for i in at.info)
+    assert any("--allow-new-studies" in c.value for c in at.code)
+    assert not at.get("form")
+
+
+@pytest.fixture
+def started_tuners() -> Iterator[None]:
+    """Whatever the New study page started is stopped by its process group afterwards, even on failure."""
+    yield
+    for tp in list(jobs.registry().values()):
+        if tp.proc.poll() is None:
+            os.killpg(tp.pgid, signal.SIGKILL)
+            tp.proc.wait(timeout=10)
+    jobs.registry().clear()
+
+
+def test_new_study_from_a_preset_runs_the_tuner(env: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+                                                started_tuners: None) -> None:
+    monkeypatch.setenv("ADVISOR_ALLOW_NEW_STUDIES", "1")
+    at = _run("views/new_study.py")
+    at.selectbox(key="new_preset").select("h200-qwen3-235b")
+    at.text_input(key="new_name").input("from-ui")
+    at.number_input(key="new_trials").set_value(3)
+    at.selectbox(key="new_executor").select("simulated")
+    at.button(key="new_submit").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any("Started tuning 'from-ui'" in m.value for m in at.success), _texts(at)
+    tp = jobs.registry()["from-ui"]
+    assert tp.proc.wait(timeout=120) == 0, jobs.log_tail(tp.log)
+    assert "--storage" in tp.command and (env / "runs" / "from-ui.yaml").exists()
+    database = db.connect(url)
+    try:
+        s = queries.get_study(database, "from-ui")
+    finally:
+        database.close()
+    assert s is not None and s.done >= 3
+    at = _run("views/study.py", study="from-ui")
+    assert "finished" in [m.value for m in at.metric]
+    assert any("Tuner started from this dashboard" in c.value for c in at.caption)
+
+
+def test_uploaded_job_file_is_validated_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="budget"):
+        jobs.save_upload(b"name: x\npreset: h200-qwen3-235b\nbudget: {trials: 0}\n", "job.yaml", tmp_path)
+    with pytest.raises(BadInput, match="not valid YAML"):
+        jobs.save_upload(b"name: [\n", "../../evil.yaml", tmp_path)
+    assert (tmp_path / "uploads" / "evil.yaml").exists()  # kept inside the run folder, whatever its name
+    path, job = jobs.save_upload(b"name: ok\npreset: h200-qwen3-235b\n", "ok.yml", tmp_path)
+    assert job.name == "ok" and path.parent == tmp_path / "uploads"
+
+
+# ---------------------------------------------------------------------------------------------- pure parts
+
+
+def test_settings_precedence_and_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADVISOR_STORAGE", "postgresql://u:pw@h/db")
+    monkeypatch.delenv("ADVISOR_ALLOW_NEW_STUDIES", raising=False)
+    s = settings([])
+    assert s.storage == "postgresql://u:pw@h/db" and s.storage_for_display == "postgresql://u:***@h/db"
+    assert not s.allow_new_studies
+    s = settings(["--storage", "sqlite:///x.db", "--allow-new-studies", "--unrelated"])
+    assert s.storage == "sqlite:///x.db" and s.allow_new_studies
+
+
+def test_filter_trials_is_a_pure_function(env: Path, url: str) -> None:
+    info = data.study(url, STUDY)
+    df, _ = data.trials(url, STUDY, info.stamp)
+    assert len(data.filter_trials(df)) == len(df)
+    assert set(data.filter_trials(df, states=["invalid"])["state"]) <= {"invalid"}
+    gpus = data.filter_trials(df, gpus=(8, 8))
+    assert set(gpus["gpus"]) <= {8}
+    assert data.filter_trials(df.iloc[0:0], text="x").empty
+
+
+def test_pareto_figure_holds_every_level_once(env: Path, url: str) -> None:
+    info = data.study(url, STUDY)
+    levels = data.levels(url, STUDY, info.stamp, info.x_metric, info.y_metric)
+    fig = plots.pareto_figure(levels, info.x_metric, info.y_metric, info.slos)
+    assert fig.layout.meta == "pareto"
+    assert sum(len(t.x) for t in fig.data if t.meta == "levels") == _measured_points(url)
+    database = db.connect(url)
+    try:
+        front = queries.pareto_front(database, STUDY, slos=list(job_from_dict(
+            queries.get_study(database, STUDY).job).slos))
+    finally:
+        database.close()
+    assert sum(len(t.x) for t in fig.data if t.meta == "pareto") == len(front)
+    hlines = [s for s in fig.layout.shapes if s.y0 == s.y1]
+    assert any(s.y0 == 25 for s in hlines)  # the preset's P90 tokens/s/user >= 25 SLO
+
+
+def test_topology_figure_draws_every_gpu_and_the_router() -> None:
+    topo = {"cluster": {"nodes": 2, "gpus_per_node": 8},
+            "instances": [{"name": "prefill-0", "role": "prefill", "gpus": 4,
+                           "shards": [{"node": 0, "gpus": [0, 1, 2, 3], "start_rank": 0, "local_ranks": 4}]},
+                          {"name": "decode-0", "role": "decode", "gpus": 16,
+                           "shards": [{"node": 0, "gpus": [4, 5, 6, 7], "start_rank": 0, "local_ranks": 4},
+                                      {"node": 1, "gpus": list(range(8)), "start_rank": 4, "local_ranks": 8}]}]}
+    fig = plots.topology_figure(topo, "router (round_robin)")
+    rects = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(rects) == 2 + 16 + 1  # nodes, GPUs, router
+    hover = fig.data[0].hovertext
+    assert "node 1 GPU 7: decode-0, DP rank 11" in hover and "node 0 GPU 0: prefill-0, DP rank 0" in hover
+    kv = [s for s in fig.layout.shapes if s.type == "line" and s.line.dash == "dot"]
+    assert len(kv) == 1  # prefill head → decode head
+
+
+def test_imbalance_uses_measured_tokens_per_rank() -> None:
+    m = Measurement(concurrency=8, source="measured", gpus=2, num_requests=8, completed=8,
+                    raw={"metrics": {"mixed-0": {"role": "mixed", "tokens_per_rank": {"0": 100.0, "1": 300.0}}}})
+    fig = plots.imbalance_figure([m])
+    assert fig is not None and list(fig.data[0].y) == [100.0, 300.0]
+    assert plots.imbalance_figure([Measurement(concurrency=8, source="measured", gpus=1, num_requests=1,
+                                               completed=1)]) is None
+
+
+def test_parcoords_puts_missing_parameters_at_a_tick_of_their_own() -> None:
+    import pandas as pd
+
+    params = pd.DataFrame({"trial": [0, 1, 2], "state": ["complete"] * 3, "mode": ["aggregated", "disaggregated",
+                                                                                  "aggregated"],
+                           "prefill_dp": [None, 4.0, None], "same": [1, 1, 1]})
+    fig = plots.parcoords_figure(params, pd.Series([1.0, 2.0, 3.0]), "throughput_per_gpu")
+    dims = {d.label: d for d in fig.data[0].dimensions}
+    assert "same" not in dims  # one value: nothing to see
+    assert list(dims["prefill_dp"].ticktext) == ["–", "4"] and list(dims["prefill_dp"].values) == [0, 1, 0]
+
+
+# ---------------------------------------------------------------------------------------------- the CLI command
+
+
+def _advisor(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_dashboard_bad_input_is_one_line() -> None:
+    r = _advisor("dashboard", "--storage", "mysql://u:pw@h/db")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--storage" in r.stderr and "pw" not in r.stderr
+    r = _advisor("dashboard", "--port", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_dashboard_refuses_a_port_in_use() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = _advisor("dashboard", "--port", str(s.getsockname()[1]))
+    assert r.returncode == 2 and "pick another --port" in r.stderr
+
+
+def test_dashboard_starts_and_stops_on_ctrl_c(tmp_path: Path, url: str) -> None:
+    """`advisor dashboard` serves, says where, and Ctrl-C (SIGINT to its group) stops its Streamlit group."""
+    import re
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "dash.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", url, "--port", str(port)],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    server_group = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"the dashboard did not answer: {log.read_text()}")
+        m = re.search(r"process group (\d+)", log.read_text())
+        assert m, log.read_text()
+        server_group = int(m.group(1))
+        assert f"http://127.0.0.1:{port}" in log.read_text() and "read-only" in log.read_text()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+        time.sleep(0.5)
+        with pytest.raises(ProcessLookupError):
+            os.killpg(server_group, 0)
+        assert "dashboard stopped" in log.read_text()
+    finally:
+        m = re.search(r"process group (\d+)", log.read_text())
+        server_group = int(m.group(1)) if m else server_group
+        for group in (proc.pid, server_group):
+            if group is not None:
+                try:
+                    os.killpg(group, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture
+def pg_fresh(pg_url: str) -> Iterator[str]:
+    """A database of its own on the test server (dropped afterwards)."""
+    import uuid
+
+    import psycopg
+    from sqlalchemy import make_url
+
+    base = make_url(db.normalize_url(pg_url))
+    libpq = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"advisor_ui_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        data.clear()
+        with psycopg.connect(libpq, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.postgres
+def test_every_page_on_postgresql(pg_fresh: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Every page reads a PostgreSQL study; the password never shows."""
+    from sqlalchemy import make_url
+
+    monkeypatch.setenv("ADVISOR_STORAGE", pg_fresh)
+    monkeypatch.setenv("ADVISOR_UI_RUN_DIR", str(tmp_path))
+    at = _run()
+    assert "No studies in" in _texts(at)
+    _fill(pg_fresh)
+    data.clear()
+    at = _run()
+    assert STUDY in set(_df(at, {"study"})["study"])
+    at = _run("views/study.py", study=STUDY)
+    assert "Optuna's get_param_importances" in _texts(at)
+    secret = make_url(pg_fresh).password
+    for page in ("views/trial.py", "views/compare.py", "views/new_study.py"):
+        at = _run(page, study=STUDY)
+        shown = _texts(at) + "\n".join(c.value for c in at.caption)
+        assert "***@" in shown and (not secret or f":{secret}@" not in shown)

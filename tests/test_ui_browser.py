@@ -1,0 +1,250 @@
+"""The dashboard in a real browser: `advisor dashboard` on 127.0.0.1, driven by Playwright in headless
+Chromium (Debian's /usr/bin/chromium; never `playwright install`).
+
+A real simulated study fills the database; the test visits every page, checks that the Pareto plot holds one
+point per measured trial × load level, clicks through to a trial and downloads its exports, and leaves a
+screenshot of each page under ``artifacts/screenshots/``. The dashboard is stopped by its process groups in
+the fixture's finalizer, also when a test fails. ``UI_DOCS_SCREENSHOT=1`` also refreshes
+``docs/img/study-page.png``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import db
+from advisor.exports import FORMATS
+from advisor.job import job_from_dict
+from advisor.tune import tune
+from db import queries
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = ROOT / "artifacts" / "screenshots"
+DOCS_SHOT = ROOT / "docs" / "img" / "study-page.png"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+STUDY = "ui"
+
+
+def _need_browser() -> Any:
+    """Playwright's sync API, or a skip saying why — a failure under CI=true, where browser tests must run."""
+    why = None
+    if not CHROMIUM.exists():
+        why = f"{CHROMIUM} is missing (apt-get install -y chromium)"
+    else:
+        try:
+            from playwright import sync_api
+        except ImportError:
+            why = "the playwright Python package is missing (pip install -e '.[test]')"
+    if why:
+        if os.environ.get("CI", "").strip().lower() == "true":
+            pytest.fail(f"{why}; CI=true: browser tests must run, not skip")
+        pytest.skip(why)
+    return sync_api
+
+
+@pytest.fixture(scope="module")
+def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    _need_browser()
+    url = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'advisor.db'}"
+    tune(job_from_dict({"name": STUDY, "preset": "h200-qwen3-235b", "budget": {"trials": 15},
+                        "objective": {"mode": "pareto"}}), storage=url)
+    return url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float) -> None:
+    if pgid is None:
+        return
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`advisor dashboard` on a free port of 127.0.0.1; its base URL. Stopped by process group at the end."""
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("dashboard")
+    log = folder / "dashboard.log"
+    env = {**os.environ, "ADVISOR_UI_RUN_DIR": str(folder / "runs"), "ADVISOR_UI_REFRESH_S": "30"}
+    with log.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", study_url,
+                                 "--host", "127.0.0.1", "--port", str(port)], cwd=folder, env=env,
+                                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    server_group: int | None = None
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            m = re.search(r"process group (\d+)", log.read_text())
+            if m:
+                server_group = int(m.group(1))
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the dashboard did not start:\n{log.read_text()}")
+            time.sleep(0.5)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _stop_group(proc.pid, signal.SIGINT, 20)  # Ctrl-C: the CLI stops Streamlit's group
+        _stop_group(proc.pid, signal.SIGKILL, 5)
+        _stop_group(server_group, signal.SIGKILL, 5)  # should the CLI have died before it could
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def page(dashboard: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    sync_api = _need_browser()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        try:
+            yield pg
+        finally:
+            context.close()
+            browser.close()
+
+
+def _settle(pg: Any, heading: str) -> None:
+    """Wait until the page's title is ``heading`` and the script has finished running."""
+    pg.wait_for_function("h => [...document.querySelectorAll('h1')].some(e => e.innerText.trim().startsWith(h))",
+                         arg=heading, timeout=60_000)
+    pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+    pg.wait_for_timeout(500)
+    errors = pg.locator("[data-testid=stException]")
+    assert errors.count() == 0, errors.first.inner_text()
+
+
+def _screenshot(pg: Any, name: str) -> Path:
+    """The whole page (Streamlit scrolls an inner element, so the viewport grows to fit it first)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    height = pg.evaluate("() => (document.querySelector('[data-testid=stMain]') || document.body).scrollHeight")
+    pg.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 12_000)})
+    pg.wait_for_timeout(800)
+    path = SHOTS / f"{name}.png"
+    pg.screenshot(path=str(path), full_page=True)
+    pg.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+def _plots(pg: Any) -> list[dict[str, Any]]:
+    """Every Plotly figure on the page: its ``layout.meta`` and per trace ``meta`` and number of points."""
+    return pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(el => ({
+        meta: el.layout && el.layout.meta,
+        traces: (el.data || []).map(d => ({meta: d.meta, n: d.x ? d.x.length : 0}))}))""")
+
+
+def _measured_points(url: str) -> int:
+    database = db.connect(url)
+    try:
+        return sum(1 for lv in queries.measurements(database, STUDY)
+                   if lv.throughput_per_gpu is not None and lv.p90_tokens_per_s_per_user is not None)
+    finally:
+        database.close()
+
+
+def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str) -> None:
+    pg = page
+    # Studies
+    pg.goto(dashboard)
+    _settle(pg, "Studies")
+    assert pg.get_by_text("Open ui").count() >= 1
+    _screenshot(pg, "studies")
+    pg.locator("a", has_text="Open ui").first.click()
+
+    # Study: the Pareto plot holds every measured trial × load level once
+    _settle(pg, f"Study {STUDY}")
+    pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                         ".some(el => el.layout && el.layout.meta === 'pareto')", timeout=60_000)
+    plots = {p["meta"]: p for p in _plots(pg)}
+    assert {"pareto", "curves", "parcoords", "importance"} <= set(plots)
+    levels = sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "levels")
+    expected = _measured_points(study_url)
+    assert expected == 15 * 3 and levels == expected
+    assert sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "pareto") >= 1
+    assert pg.get_by_text(f"{expected} trial × load-level points", exact=False).count() >= 1
+    shot = _screenshot(pg, "study")
+    if os.environ.get("UI_DOCS_SCREENSHOT") == "1":
+        DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, DOCS_SHOT)
+
+    # Trial: click through to the best one
+    database = db.connect(study_url)
+    try:
+        best = queries.get_study(database, STUDY).best_trial
+    finally:
+        database.close()
+    pg.locator("a", has_text="Open the best trial").first.click()
+    _settle(pg, f"Trial {best} of {STUDY}")
+    assert "topology" in {p["meta"] for p in _plots(pg)}
+    _screenshot(pg, "trial")
+    downloads = {}
+    for fmt in FORMATS:
+        with pg.expect_download(timeout=60_000) as info:
+            pg.locator(f".st-key-export_{fmt} button").first.click()
+        downloads[fmt] = Path(info.value.path()).read_bytes()
+    script = downloads["vllm"].decode()
+    assert script.startswith("#!") and f"study '{STUDY}', trial {best}" in script
+    doc = json.loads(downloads["json"])
+    assert doc["evidence"]["trial"] == best and doc["evidence"]["study"] == STUDY and doc["config"]
+    for fmt in FORMATS:
+        if fmt not in ("vllm", "json"):  # folder formats come zipped
+            archive = SHOTS.parent / f"export-{fmt}.zip"
+            archive.write_bytes(downloads[fmt])
+            assert zipfile.ZipFile(archive).namelist()
+
+    # Compare: the best trial and another
+    database = db.connect(study_url)
+    try:
+        other = next(t.number for t in queries.list_trials(database, STUDY, states=["complete"])
+                     if t.number != best and not (t.reason or "").startswith("same configuration"))
+    finally:
+        database.close()
+    pg.goto(f"{dashboard}/compare?study={STUDY}&trials={best},{other}")
+    _settle(pg, "Compare trials")
+    compare = next(p for p in _plots(pg) if p["meta"] == "compare")
+    assert [t["n"] for t in compare["traces"][1:]] == [3, 3]  # each trial's three load levels
+    _screenshot(pg, "compare")
+
+    # New study: read-only by default, and says how to change that
+    pg.goto(f"{dashboard}/new_study")
+    _settle(pg, "New study")
+    assert pg.get_by_text("read-only", exact=False).count() >= 1
+    assert pg.get_by_text("--allow-new-studies", exact=False).count() >= 1
+    _screenshot(pg, "new_study")

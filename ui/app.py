@@ -1,0 +1,31 @@
+"""The dashboard's entry point: ``advisor dashboard`` runs ``streamlit run ui/app.py``.
+
+Pages are files under ``ui/views`` — not ``pages/``: a folder of that name beside the main script puts
+Streamlit into its old multipage mode, where a deep link runs the page without this script. This script
+only sets the page up, names the pages and shows which database is open (password hidden) and whether
+the dashboard may start studies.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import data
+from ui.settings import settings
+
+st.set_page_config(page_title="deploy-advisor", page_icon=":material/insights:", layout="wide")
+
+s = settings()
+nav = st.navigation([
+    st.Page("views/studies.py", title="Studies", icon=":material/table_rows:", default=True),
+    st.Page("views/study.py", title="Study", icon=":material/insights:"),
+    st.Page("views/trial.py", title="Trial", icon=":material/deployed_code:"),
+    st.Page("views/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("views/new_study.py", title="New study", icon=":material/add_circle:"),
+])
+with st.sidebar:
+    st.caption(f"Storage: `{s.storage_for_display}`")
+    st.caption("Read-only" if not s.allow_new_studies else "May start studies (--allow-new-studies)")
+    if st.button("Refresh", icon=":material/refresh:", key="refresh"):
+        data.clear()
+nav.run()

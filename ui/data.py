@@ -1,0 +1,402 @@
+"""Every read the dashboard makes, through ``db``'s query functions only (never SQL), cached.
+
+Reads are keyed by storage URL + study + a *stamp* — the study's trial counts per state — so a new trial
+invalidates the cached tables at once while an idle study costs one small query per rerun. The heavy
+tables come back as pandas DataFrames (cheap for ``st.cache_data`` to copy); one trial comes back as the
+``db.Trial`` dataclass.
+
+A SQLite file that does not exist is reported as "no database yet" and is not created: opening it with
+``db.connect`` would write an empty schema, and a dashboard only looks.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import streamlit as st
+
+import db
+from advisor import api
+from advisor.errors import BadInput
+from advisor.job import TuningJob, job_from_dict
+from advisor.study import redact_url, storage_for
+from db import queries
+
+#: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
+TTL_S = 300
+#: Seconds the per-study summary (which carries the stamp) may be reused.
+STAMP_TTL_S = 2
+#: Fewer measured trials than this and parameter importance says so instead of guessing.
+MIN_IMPORTANCE_TRIALS = 4
+#: The columns of a load level that the study page's tables and plots use, in display order.
+LEVEL_METRICS = [
+    "throughput_per_gpu", "output_throughput_per_gpu", "request_throughput",
+    "p50_tokens_per_s_per_user", "p90_tokens_per_s_per_user", "p99_tokens_per_s_per_user",
+    "p50_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+    "p90_itl_ms", "p90_e2el_ms", "dp_imbalance", "eplb_balancedness", "prefix_cache_hit_rate",
+    "kv_transfer_tokens", "preemptions", "completed", "failed", "num_requests", "duration_s",
+]
+
+Stamp = tuple[tuple[str, int], ...]
+
+
+class Unavailable(Exception):
+    """The database cannot be read; the message is one line, password hidden."""
+
+
+@dataclass(frozen=True)
+class SLOLine:
+    metric: str
+    op: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """One study's header: what was asked (from its stored job) and how far it got."""
+
+    name: str
+    description: str
+    model: str
+    cluster: str
+    workload: str
+    executor: str
+    objective_mode: str
+    x_metric: str
+    y_metric: str
+    objectives: list[str]
+    slos: list[SLOLine]
+    budget: int
+    counts: dict[str, int]
+    best: float | None
+    best_objective: str | None
+    best_trial: int | None
+    optuna_study_name: str | None
+    engine_version: str | None
+    updated_at: Any
+    job_problem: str | None = None
+    stamp: Stamp = field(default_factory=tuple)
+
+    @property
+    def trials(self) -> int:
+        return sum(self.counts.values())
+
+    def count(self, state: str) -> int:
+        return self.counts.get(state, 0)
+
+    #: Trials that ran (complete or failed), repeats of an earlier configuration left out: what the budget counts.
+    executed: int = 0
+
+    @property
+    def finished(self) -> int:
+        return self.executed
+
+    @property
+    def state(self) -> str:
+        if self.count("running"):
+            return "running"
+        return "finished" if self.finished >= self.budget else "stopped"
+
+
+# ---------------------------------------------------------------------------------------------- opening
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (``None`` for other backends and in-memory databases)."""
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        return Path(url[len("sqlite:///"):].split("?", 1)[0])
+    return None
+
+
+def exists(url: str) -> bool:
+    """False only for a SQLite file that is not there yet (a server database is asked, not guessed)."""
+    path = sqlite_file(url)
+    return path is None or path.exists()
+
+
+@st.cache_resource(show_spinner=False)
+def _connect(url: str) -> db.Database:
+    return db.connect(url)
+
+
+def database(url: str) -> db.Database:
+    """The open database (one engine per URL for the server's life); ``Unavailable`` in one line."""
+    if not exists(url):
+        raise Unavailable(f"no database at {sqlite_file(url)} yet")
+    try:
+        return _connect(url)
+    except db.DatabaseUnavailable as e:
+        raise Unavailable(f"cannot open {redact_url(url)}: {e}") from None
+
+
+def clear() -> None:
+    """Forget every cached read (the Refresh button)."""
+    st.cache_data.clear()
+
+
+# ---------------------------------------------------------------------------------------------- studies
+
+
+def _describe_job(doc: dict[str, Any]) -> dict[str, Any]:
+    """The job's headline facts; a job that no longer validates is shown from its raw document."""
+    out: dict[str, Any] = {"problem": None}
+    job: TuningJob | None = None
+    try:
+        job = job_from_dict(doc, source="stored job")
+    except BadInput as e:
+        out["problem"] = str(e)
+    if job is not None:
+        wl = job.workload
+        out.update(
+            model=job.model_profile().name, cluster=job.cluster.describe(),
+            workload=f"{wl.dataset.value} ISL {wl.isl.mean} / OSL {wl.osl.mean}, concurrency "
+                     f"{', '.join(map(str, wl.load_levels))}",
+            executor=job.executor.kind.value, mode=job.objective.mode.value, x=job.objective.metric,
+            y=job.objective.pareto_y, slos=[SLOLine(s.metric, s.op, s.value) for s in job.slos],
+            budget=job.budget.trials, description=job.description,
+        )
+    else:
+        obj = doc.get("objective") or {}
+        out.update(
+            model=str((doc.get("model") or {}).get("preset") or (doc.get("model") or {}).get("path") or "?"),
+            cluster=str(doc.get("cluster") or "?"), workload="?",
+            executor=str((doc.get("executor") or {}).get("kind", "?")),
+            mode=str(obj.get("mode", "max_under_slo")), x=str(obj.get("metric", "throughput_per_gpu")),
+            y=str(obj.get("pareto_y", "p90_tokens_per_s_per_user")), slos=[],
+            budget=int((doc.get("budget") or {}).get("trials", 0) or 0), description=str(doc.get("description", "")),
+        )
+    return out
+
+
+def _repeats(url: str, name: str, stamp: Stamp) -> int:
+    """Complete trials that repeated an earlier configuration (recorded without running); from the cached
+    trial table the Study page needs anyway."""
+    df = trials(url, name, stamp)[0]
+    return int(df["repeat_of"].notna().sum()) if not df.empty else 0
+
+
+def _executed(url: str, s: db.Study) -> int:
+    """Complete + failed trials that were run: what the budget counts."""
+    return s.done + s.failed - (_repeats(url, s.name, tuple(sorted(s.counts.items()))) if s.done else 0)
+
+
+def _info(s: db.Study, executed: int) -> StudyInfo:
+    j = _describe_job(s.job)
+    objectives = [j["x"]] if j["mode"] == "max_under_slo" else [j["x"], j["y"]]
+    return StudyInfo(
+        name=s.name, description=s.description or j["description"] or "", model=j["model"], cluster=j["cluster"],
+        workload=j["workload"], executor=s.executor or j["executor"], objective_mode=j["mode"], x_metric=j["x"],
+        y_metric=j["y"], objectives=objectives, slos=j["slos"], budget=j["budget"], counts=dict(s.counts),
+        best=s.best, best_objective=s.best_objective, best_trial=s.best_trial, optuna_study_name=s.optuna_study_name,
+        engine_version=s.engine_version, updated_at=s.updated_at, job_problem=j["problem"],
+        stamp=tuple(sorted(s.counts.items())), executed=executed,
+    )
+
+
+@st.cache_data(ttl=STAMP_TTL_S, show_spinner=False)
+def studies(url: str) -> list[StudyInfo]:
+    """Every study with its job summary and progress (``[]`` for a database not created yet)."""
+    if not exists(url):
+        return []
+    return [_info(s, _executed(url, s)) for s in queries.list_studies(database(url))]
+
+
+@st.cache_data(ttl=STAMP_TTL_S, show_spinner=False)
+def study(url: str, name: str) -> StudyInfo | None:
+    if not exists(url):
+        return None
+    s = queries.get_study(database(url), name)
+    return _info(s, _executed(url, s)) if s is not None else None
+
+
+def studies_frame(infos: list[StudyInfo]) -> pd.DataFrame:
+    """The Studies page's table."""
+    rows = [
+        {
+            "study": i.name, "state": i.state, "model": i.model, "cluster": i.cluster, "executor": i.executor,
+            "objective": i.objective_mode, "SLOs": ", ".join(map(str, i.slos)) or "–",
+            "done": f"{i.finished}/{i.budget}", "complete": i.count("complete"), "failed": i.count("failed"),
+            "invalid": i.count("invalid"), "running": i.count("running"), "interrupted": i.count("interrupted"),
+            "best": i.best, "best objective": i.best_objective, "best trial": i.best_trial, "updated": i.updated_at,
+        }
+        for i in infos
+    ]
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------- one study's tables
+
+
+def _slos(url: str, name: str) -> list[Any]:
+    """The study's SLOs as ``search_spaces.SLO`` objects (their own ``met`` decides), via advisor's API."""
+    try:
+        return list(api.job_of_study(database(url), name).slos)
+    except BadInput:
+        return []
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
+    """Every trial × load level (``queries.measurements``), with ``meets_slo`` and ``pareto`` flags.
+
+    ``pareto`` marks the points of ``queries.pareto_front`` over levels meeting every SLO — the same front
+    ``advisor best`` prints.
+    """
+    database_ = database(url)
+    slos = _slos(url, name)
+    front = {(lv.trial_number, lv.concurrency) for lv in queries.pareto_front(database_, name, x=x, y=y, slos=slos)}
+    rows = []
+    for lv in queries.measurements(database_, name):
+        m = lv.measurement
+        row: dict[str, Any] = {"trial": lv.trial_number, "state": lv.state.value, "config": lv.config_text or "",
+                               "gpus": lv.gpus, "concurrency": m.concurrency}
+        row.update({k: getattr(m, k, None) for k in LEVEL_METRICS})
+        row["meets_slo"] = bool(m.completed > 0 and all(s.met(m) for s in slos))
+        row["pareto"] = (lv.trial_number, m.concurrency) in front
+        rows.append(row)
+    cols = ["trial", "state", "config", "gpus", "concurrency", *LEVEL_METRICS, "meets_slo", "pareto"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _repeat_of(reason: str | None) -> int | None:
+    prefix = "same configuration as trial "
+    if reason and reason.startswith(prefix):
+        digits = reason[len(prefix):].split(";", 1)[0].strip()
+        return int(digits) if digits.isdigit() else None
+    return None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per trial, one row per trial of its Optuna parameters) from ``queries.list_trials``."""
+    rows, params = [], []
+    for t in queries.list_trials(database(url), name):
+        row: dict[str, Any] = {
+            "trial": t.number, "state": t.state.value, "gpus": t.gpus,
+            "deployment": t.config.short() if t.config else (t.config_text or ""),
+            "config": t.config_text or "", "mode": t.config.mode.value if t.config else None,
+        }
+        for k, v in (t.objectives or {}).items():
+            row[k] = v
+        row.update(violation=t.violation, feasible=t.feasible, failure_kind=t.failure_kind, reason=t.reason or "",
+                   repeat_of=_repeat_of(t.reason), deploy_s=t.deploy_s, warmup_s=t.warmup_s, measure_s=t.measure_s,
+                   teardown_s=t.teardown_s, worker=t.worker, started=t.started_at, finished=t.finished_at)
+        rows.append(row)
+        params.append({"trial": t.number, "state": t.state.value, **t.params})
+    return pd.DataFrame(rows), pd.DataFrame(params)
+
+
+def _rule(reason: str | None) -> str | None:
+    """An invalid trial's reason starts with the rule it broke: ``memory-fit: …``."""
+    head = (reason or "").split(":", 1)[0]
+    return head if head and " " not in head else None
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def failures(url: str, name: str, stamp: Stamp) -> pd.DataFrame:
+    rows = [
+        {"trial": f.number, "state": f.state.value, "kind": f.failure_kind or _rule(f.reason), "reason": f.reason or "",
+         "deployment": f.config_text or "", "log tail": f.log_tail or "", "finished": f.finished_at}
+        for f in queries.failures(database(url), name)
+    ]
+    return pd.DataFrame(rows, columns=["trial", "state", "kind", "reason", "deployment", "log tail", "finished"])
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def history(url: str, name: str, stamp: Stamp) -> pd.DataFrame:
+    rows = [{"trial": p.number, "state": p.state.value, "value": p.value, "feasible": p.feasible, "best": p.best}
+            for p in queries.history(database(url), name)]
+    return pd.DataFrame(rows, columns=["trial", "state", "value", "feasible", "best"])
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def trial(url: str, name: str, number: int, stamp: Stamp) -> db.Trial | None:
+    """One trial with its measurements and exports (``queries.get_trial``)."""
+    return queries.get_trial(database(url), name, number)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def running(url: str, name: str, stamp: Stamp) -> pd.DataFrame:
+    rows = [{"trial": t.number, "deployment": t.config.short() if t.config else (t.config_text or ""),
+             "worker": t.worker, "started": t.started_at, "heartbeat": t.heartbeat_at}
+            for t in queries.list_trials(database(url), name, states=["running"])]
+    return pd.DataFrame(rows, columns=["trial", "deployment", "worker", "started", "heartbeat"])
+
+
+# ---------------------------------------------------------------------------------------------- importance
+
+
+@dataclass(frozen=True)
+class Importance:
+    values: dict[str, float]
+    message: str = ""
+    trials_used: int = 0
+
+
+def importance_bucket(complete: int) -> int:
+    """Importance is recomputed when the complete trials grew by a tenth (every trial while there are few):
+    loading every trial from Optuna's storage takes seconds for thousands of trials."""
+    step = max(1, complete // 10)
+    return complete - complete % step
+
+
+@st.cache_data(ttl=TTL_S * 4, show_spinner=False)
+def importance(url: str, optuna_name: str, bucket: int, objective_index: int = 0) -> Importance:
+    """``optuna.importance.get_param_importances`` for the first objective, on the study in the same storage.
+
+    Only trials that were measured (not invalid candidates told the worst value, not repeats) count, so the
+    answer is about what made deployments fast, not about what made them break a rule. ``bucket`` (see
+    ``importance_bucket``) only keys the cache.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            stored = optuna.load_study(study_name=optuna_name, storage=storage_for(url))
+            measured = [t for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+                        if t.user_attrs.get("advisor_executed") and t.user_attrs.get("advisor_state") == "complete"]
+            if len(measured) < MIN_IMPORTANCE_TRIALS:
+                return Importance({}, f"parameter importance needs at least {MIN_IMPORTANCE_TRIALS} measured "
+                                      f"trials; this study has {len(measured)} so far", len(measured))
+            scratch = optuna.create_study(directions=stored.directions)
+            scratch.add_trials(measured)
+            values = optuna.importance.get_param_importances(
+                scratch, target=lambda t: t.values[objective_index])
+    except KeyError:
+        return Importance({}, f"no Optuna study named {optuna_name!r} in this storage")
+    except (BadInput, ValueError, RuntimeError, ZeroDivisionError) as e:
+        return Importance({}, f"parameter importance is not available: {str(e).splitlines()[0]}")
+    return Importance({k: float(v) for k, v in values.items()}, "", len(measured))
+
+
+# ---------------------------------------------------------------------------------------------- table filters
+
+
+def filter_trials(df: pd.DataFrame, *, states: list[str] | None = None, text: str = "", feasible_only: bool = False,
+                  gpus: tuple[int, int] | None = None, sort: str = "trial", descending: bool = False) -> pd.DataFrame:
+    """The Study page's trial table after its filters: states, words in the deployment, SLO-feasible only,
+    a GPU range, then sorted (missing values last)."""
+    out = df
+    if out.empty:
+        return out
+    if states:
+        out = out[out["state"].isin(states)]
+    if text:
+        words = text.lower().split()
+        hay = (out["deployment"].fillna("") + " " + out["config"].fillna("")).str.lower()
+        for w in words:
+            out = out[hay.loc[out.index].str.contains(w, regex=False)]
+    if feasible_only:
+        out = out[(out["state"] == "complete") & out["feasible"]]
+    if gpus is not None and "gpus" in out:
+        out = out[out["gpus"].between(gpus[0], gpus[1])]
+    if sort in out.columns:
+        out = out.sort_values(sort, ascending=not descending, na_position="last", kind="stable")
+    return out

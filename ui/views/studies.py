@@ -1,0 +1,46 @@
+"""Studies: every study in the database with its job, state, trials done/failed/invalid and best so far."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import common, data
+from ui.settings import settings
+
+s = settings()
+st.title("Studies")
+infos = common.load_studies(s)
+
+left, right = st.columns([3, 1])
+text = left.text_input("Filter by name, model or cluster", key="studies_filter", placeholder="e.g. qwen or H200")
+states = right.multiselect("State", ["running", "stopped", "finished"], key="studies_state")
+shown = [i for i in infos
+         if (not text or text.lower() in f"{i.name} {i.model} {i.cluster} {i.description}".lower())
+         and (not states or i.state in states)]
+
+running = sum(1 for i in infos if i.state == "running")
+st.caption(f"{len(infos)} studies in `{s.storage_for_display}`" + (f", {running} running" if running else ""))
+if not shown:
+    st.info("No study matches the filter.")
+    st.stop()
+
+st.dataframe(
+    data.studies_frame(shown), hide_index=True, width="stretch", key="studies_table",
+    column_config={
+        "best": st.column_config.NumberColumn("best", format="%.1f", help="best objective value so far "
+                                              "(complete trials meeting every SLO)"),
+        "updated": st.column_config.DatetimeColumn("updated", format="YYYY-MM-DD HH:mm"),
+    },
+)
+
+st.subheader("Open a study")
+cols = st.columns(3)
+for k, info in enumerate(shown[:60]):
+    with cols[k % 3]:
+        st.page_link(common.STUDY_PAGE, label=f"Open {info.name}", icon=":material/insights:",
+                     query_params={"study": info.name})
+        best = f"best {common.fmt(info.best)} {info.best_objective or ''} (trial {info.best_trial})" \
+            if info.best is not None else "no trial meets the SLOs yet"
+        st.caption(f"{info.state} · {info.finished}/{info.budget} trials · {best}")
+if len(shown) > 60:
+    st.caption(f"… and {len(shown) - 60} more: narrow the filter, or pick one in the Study page's sidebar.")

@@ -1,0 +1,181 @@
+"""Trial: one deployment — its configuration, where it ran, what each load level measured, per-rank
+imbalance, where the time went, the log tail, and its ready-to-run exports."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from advisor import api
+from advisor.errors import BadInput
+from advisor.exports import FORMATS, RENDERERS
+from ui import common, data, plots
+from ui.settings import settings
+
+#: Load-level metrics shown first in the measurements table.
+KEY_METRICS = ["throughput_per_gpu", "p90_tokens_per_s_per_user", "p90_ttft_ms", "p90_tpot_ms", "p90_itl_ms",
+               "p90_e2el_ms", "request_throughput", "completed", "failed", "dp_imbalance", "eplb_balancedness",
+               "prefix_cache_hit_rate", "kv_transfer_tokens", "preemptions", "achieved_concurrency"]
+
+s = settings()
+infos = common.load_studies(s)
+info = common.pick_study(infos)
+url, name = s.storage, info.name
+trials_df, params_df = data.trials(url, name, info.stamp)
+if trials_df.empty:
+    st.title("Trial")
+    st.info(f"Study {name!r} has no trial yet.")
+    st.stop()
+numbers = [int(n) for n in trials_df["trial"].tolist()]
+number = common.pick_trial(numbers, info.best_trial)
+t = data.trial(url, name, number, info.stamp)
+if t is None:
+    st.error(f"Study {name!r} has no trial {number}.")
+    st.stop()
+row = trials_df[trials_df["trial"] == number].iloc[0]
+
+st.title(f"Trial {number} of {name}")
+st.markdown(f"**{t.state.value}** · {t.gpus or '?'} GPUs · {t.config_text or 'no configuration recorded'}")
+nav = st.columns(4)
+with nav[0]:
+    st.page_link(common.STUDY_PAGE, label=f"Back to {name}", icon=":material/arrow_back:", query_params={"study": name})
+k = numbers.index(number)
+if k > 0:
+    with nav[1]:
+        common.trial_link(name, numbers[k - 1], f"Previous: trial {numbers[k - 1]}")
+if k + 1 < len(numbers):
+    with nav[2]:
+        common.trial_link(name, numbers[k + 1], f"Next: trial {numbers[k + 1]}")
+with nav[3]:
+    others = [n for n in ([info.best_trial] if info.best_trial is not None else []) if n != number]
+    st.page_link(common.COMPARE_PAGE, label="Compare with the best" if others else "Compare",
+                 icon=":material/compare_arrows:",
+                 query_params={"study": name, "trials": ",".join(map(str, [number, *others]))})
+
+if pd.notna(row.get("repeat_of")):
+    st.info(f"Same configuration as trial {int(row['repeat_of'])}; its measurements stand (not run again).")
+    common.trial_link(name, int(row["repeat_of"]))
+if t.reason and pd.isna(row.get("repeat_of")):
+    (st.error if t.state.value in ("failed", "interrupted") else st.warning)(
+        f"{t.failure_kind or t.state.value}: {t.reason}")
+
+# ---------------------------------------------------------------------------------------------- configuration
+left, right = st.columns(2)
+with left:
+    st.subheader("Configuration")
+    if t.config is not None:
+        for role in t.config.roles:
+            st.markdown(f"- **{role.role.value}**: {role.describe()}")
+        extras = [f"router policy {t.config.router_policy}"]
+        if t.config.kv_connector:
+            extras.append(f"KV connector {t.config.kv_connector}")
+        if t.config.speculative_mtp_tokens:
+            extras.append(f"MTP {t.config.speculative_mtp_tokens} tokens")
+        st.caption(" · ".join(extras))
+with right:
+    if t.objectives:
+        st.subheader("Objectives")
+        cols = st.columns(len(t.objectives))
+        for col, (k, v) in zip(cols, t.objectives.items(), strict=True):
+            col.metric(plots.label(k), common.fmt(v), help=f"{k}: the best over levels meeting the SLOs")
+    with st.expander("Search parameters (as Optuna proposed them)"):
+        st.json(t.params, expanded=True)
+
+st.subheader("Topology")
+if t.topology:
+    policy = t.config.router_policy if t.config else "?"
+    st.plotly_chart(plots.topology_figure(t.topology, f"router ({policy})"), key="topology_chart", width="stretch")
+else:
+    st.info("Not placed on the cluster: " + ("the candidate broke a validity rule." if t.state.value == "invalid"
+                                             else "no topology was recorded for this trial."))
+
+# ---------------------------------------------------------------------------------------------- measurements
+st.subheader("Measurements per load level")
+levels = list(t.measurements)
+if not levels:
+    st.info("No load level was measured.")
+else:
+    table = pd.DataFrame({f"c={m.concurrency}": {k: common.fmt(getattr(m, k, None)) for k in KEY_METRICS}
+                          for m in levels})
+    c1, c2 = st.columns(2)
+    c1.dataframe(table, width="stretch", key="levels_table")
+    with c2:
+        st.plotly_chart(plots.levels_figure(levels), key="levels_chart", width="stretch")
+    with st.expander("Every metric"):
+        st.dataframe(pd.DataFrame([m.model_dump(exclude={"raw"}) for m in levels]), hide_index=True, width="stretch")
+    st.subheader("Per-rank imbalance")
+    imb = plots.imbalance_figure(levels)
+    if imb is None:
+        st.caption("No per-rank load was measured for this trial.")
+    else:
+        st.plotly_chart(imb, key="imbalance_chart", width="stretch")
+        st.caption("Tokens per DP rank where the executor scraped vLLM's counters; otherwise max/mean load factors "
+                   "(1.0 = even).")
+
+# ---------------------------------------------------------------------------------------------- timings and log
+st.subheader("Timings")
+if t.timings:
+    cols = st.columns(len(t.timings) + 1)
+    for col, (key, value) in zip(cols, t.timings.items(), strict=False):
+        col.metric(key.removesuffix("_s").replace("warmup", "warm-up"), f"{value:,.1f} s")
+    cols[-1].metric("started", t.started_at.strftime("%H:%M:%S"), help=f"{t.started_at:%Y-%m-%d %H:%M:%S %Z}")
+    if sum(t.timings.values()) >= 0.01:  # the simulated executor takes no time: nothing to draw
+        st.plotly_chart(plots.timings_figure(t.timings), key="timings_chart", width="stretch")
+else:
+    st.caption("No phase timings were recorded.")
+if t.log_tail:
+    with st.expander("Log tail", expanded=t.state.value == "failed"):
+        st.code("\n".join(t.log_tail.splitlines()[-200:]), language="text")
+
+
+# ---------------------------------------------------------------------------------------------- exports
+def _target(fmt: str) -> str:
+    """The file (``launch.sh``) or folder (``k8s``) a format writes; a folder downloads as a zip."""
+    spec = RENDERERS.get(fmt)
+    target = getattr(spec, "target", None) or (spec[0] if isinstance(spec, tuple) else fmt)
+    return str(target) if Path(str(target)).suffix else f"{target}.zip"
+
+
+def _zip(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".deploy-advisor")):
+            z.write(f, Path(folder.name) / f.relative_to(folder))
+    return buf.getvalue()
+
+
+def _exporter(fmt: str) -> Callable[[], bytes]:
+    """Runs ``advisor.api.export`` when the button is clicked (not on every render: an export is recorded)."""
+
+    def make() -> bytes:
+        out = Path(s.run_dir) / "exports" / name / f"trial-{number}"
+        try:
+            path = api.export(url, name, fmt=fmt, trial=number, out=out, model=None)[0]
+        except BadInput as e:
+            return f"export failed: {e}\n".encode()
+        return _zip(path) if path.is_dir() else path.read_bytes()
+
+    return make
+
+
+MIME = {".json": "application/json", ".sh": "text/x-shellscript", ".zip": "application/zip"}
+
+st.subheader("Export")
+if t.state.value == "complete" and t.config is not None:
+    cols = st.columns(len(FORMATS))
+    for col, fmt in zip(cols, FORMATS, strict=True):
+        target = _target(fmt)
+        col.download_button(fmt, data=_exporter(fmt), file_name=f"{name}-trial{number}-{target}", help=target,
+                            mime=MIME.get(Path(target).suffix, "text/plain"), key=f"export_{fmt}", on_click="ignore",
+                            icon=":material/download:")
+    st.caption(f"The same files as `advisor export {name} --trial {number} --format FORMAT` (folders come zipped).")
+    if t.exports:
+        st.dataframe(pd.DataFrame([{"format": e.format, "path": e.path, "sha256": e.sha256[:16] + "…",
+                                    "created": e.created_at} for e in t.exports]), hide_index=True, width="stretch")
+else:
+    st.caption(f"Only complete trials can be exported; this one is {t.state.value}.")
