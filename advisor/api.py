@@ -9,7 +9,7 @@ from typing import Any
 
 import db
 from advisor.errors import BadInput
-from advisor.exports import FORMATS, Evidence, evidence_source, write_export
+from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
 from advisor.job import ObjectiveMode, TuningJob, job_from_dict
 from advisor.objectives import objective_names
 from advisor.study import redact_url
@@ -177,7 +177,8 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         database.close()
 
 
-def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None) -> list[Path]:
+def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None,
+           options: ExportOptions | None = None) -> list[Path]:
     formats = FORMATS if fmt == "all" else (fmt,)
     for f in formats:
         if f not in FORMATS:
@@ -205,7 +206,7 @@ def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, mode
                       info.hardware or job.cluster.describe(), list(t.measurements))
         paths = []
         for f in formats:
-            path, sha = write_export(job, cfg, ev, f, out, model)
+            path, sha = write_export(job, cfg, ev, f, out, model, options)
             database.record_export(t.id, f, str(path), sha)
             paths.append(path)
         return paths

@@ -186,14 +186,20 @@ def best(study: str, storage: StorageOpt = None,
 @friendly
 def export(
     study: str,
-    fmt: Annotated[str, typer.Option("--format", help="vllm|json")] = "vllm",
+    fmt: Annotated[str, typer.Option("--format", help="vllm|json|k8s|ray-serve|all")] = "vllm",
     trial: Annotated[int | None, typer.Option(help="Trial number (default: the best).")] = None,
     out: Annotated[Path, typer.Option(help="Folder to write into.")] = Path("export"),
     model: Annotated[str | None, typer.Option(help="Model path or hub id to put in the commands.")] = None,
+    image: Annotated[str, typer.Option(help="Container image (k8s).")] = "vllm/vllm-openai:latest",
+    router_image: Annotated[str | None, typer.Option(help="Image with vllm-router on PATH (k8s).")] = None,
+    hf_token_secret: Annotated[str, typer.Option(help="Kubernetes Secret holding HF_TOKEN (k8s).")] = "hf-token",
     storage: StorageOpt = None,
 ) -> None:
-    """Write the ready-to-run configuration of a trial."""
-    paths = api.export(_storage(storage), study, fmt=fmt, trial=trial, out=out, model=model)
+    """Write the ready-to-run configuration of a trial (launch script, JSON, Kubernetes, Ray Serve)."""
+    from advisor.exports import ExportOptions
+
+    opts = ExportOptions(image=image, router_image=router_image, hf_token_secret=hf_token_secret)
+    paths = api.export(_storage(storage), study, fmt=fmt, trial=trial, out=out, model=model, options=opts)
     for p in paths:
         console.print(f"wrote {p}")
 

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 from advisor.errors import BadInput
 from advisor.executor_factory import platform_for
 from advisor.job import ExecutorKind, TuningJob
-from executors import Endpoint, launch_script, place, serve_args, serve_command
-from executors.render import DEFAULT_DP_RPC_PORT, router_args
+from executors import launch_script, place
+from executors.render import launch_plan
 from search_spaces import DeploymentConfig, Measurement
 
 FORMATS = ("vllm", "json", "k8s", "ray-serve")
@@ -99,25 +99,17 @@ def render_vllm(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str)
 def render_json(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str) -> str:
     topo = place(cfg, job.cluster)
     platform = platform_for(job)
-    pd = cfg.mode.value == "disaggregated"
-    commands, urls = [], {}
-    for k, inst in enumerate(topo.instances):
-        head = Endpoint(host=f"${{NODE{inst.head.node}_IP}}", port=8100 + k, dp_rpc_port=DEFAULT_DP_RPC_PORT + k)
-        urls[inst.name] = head.url
-        for shard in inst.shards:
-            args = serve_args(inst, shard, model=model, platform=platform, head=head, pd=pd,
-                              max_model_len=job.workload.max_model_len,
-                              served_model_name=job.executor.served_model_name)
-            commands.append({"instance": inst.name, "role": inst.role.value, "node": shard.node,
-                             "gpus": list(shard.gpus), "argv": serve_command(platform, args)})
+    plan = launch_plan(topo, model=model, platform=platform, max_model_len=job.workload.max_model_len,
+                       served_model_name=job.executor.served_model_name)
     doc = {
         "description": cfg.describe(),
         "config": cfg.model_dump(mode="json"),
         "topology": topo.to_dict(),
         "model": model,
         "env": platform.env,
-        "commands": commands,
-        "router": [*platform.router_cmd, *router_args(topo, urls, host="127.0.0.1", port=8000, prometheus_port=9000)],
+        "commands": [{"instance": c.instance.name, "role": c.instance.role.value, "node": c.shard.node,
+                      "gpus": list(c.shard.gpus), "env": c.slot_env, "argv": c.argv} for c in plan.commands],
+        "router": plan.router_argv,
         "evidence": ev.as_dict(),
     }
     return json.dumps(doc, indent=2) + "\n"

@@ -7,6 +7,7 @@ placement (data-parallel rank layout, ports, ``--headless``) are written here, o
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ def serve_args(
     max_model_len: int | None = None,
     kv_connector: str | None = None,
     pd: bool = False,
+    mtp_tokens: int = 0,
     extra: list[str] | None = None,
 ) -> list[str]:
     """Arguments after ``vllm serve`` for one node shard of one instance."""
@@ -106,6 +108,9 @@ def serve_args(
     args += dp_flags(inst, shard, head)
     if pd:
         args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, kv_connector)]
+    if mtp_tokens:
+        spec = {"method": "mtp", "num_speculative_tokens": mtp_tokens}
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     args += platform.extra_serve_args
     args += extra or []
     return args
@@ -140,6 +145,66 @@ def _shell_line(argv: list[str]) -> str:
     return re.sub(r"'(\$\{NODE\d+_IP\})'", r'"\1"', shlex.join(argv))
 
 
+@dataclass(frozen=True)
+class ShardCommand:
+    """One process to start: a node shard of an instance, its argv and the GPU slots it may use."""
+
+    instance: Instance
+    shard: NodeShard
+    argv: list[str]
+    slot_env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Every command of a deployment on named hosts — what exports print (executors pick their own ports)."""
+
+    endpoints: dict[str, Endpoint]  # instance name → its head's endpoint
+    commands: list[ShardCommand]
+    router_argv: list[str]
+
+
+def slot_env(platform: Platform, gpus: tuple[int, ...] | list[int]) -> dict[str, str]:
+    """The environment that pins a shard to its GPU slots (CPU cores on the CPU platform)."""
+    if platform.cpu_per_gpu_slot:
+        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, gpus))}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+
+
+def launch_plan(
+    topology: Topology,
+    *,
+    model: str,
+    platform: Platform,
+    node_hosts: list[str] | None = None,
+    base_port: int = 8100,
+    router_port: int = 8000,
+    served_model_name: str | None = None,
+    max_model_len: int | None = None,
+) -> LaunchPlan:
+    """Ports ``base_port + k`` and DP RPC ports ``29550 + k`` for the k-th instance; node addresses are
+    ``${NODEn_IP}`` placeholders unless ``node_hosts`` names them."""
+    cfg = topology.config
+    hosts = node_hosts or [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
+    bind = "0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1"
+    endpoints: dict[str, Endpoint] = {}
+    commands: list[ShardCommand] = []
+    for k, inst in enumerate(topology.instances):
+        head = Endpoint(host=hosts[inst.head.node], port=base_port + k, dp_rpc_port=DEFAULT_DP_RPC_PORT + k,
+                        bind_host=bind)
+        endpoints[inst.name] = head
+        for shard in inst.shards:
+            args = serve_args(inst, shard, model=model, platform=platform, head=head,
+                              served_model_name=served_model_name, max_model_len=max_model_len,
+                              pd=cfg.mode is Mode.DISAGGREGATED, kv_connector=cfg.kv_connector,
+                              mtp_tokens=cfg.speculative_mtp_tokens)
+            commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus)))
+    urls = {name: e.url for name, e in endpoints.items()}
+    router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
+                                                prometheus_port=router_port + 1000)]
+    return LaunchPlan(endpoints, commands, router)
+
+
 def launch_script(
     topology: Topology,
     *,
@@ -154,9 +219,10 @@ def launch_script(
 ) -> str:
     """A bash script with one ``vllm serve`` line per instance and node, then the router line.
 
-    Lines are grouped by node: an operator runs the block of node N on node N. ``node_hosts`` are the
-    nodes' addresses (``$NODE0_IP``… placeholders when not given).
+    Lines are grouped by node: an operator runs the block of node N on node N.
     """
+    plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, base_port=base_port,
+                       router_port=router_port, served_model_name=served_model_name, max_model_len=max_model_len)
     hosts = node_hosts or [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in platform.env.items())
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
@@ -164,28 +230,17 @@ def launch_script(
         lines += [f"# {h}" if h else "#" for h in header.splitlines()]
     if env:
         lines.append(f"export {env}")
-    urls: dict[str, str] = {}
-    pd = topology.config.mode is Mode.DISAGGREGATED
     by_node: dict[int, list[str]] = {}
-    for k, inst in enumerate(topology.instances):
-        head = Endpoint(host=hosts[inst.head.node], port=base_port + k, dp_rpc_port=DEFAULT_DP_RPC_PORT + k,
-                        bind_host="0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1")
-        urls[inst.name] = head.url
-        for shard in inst.shards:
-            args = serve_args(inst, shard, model=model, platform=platform, head=head,
-                              served_model_name=served_model_name, max_model_len=max_model_len, pd=pd)
-            gpus = ",".join(map(str, shard.gpus))
-            slot_env = (f"VLLM_CPU_OMP_THREADS_BIND={'|'.join(map(str, shard.gpus))}" if platform.cpu_per_gpu_slot
-                        else f"CUDA_VISIBLE_DEVICES={gpus}")
-            line = f"{slot_env} {_shell_line(serve_command(platform, args))} > {inst.name}-node{shard.node}.log 2>&1 &"
-            by_node.setdefault(shard.node, []).append(f"# {inst.name}, DP ranks {shard.start_rank}.."
-                                                      f"{shard.start_rank + shard.local_ranks - 1}\n{line}")
+    for c in plan.commands:
+        pin = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.slot_env.items())
+        line = f"{pin} {_shell_line(c.argv)} > {c.instance.name}-node{c.shard.node}.log 2>&1 &"
+        ranks = f"{c.shard.start_rank}..{c.shard.start_rank + c.shard.local_ranks - 1}"
+        by_node.setdefault(c.shard.node, []).append(f"# {c.instance.name}, DP ranks {ranks}\n{line}")
     for node in sorted(by_node):
         lines.append(f"\n# ---- node {node} ({hosts[node]}) ----")
         lines += by_node[node]
-    router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
-                                                prometheus_port=router_port + 1000)]
+    urls = " ".join(e.url for e in plan.endpoints.values())
     lines.append("\n# ---- router (node 0), once every /health answers ----")
-    lines.append("for u in " + " ".join(urls.values()) + "; do until curl -sf $u/health >/dev/null; do sleep 2; done; done")
-    lines.append(_shell_line(router))
+    lines.append(f"for u in {urls}; do until curl -sf $u/health >/dev/null; do sleep 2; done; done")
+    lines.append(_shell_line(plan.router_argv))
     return "\n".join(lines) + "\n"
