@@ -38,6 +38,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
                  "generated_texts", "errors")
 SATURATION = 0.9  # the client is saturated when it sustains less than this share of the target concurrency
+COALESCED_WARN = 0.5  # warn when more than this share of inter-token gaps are bursts (< 0.05 ms)
 
 
 class BenchFailed(RuntimeError):
@@ -264,9 +265,14 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int) -> Mea
     if saturated:
         log.warning("client saturated at concurrency %d: sustained only %.2f requests in flight", concurrency,
                     sustained)
+    coalesced = coalesced_share(data)
+    if coalesced is not None and coalesced > COALESCED_WARN:
+        log.warning("concurrency %d: %.0f %% of tokens reached the client in bursts (a CPU-starved server or "
+                    "router): TPOT, ITL and tokens/s per user describe the delivery, not the decoding",
+                    concurrency, 100 * coalesced)
     raw = summarize_raw(data)
     raw["derived"] = {"sustained_concurrency": sustained, "peak_in_flight": peak, "tpot_requests": len(tpots),
-                      "target_concurrency": target, "coalesced_itl_share": coalesced_share(data)}
+                      "target_concurrency": target, "coalesced_itl_share": coalesced}
 
     def per_gpu(key: str) -> float | None:
         v = _nonneg(data.get(key))

@@ -75,7 +75,9 @@ def _length(rng: random.Random, d: LengthDist) -> int:
     return rng.randint(lo, hi)
 
 
-def _flatten_sessions(sessions: Sequence[Sequence[dict[str, Any]]], group: int, prefix: str = "") -> list[dict[str, Any]]:
+def _flatten_sessions(
+    sessions: Sequence[Sequence[dict[str, Any]]], group: int, prefix: str = ""
+) -> list[dict[str, Any]]:
     """Sessions (lists of turns ``{user, output_tokens, response}``) → custom-dataset lines, group by
     group, turn-major inside a group; each turn's prompt carries the whole conversation so far."""
     lines: list[dict[str, Any]] = []
@@ -129,7 +131,8 @@ def trace_lines(trace_path: str | Path, concurrency: int) -> list[dict[str, Any]
                     user = t.get("prompt", t.get("user"))
                     out = t.get("output_tokens", t.get("output_len"))
                     if user is None or out is None:
-                        raise ValueError(f"{trace_path}:{num}: each turn needs prompt|user and output_len|output_tokens")
+                        raise ValueError(
+                            f"{trace_path}:{num}: each turn needs prompt|user and output_len|output_tokens")
                     sess.append({"user": user, "output_tokens": int(out), "response": t.get("response", "")})
                 sessions.append(sess)
             else:

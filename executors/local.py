@@ -99,8 +99,21 @@ class LevelRunner:
 
 
 def measure_levels(runner: LevelRunner, workload: Workload, *, gpus: int, disaggregated: bool) -> list[Measurement]:
-    """Every load level on the same deployment, in order; the first failure stops the loop."""
+    """Every load level on the same deployment, in order; the first failure stops the loop.
+
+    The ``DeploymentFailed`` it raises carries the levels measured before the failure as ``.measurements``.
+    """
     out: list[Measurement] = []
+    try:
+        _measure_into(out, runner, workload, gpus=gpus, disaggregated=disaggregated)
+    except DeploymentFailed as e:
+        e.measurements = list(out)  # type: ignore[attr-defined]
+        raise
+    return out
+
+
+def _measure_into(out: list[Measurement], runner: LevelRunner, workload: Workload, *, gpus: int,
+                  disaggregated: bool) -> None:
     for c in workload.load_levels:
         runner.check_alive()
         before = {s.name: metrics.scrape(s.url) for s in runner.servers}
@@ -121,7 +134,6 @@ def measure_levels(runner: LevelRunner, workload: Workload, *, gpus: int, disagg
         raw["metrics"] = metrics.per_instance_summary(deltas)
         raw["bench_wall_s"] = wall
         out.append(m.model_copy(update={**stats, "raw": raw}))
-    return out
 
 
 # ------------------------------------------------------------------------------------------ local executor
@@ -312,9 +324,12 @@ class LocalExecutor(Executor):
             args = bench.bench_args(workload, c, base_url=url, model=self.served_model_name,
                                     tokenizer=str(self.model_path), result_dir=str(bdir), result_filename=name,
                                     dataset_path=ds)
-            pg: list[int] = []
+            def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
+                deployment.resources.setdefault("bench_pgids", []).append(pgid)
+                self._save(deployment)
+
             run = bench.run_bench(h.platform, args, result_path=bdir / name, log_path=bdir / f"c{c}.log",
-                                  timeout_s=self.bench_timeout_s, cwd=bdir, on_start=pg.append)
+                                  timeout_s=self.bench_timeout_s, cwd=bdir, on_start=started)
             return run.result, run.wall_s
 
         def marks() -> dict[str, int]:

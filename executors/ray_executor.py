@@ -144,8 +144,6 @@ class _NodeAgent:
 def _bench_task(platform_json: str, workload_json: str, concurrency: int, url: str, model: str, tokenizer: str,
                 out_dir: str, timeout_s: float, agent: Any) -> dict[str, Any]:
     """A Ray task: one ``vllm bench serve`` level, its group registered with ``agent`` while it runs."""
-    import ray
-
     platform = Platform.model_validate_json(platform_json)
     workload = Workload.model_validate_json(workload_json)
     bdir = Path(out_dir)
@@ -158,11 +156,11 @@ def _bench_task(platform_json: str, workload_json: str, concurrency: int, url: s
     try:
         run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"c{concurrency}.log",
                               timeout_s=timeout_s, cwd=bdir,
-                              on_start=lambda pgid: ray.get(agent.register.remote(tag, pgid)))
+                              on_start=lambda pgid: _get(agent.register.remote(tag, pgid)))
     except bench.BenchFailed as e:
         return {"ok": False, "reason": e.reason, "tail": e.tail}
     finally:
-        ray.get(agent.forget.remote(tag))
+        _get(agent.forget.remote(tag))
     return {"ok": True, "result": run.result, "wall_s": run.wall_s}
 
 
@@ -236,11 +234,13 @@ class RayExecutor(Executor):
 
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if self.ray_address:
-                ray.init(address=self.ray_address, **kw)
+            address = self.ray_address or os.environ.get("RAY_ADDRESS")
+            if address:
+                ray.init(address=address, **kw)
             else:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
-                gpus = None if _has_gpus() else topology.cluster.gpus_per_node
+                # no GPUs here (or the CPU build): the cluster's GPU slots become logical GPUs, one core each
+                gpus = topology.cluster.total_gpus if self.platform.cpu_per_gpu_slot or not _has_gpus() else None
                 # address="local": always a new cluster of our own, never a stale ray_current_cluster file's
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=gpus, **kw)
                 self._started_ray = True
@@ -289,7 +289,8 @@ class RayExecutor(Executor):
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
             "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir)})
         pd = topology.config.mode is Mode.DISAGGREGATED
-        multi_node_cluster = topology.cluster.nodes > 1
+        # servers on several nodes, or a cluster we only connected to: bind every interface, address by node IP
+        multi_node_cluster = topology.cluster.nodes > 1 or not self._started_ray
         try:
             # 1. placement groups and one agent per node shard
             for inst in topology.instances:
@@ -312,7 +313,7 @@ class RayExecutor(Executor):
                     ).remote()
                     h.agents.append(agent)
                     h.shards.append(_Shard(inst.name, inst.role.value, k, agent, {}, f"{inst.name}-node{k}"))
-            infos = ray.get([s.agent.info.remote() for s in h.shards])
+            infos = _get([s.agent.info.remote() for s in h.shards])
             for s, info in zip(h.shards, infos, strict=True):
                 s.info = info
                 dep.resources["nodes"][s.proc_name] = {"ip": info["ip"], "gpu_ids": info["gpu_ids"]}
@@ -328,7 +329,7 @@ class RayExecutor(Executor):
             for inst in topology.instances:
                 shards = by_inst[inst.name]
                 head_sh = shards[0]
-                port, rpc = ray.get(head_sh.agent.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
+                port, rpc = _get(head_sh.agent.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
                 host = head_sh.info["ip"] if multi_node_cluster else self.host
                 head = Endpoint(host=host, port=port, dp_rpc_port=rpc if inst.multi_node else DEFAULT_DP_RPC_PORT,
                                 bind_host="0.0.0.0" if multi_node_cluster else self.host)
@@ -341,13 +342,12 @@ class RayExecutor(Executor):
             # 3. router on a service agent (no GPUs), bench tasks pinned to its node
             h.service = self._agent_cls.options(num_cpus=0).remote()
             h.agents.append(h.service)
-            sinfo = ray.get(h.service.info.remote())
-            rport, prom = ray.get(h.service.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
+            sinfo = _get(h.service.info.remote())
+            rport, prom = _get(h.service.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
             rhost = sinfo["ip"] if multi_node_cluster else self.host
             argv = [*platform.router_cmd, *router_args(topology, h.urls, host="0.0.0.0" if multi_node_cluster
                                                        else self.host, port=rport, prometheus_port=prom)]
-            r = ray.get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"),
-                                               str(ddir)))
+            r = _get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
             dep.resources["pgids"].append(r["pgid"])
             dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "pgid": r["pgid"]})
             dep.resources["ports"] += [rport, prom]
@@ -357,7 +357,7 @@ class RayExecutor(Executor):
             router_url = f"http://{rhost}:{rport}"
             t_r = time.monotonic()
             for path in ("/health", "/v1/models"):
-                res = ray.get(h.service.wait_healthy.remote(
+                res = _get(h.service.wait_healthy.remote(
                     "router", router_url, max(1.0, self.router_timeout_s - (time.monotonic() - t_r)), path))
                 if not res["ok"]:
                     kind = FailureKind.START if res["kind"] == "exited" else FailureKind.HEALTH_TIMEOUT
@@ -373,8 +373,6 @@ class RayExecutor(Executor):
 
     def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
                       head: Endpoint, platform: Platform, topology: Topology, pd: bool) -> None:
-        import ray
-
         args = serve_args(inst, node_shard, model=str(self.model_path), platform=platform, head=head,
                           served_model_name=self.served_model_name, max_model_len=self.max_model_len,
                           kv_connector=topology.config.kv_connector, pd=pd, extra=self.extra_serve_args)
@@ -383,22 +381,18 @@ class RayExecutor(Executor):
         if inst.multi_node:
             env["VLLM_HOST_IP"] = sh.info["ip"]
         log_path = str(h.dir / f"{sh.proc_name}.log")
-        r = ray.get(sh.agent.start.remote(sh.proc_name, serve_command(platform, args), env, log_path, str(h.dir),
-                                          unset))
+        r = _get(sh.agent.start.remote(sh.proc_name, serve_command(platform, args), env, log_path, str(h.dir), unset))
         if "shared_storage_path" in platform.kv_connector_extra and pd:
-            ray.get(sh.agent.own_dir.remote(str(h.kv_dir)))
+            _get(sh.agent.own_dir.remote(str(h.kv_dir)))
         dep.resources["pgids"].append(r["pgid"])
         dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "pgid": r["pgid"]})
         dep.resources["log_paths"][sh.proc_name] = r["log_path"]
         self._save(dep)
 
     def _wait_servers(self, h: _RayHandle, heads: dict[str, _Shard], t0: float) -> None:
-        import ray
-
         deadline = t0 + self.health_timeout_s
         for name, sh in heads.items():
-            res = ray.get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name],
-                                                       max(1.0, deadline - time.monotonic())))
+            res = _get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name], max(1.0, deadline - time.monotonic())))
             if not res["ok"]:
                 if res["kind"] == "exited":
                     raise start_failure(sh.proc_name, res.get("returncode"), res["reason"], res["tail"])
@@ -407,14 +401,13 @@ class RayExecutor(Executor):
 
     def _check_shards(self, h: _RayHandle, kind: FailureKind) -> None:
         """Raise ``kind`` when any server process of the deployment has exited."""
-        import ray
 
         agents = {id(s.agent): s.agent for s in h.shards}
-        statuses = dict(zip(agents, ray.get([a.status.remote() for a in agents.values()]), strict=True))
+        statuses = dict(zip(agents, _get([a.status.remote() for a in agents.values()]), strict=True))
         for s in h.shards:
             rc = statuses[id(s.agent)].get(s.proc_name)
             if rc is not None:
-                d = ray.get(s.agent.diagnose.remote(s.proc_name))
+                d = _get(s.agent.diagnose.remote(s.proc_name))
                 reason = d["error"] or f"exited with code {rc}"
                 if kind is FailureKind.START:
                     raise start_failure(s.proc_name, rc, reason, d["tail"])
@@ -422,18 +415,16 @@ class RayExecutor(Executor):
 
     # ---------------------------------------------------------------- measure
     def _check_alive(self, h: _RayHandle) -> None:
-        import ray
-
         self._check_shards(h, FailureKind.CRASH)
         for name, url in h.urls.items():
             what = server_unhealthy(url)
             if what is not None:
                 sh = next(s for s in h.shards if s.instance == name)
-                d = ray.get(sh.agent.diagnose.remote(sh.proc_name))
+                d = _get(sh.agent.diagnose.remote(sh.proc_name))
                 raise DeploymentFailed(FailureKind.CRASH, f"{sh.proc_name} died while serving: {d['error'] or what}",
                                        d["tail"])
-        if h.service is not None and ray.get(h.service.status.remote()).get("router") is not None:
-            d = ray.get(h.service.diagnose.remote("router"))
+        if h.service is not None and _get(h.service.status.remote()).get("router") is not None:
+            d = _get(h.service.diagnose.remote("router"))
             raise DeploymentFailed(FailureKind.CRASH, f"router died: {d['error'] or d['returncode']}", d["tail"])
 
     def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]:
@@ -453,11 +444,12 @@ class RayExecutor(Executor):
                 str(self.model_path), str(bdir), self.bench_timeout_s, h.service)
             h.bench_refs.append(ref)
             try:
-                out = ray.get(ref, timeout=self.bench_timeout_s + 120)
+                out = _get(ref, timeout=self.bench_timeout_s + 120)
             except ray.exceptions.GetTimeoutError:
-                raise bench.BenchFailed(f"the bench task did not return within {self.bench_timeout_s + 120:.0f} s")
+                raise bench.BenchFailed(
+                    f"the bench task did not return within {self.bench_timeout_s + 120:.0f} s") from None
             except ray.exceptions.RayError as e:
-                raise bench.BenchFailed(f"the bench task failed: {str(e).splitlines()[0][:300]}")
+                raise bench.BenchFailed(f"the bench task failed: {str(e).splitlines()[0][:300]}") from None
             finally:
                 h.bench_refs.remove(ref)
             if not out["ok"]:
@@ -467,11 +459,11 @@ class RayExecutor(Executor):
             return out["result"], out["wall_s"]
 
         def marks() -> dict[str, int]:
-            return dict(zip(heads, ray.get([s.agent.log_size.remote(s.proc_name) for s in heads.values()]),
+            return dict(zip(heads, _get([s.agent.log_size.remote(s.proc_name) for s in heads.values()]),
                             strict=True))
 
         def eplb(m: dict[str, int]) -> float | None:
-            vals = ray.get([s.agent.eplb.remote(s.proc_name, m.get(n, 0)) for n, s in heads.items()])
+            vals = _get([s.agent.eplb.remote(s.proc_name, m.get(n, 0)) for n, s in heads.items()])
             vals = [v for v in vals if v is not None]
             return min(vals) if vals else None
 
@@ -527,6 +519,20 @@ class RayExecutor(Executor):
             self._save(deployment)
         except OSError:
             pass
+
+
+def _get(refs: Any, timeout: float | None = None) -> Any:
+    """``ray.get`` in one-second slices, so Ctrl-C reaches the driver at once (a plain ``ray.get`` blocks it)."""
+    import ray
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+        try:
+            return ray.get(refs, timeout=step)
+        except ray.exceptions.GetTimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
 
 
 def _has_gpus() -> bool:

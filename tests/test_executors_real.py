@@ -2,7 +2,7 @@
 
 Each test starts at most two vLLM servers (≈3 GB RSS and ≈25–40 s to start each on 2 cores). After every
 run the process groups the executor recorded must be gone (``os.killpg(pgid, 0)`` → ProcessLookupError).
-Run: ``pytest -m vllm tests/test_executors_real.py`` (about 5 minutes on 2 cores).
+Run: ``pytest -m vllm tests/test_executors_real.py`` (about 4–6 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -16,7 +16,17 @@ import pytest
 from executors import cpu_platform, place
 from executors.base import FailureKind
 from executors.test_model import make_tiny_moe
-from search_spaces import ClusterSpec, DeploymentConfig, LengthDist, Mode, Role, RoleConfig, Workload, model_preset
+from search_spaces import (
+    ClusterSpec,
+    Dataset,
+    DeploymentConfig,
+    LengthDist,
+    Mode,
+    Role,
+    RoleConfig,
+    Workload,
+    model_preset,
+)
 
 CLUSTER = ClusterSpec(gpu="CPU", nodes=1, gpus_per_node=2)
 # the cpu-tiny-moe preset's shape: small ISL/OSL, two load levels
@@ -146,6 +156,33 @@ def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path
     assert "notanumber" in r.log_tail
     assert wall < ex.health_timeout_s
     print(f"\nbroken flag: {r.reason!r} after {wall:.1f} s")
+
+
+@pytest.mark.vllm
+def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_model, tmp_path):
+    # one deployment, two workloads: vLLM's custom dataset fed by executors.datasets (multi-turn sessions whose
+    # context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens, so the
+    # shared parts are longer than one block.
+    ex = _executor("local", tiny_model, tmp_path)
+    agentic = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),
+                       prefix_reuse=0.5, turns=3, load_levels=[2], prompts_per_concurrency=6,
+                       warmups_per_concurrency=0)
+    prefix = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0.25), osl=LengthDist(mean=8),
+                      prefix_reuse=0.75, load_levels=[2], prompts_per_concurrency=4, warmups_per_concurrency=0)
+    dep = ex.deploy(place(AGGREGATED, CLUSTER))
+    try:
+        (a,) = ex.measure(dep, agentic)
+        (p,) = ex.measure(dep, prefix)
+    finally:
+        ex.teardown(dep)
+    assert a.completed == a.num_requests == 12 and a.failed == 0
+    assert p.completed == p.num_requests == 8 and p.failed == 0
+    assert a.prefix_cache_hit_rate and a.prefix_cache_hit_rate > 0
+    assert p.prefix_cache_hit_rate and p.prefix_cache_hit_rate > 0
+    lines = [json.loads(x) for x in open(next((tmp_path / "runs").glob("*/bench/agentic-c2-*.jsonl")))]
+    assert len(lines) == 12 and lines[2]["prompt"].startswith(lines[0]["prompt"])  # turn 2 extends turn 1
+    _assert_gone(dep.resources["pgids"])
+    print(f"\nagentic hit rate {a.prefix_cache_hit_rate:.2f}, prefix hit rate {p.prefix_cache_hit_rate:.2f}")
 
 
 @pytest.mark.vllm
