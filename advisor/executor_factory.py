@@ -65,6 +65,7 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         teardown_timeout_s=t.teardown_s,
         router_timeout_s=t.router_s,
         host=spec.host,
+        extra_serve_args=spec.extra_serve_args,
     )
     if spec.kind is ExecutorKind.LOCAL:
         from executors.local import LocalExecutor

@@ -105,8 +105,7 @@ def role_commands(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: 
     """(leader argv, worker argv or None) of one instance, as ``serve_command`` renders them. The worker argv
     holds ``_START_RANK_MARK`` where its start rank goes."""
     kw = dict(model=model, platform=platform, head=_head(), served_model_name=job.executor.served_model_name,
-              max_model_len=job.workload.max_model_len, kv_connector=cfg.kv_connector,
-              pd=cfg.mode is Mode.DISAGGREGATED)
+              max_model_len=job.workload.max_model_len, cfg=cfg)
     leader = serve_command(platform, serve_args(inst, inst.head, **kw))  # type: ignore[arg-type]
     if not inst.multi_node:
         return leader, None

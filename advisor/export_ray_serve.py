@@ -73,9 +73,9 @@ def engine_kwargs(args: list[str]) -> tuple[str, dict[str, Any]]:
 
 def llm_config(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: str, platform: Platform) -> dict:
     """One role's ``LLMConfig`` (as a dict ``LLMConfig.model_validate`` reads)."""
-    args = serve_args(inst, inst.head, model=model, platform=platform, head=Endpoint(host="127.0.0.1", port=8000),
-                      served_model_name=job.executor.served_model_name, max_model_len=job.workload.max_model_len,
-                      kv_connector=cfg.kv_connector, pd=cfg.mode is Mode.DISAGGREGATED)
+    args = serve_args(inst, inst.head, cfg=cfg, model=model, platform=platform,
+                      head=Endpoint(host="127.0.0.1", port=8000), served_model_name=job.executor.served_model_name,
+                      max_model_len=job.workload.max_model_len)
     source, kwargs = engine_kwargs(args)
     served = kwargs.get("served_model_name")
     out: dict[str, Any] = {

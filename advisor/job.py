@@ -133,7 +133,8 @@ class ExecutorSpec(BaseModel):
     run_dir: str = "runs"
     perf_params: str | None = Field(None, description="A calibrated performance-model JSON (simulated executor).")
     timeouts: Timeouts = Timeouts()
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", description="Where servers bind; 127.0.0.1 unless the job says otherwise.")
+    extra_serve_args: list[str] = Field(default_factory=list, description="Appended to every `vllm serve`.")
 
 
 class TuningJob(BaseModel):

@@ -7,6 +7,7 @@ a failure is a recorded state, not an exception.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -59,12 +60,14 @@ class TuneSummary:
     reports: list[TrialReport] = field(default_factory=list)
 
 
-def _grid_points(job: TuningJob) -> Iterator[dict[str, Any]]:
-    """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline)."""
+def _grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]:
+    """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline), minus those the study
+    already holds — so a continued grid study picks up where it stopped."""
     model, wl = job.model_profile(), job.workload
     pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
     random.Random(job.sampler.seed).shuffle(pts)
-    yield from pts
+    done = {json.dumps(t.params, sort_keys=True, default=str) for t in study.get_trials(deepcopy=False)}
+    yield from (p for p in pts if json.dumps(p, sort_keys=True, default=str) not in done)
 
 
 class _Heartbeat:
@@ -142,7 +145,7 @@ def _loop(
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
     }
-    grid = _grid_points(job) if job.sampler.kind is SamplerKind.GRID else None
+    grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     started = time.monotonic()
     executed = _executed(study)
     asks, max_asks = 0, 50 * budget

@@ -117,7 +117,9 @@ class Executor(ABC):
         except DeploymentFailed as e:
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
             res = deployment.resources if deployment else {}
-            return RunResult([], timings, e.kind, e.reason, e.log_tail, res)
+            # levels measured before the failure stand (a crash at the third level keeps the first two)
+            kept = list(getattr(e, "measurements", []) or [])
+            return RunResult(kept, timings, e.kind, e.reason, e.log_tail, res)
         except KeyboardInterrupt:
             raise
         finally:

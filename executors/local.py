@@ -31,7 +31,7 @@ from typing import Any
 from executors import bench, metrics, procs
 from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
 from executors.platform import Platform
-from executors.render import Endpoint, router_args, serve_args, serve_command
+from executors.render import Endpoint, router_args, serve_args, serve_command, slot_env
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
 
@@ -54,13 +54,6 @@ def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> 
     text = f"{reason}\n{tail}".lower()
     kind = FailureKind.OOM if returncode == -9 or any(m in text for m in _OOM_MARKS) else FailureKind.START
     return DeploymentFailed(kind, f"{name}: {reason}", tail)
-
-
-def slot_env(platform: Platform, gpus: Sequence[int]) -> dict[str, str]:
-    """Which cores (CPU build: one per GPU slot, ``|`` between ranks) or GPUs a node shard may use."""
-    if platform.cpu_per_gpu_slot:
-        return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, gpus))}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
 
 
 def deployment_platform(platform: Platform, kv_dir: Path) -> Platform:
@@ -224,10 +217,9 @@ class LocalExecutor(Executor):
     def instance_command(self, inst: Instance, shard: NodeShard, port: int, platform: Platform,
                          topology: Topology) -> list[str]:
         head = Endpoint(host=self.host, port=port, bind_host=self.host)
-        args = serve_args(inst, shard, model=str(self.model_path), platform=platform, head=head,
-                          served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          kv_connector=topology.config.kv_connector,
-                          pd=topology.config.mode is Mode.DISAGGREGATED, extra=self.extra_serve_args)
+        args = serve_args(inst, shard, cfg=topology.config, model=str(self.model_path), platform=platform,
+                          head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
+                          extra=self.extra_serve_args)
         return serve_command(platform, args)
 
     # ---------------------------------------------------------------- deploy

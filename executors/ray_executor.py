@@ -373,9 +373,9 @@ class RayExecutor(Executor):
 
     def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
                       head: Endpoint, platform: Platform, topology: Topology, pd: bool) -> None:
-        args = serve_args(inst, node_shard, model=str(self.model_path), platform=platform, head=head,
-                          served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          kv_connector=topology.config.kv_connector, pd=pd, extra=self.extra_serve_args)
+        args = serve_args(inst, node_shard, cfg=topology.config, model=str(self.model_path), platform=platform,
+                          head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
+                          extra=self.extra_serve_args)
         env, unset = self._slot_env(platform, sh.info)
         env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(h.dir / "cache" / sh.proc_name)}
         if inst.multi_node:

@@ -16,7 +16,7 @@ from typing import Any
 
 from executors.platform import Platform
 from executors.topology import Instance, NodeShard, Topology
-from search_spaces import Mode, Role, RoleConfig
+from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 
 #: Fields rendered only when they differ from the declared default (vLLM's own default is the same).
 _ONLY_WHEN_SET = {"tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "enable_dbo"}
@@ -86,17 +86,15 @@ def serve_args(
     inst: Instance,
     shard: NodeShard,
     *,
+    cfg: DeploymentConfig,
     model: str,
     platform: Platform,
     head: Endpoint,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
-    kv_connector: str | None = None,
-    pd: bool = False,
-    mtp_tokens: int = 0,
     extra: list[str] | None = None,
 ) -> list[str]:
-    """Arguments after ``vllm serve`` for one node shard of one instance."""
+    """Arguments after ``vllm serve`` for one node shard of one instance of ``cfg``."""
     args = [model]
     if shard.is_head:
         args += ["--host", head.bind_host, "--port", str(head.port)]
@@ -106,10 +104,10 @@ def serve_args(
         args += ["--max-model-len", str(max_model_len)]
     args += role_flags(inst.config)
     args += dp_flags(inst, shard, head)
-    if pd:
-        args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, kv_connector)]
-    if mtp_tokens:
-        spec = {"method": "mtp", "num_speculative_tokens": mtp_tokens}
+    if cfg.mode is Mode.DISAGGREGATED:
+        args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, cfg.kv_connector)]
+    if cfg.speculative_mtp_tokens:
+        spec = {"method": "mtp", "num_speculative_tokens": cfg.speculative_mtp_tokens}
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     args += platform.extra_serve_args
     args += extra or []
@@ -194,10 +192,8 @@ def launch_plan(
                         bind_host=bind)
         endpoints[inst.name] = head
         for shard in inst.shards:
-            args = serve_args(inst, shard, model=model, platform=platform, head=head,
-                              served_model_name=served_model_name, max_model_len=max_model_len,
-                              pd=cfg.mode is Mode.DISAGGREGATED, kv_connector=cfg.kv_connector,
-                              mtp_tokens=cfg.speculative_mtp_tokens)
+            args = serve_args(inst, shard, cfg=cfg, model=model, platform=platform, head=head,
+                              served_model_name=served_model_name, max_model_len=max_model_len)
             commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus)))
     urls = {name: e.url for name, e in endpoints.items()}
     router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,

@@ -297,9 +297,8 @@ def test_serve_args_parse_with_vllms_own_parser(name: str, platform_name: str) -
         for k, inst in enumerate(topo.instances):
             head = Endpoint(host=hosts[inst.head.node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
             for i, shard in enumerate(inst.shards):
-                args = serve_args(inst, shard, model=MODEL, platform=platform, head=head,
-                                  served_model_name=SERVED_NAME, max_model_len=pre.max_model_len,
-                                  kv_connector=cfg.kv_connector, pd=pd)
+                args = serve_args(inst, shard, cfg=cfg, model=MODEL, platform=platform, head=head,
+                                  served_model_name=SERVED_NAME, max_model_len=pre.max_model_len)
                 context = f"{name}/{platform_name}: {inst.name} of [{cfg.describe()}] on node {shard.node}"
                 ns = parse_serve(args, context)
                 assert_means(ns, args, cfg=cfg, inst=inst, shard_index=i, head=head, platform=platform,
