@@ -93,6 +93,18 @@ def query(url: str, name: str, args: list[str]) -> tuple[list[str], list[list[An
         database.close()
 
 
+def cleanup(url: str, study: str, *, stale_after_s: float, ray_address: str | None) -> list[tuple[int, list[str]]]:
+    """``advisor cleanup``: close the study's trials whose tuner died, stopping what they left running."""
+    from advisor.tune import close_interrupted
+
+    database = _open(url)
+    try:
+        job_of_study(database, study)  # the one-line error for an unknown study
+        return close_interrupted(database, study, stale_after_s=stale_after_s, ray_address=ray_address)
+    finally:
+        database.close()
+
+
 def studies_table(url: str) -> tuple[list[str], list[list[Any]]]:
     """The compact view `advisor studies` prints (the named query `studies` has every column)."""
     database = _open(url)

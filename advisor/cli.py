@@ -206,6 +206,25 @@ def export(
 
 @app.command()
 @friendly
+def cleanup(
+    study: str,
+    storage: StorageOpt = None,
+    stale_after: Annotated[float, typer.Option(min=0, help="Seconds without a heartbeat that make a trial stale.")]
+    = 60.0,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster holding the trials' placement groups.")]
+    = None,
+) -> None:
+    """Close trials whose tuner died and stop what they left running (process groups, KV files, placement
+    groups). `advisor tune` does the same when it resumes a study."""
+    closed = api.cleanup(_storage(storage), study, stale_after_s=stale_after, ray_address=ray_address)
+    if not closed:
+        console.print(f"study {study!r}: no running trial without a live tuner")
+    for number, actions in closed:
+        console.print(f"trial {number}: interrupted; " + ("; ".join(actions) if actions else "nothing left running"))
+
+
+@app.command()
+@friendly
 def query(
     name: Annotated[str, typer.Argument(help="A named query (`advisor query list` shows them).")],
     args: Annotated[list[str] | None, typer.Argument(help="VALUE or KEY=VALUE arguments.")] = None,

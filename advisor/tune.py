@@ -13,6 +13,7 @@ import random
 import socket
 import threading
 import time
+from datetime import UTC, datetime
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import INFEASIBLE, Outcome, score, worst
 from advisor.study import open_study, redact_url
 from executors import Executor, RunResult, place
+from executors.cleanup import cleanup_resources
 from search_spaces import DeploymentConfig, TrialState, check
 
 CONFIG_KEY_ATTR = "advisor_config_key"
@@ -119,7 +121,7 @@ def tune(
             name, job.to_document(), description=job.description, executor=executor.kind,
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
-        summary.interrupted_found = _close_stale(database, study, name)
+        summary.interrupted_found = _close_stale(database, study, name, ray_address or job.executor.ray_address)
         try:
             _loop(job, study, database, executor, name, budget, summary, on_trial)
         finally:
@@ -254,18 +256,49 @@ def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig, outco
     study.tell(trial, outcome.values)
 
 
-def _close_stale(database: db.Database, study: optuna.Study, name: str) -> int:
-    """Trials left RUNNING by a tuner that died: mark them interrupted here and FAIL in Optuna."""
-    n = 0
-    for row in database.stale_trials(name, STALE_AFTER_S):
-        database.mark_interrupted(row.id, "the tuner running this trial stopped (no heartbeat)")
-        n += 1
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    live = {r.number for r in database.running_trials(name)}
-    for t in running:
-        if t.number not in live:
+def _worker_dead(worker: str | None) -> bool:
+    """A worker on this host whose process is gone (``host:pid``); other hosts are judged by heartbeat."""
+    host, _, pid = (worker or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid) == os.getpid()  # a record of our own pid is from a previous life of this pid
+
+
+def close_interrupted(database: db.Database, name: str, *, stale_after_s: float = STALE_AFTER_S,
+                      ray_address: str | None = None) -> list[tuple[int, list[str]]]:
+    """Trials left RUNNING by a tuner that died (dead local pid, or no heartbeat for ``stale_after_s``):
+    clean up what their resources record names, then mark them interrupted. Returns (trial, actions)."""
+    stale = {t.id: t for t in database.stale_trials(name, stale_after_s)}
+    stale |= {t.id: t for t in database.running_trials(name) if _worker_dead(t.worker)}
+    out = []
+    for t in sorted(stale.values(), key=lambda t: t.number):
+        actions = cleanup_resources(t.resources or {}, ray_address=ray_address)
+        why = "the tuner running this trial stopped (" + ("its process is gone" if _worker_dead(t.worker)
+                                                           else f"no heartbeat for {stale_after_s:g} s") + ")"
+        database.mark_interrupted(t.id, why + (": " + "; ".join(actions) if actions else ""))
+        out.append((t.number, actions))
+    return out
+
+
+def _close_stale(database: db.Database, study: optuna.Study, name: str, ray_address: str | None) -> int:
+    """Close interrupted trials here and tell Optuna they failed, so the numbers and budget stay right."""
+    closed = {n for n, _ in close_interrupted(database, name, ray_address=ray_address)}
+    now = datetime.now(UTC)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        # asked but never recorded by a tuner that died at once: only once it is old (another worker's trial
+        # sits in this state for the milliseconds between ask and start_trial)
+        started = t.datetime_start.astimezone(UTC) if t.datetime_start else None  # Optuna: naive local time
+        orphan = started is not None and (now - started).total_seconds() > STALE_AFTER_S and \
+            db.queries.get_trial(database, name, t.number) is None
+        if t.number in closed or orphan:
             study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-    return n
+    return len(closed)
 
 
 def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: TrialReport) -> None:

@@ -12,10 +12,12 @@ cannot stop a study. Every executor (simulated, local, ray) passes the same conf
 
 from __future__ import annotations
 
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from enum import StrEnum
 from typing import Any
 
@@ -85,6 +87,20 @@ class Executor(ABC):
 
     kind: str = "abstract"
     engine_version: str = "unknown"
+    #: Set by ``evaluate`` for one trial: told the resources each time a process or reservation is added.
+    _listener: Callable[[dict[str, Any]], None] | None = None
+
+    def _save(self, dep: Deployment) -> None:
+        """Record what now runs, as it starts — beside the logs and with the tuner (which stores it in the
+        database), so a tuner killed in the middle of ``deploy`` still leaves a record to clean up from."""
+        run_dir = dep.resources.get("run_dir")
+        if run_dir:
+            path = Path(run_dir) / "resources.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(dep.resources, indent=2, default=str))
+            tmp.replace(path)
+        if self._listener is not None:
+            self._listener(json.loads(json.dumps(dep.resources, default=str)))
 
     @abstractmethod
     def deploy(self, topology: Topology) -> Deployment: ...
@@ -104,10 +120,11 @@ class Executor(ABC):
         workload: Workload,
         on_started: Callable[[dict[str, Any]], None] | None = None,
     ) -> RunResult:
-        """Deploy, measure, tear down. ``on_started`` receives the resources as soon as they exist, so a
-        tuner can record them before anything can crash (crash-safe cleanup)."""
+        """Deploy, measure, tear down. ``on_started`` receives the resources each time they grow (every
+        process, port and reservation as it starts) and once more after teardown."""
         deployment: Deployment | None = None
         t0 = time.monotonic()
+        self._listener = on_started
         try:
             deployment = self.deploy(topology)
             if on_started is not None:
@@ -129,3 +146,6 @@ class Executor(ABC):
                     self.teardown(deployment)
                 finally:
                     deployment.timings.teardown_s = time.monotonic() - t1
+                    if on_started is not None:  # the final record says what teardown stopped
+                        on_started(json.loads(json.dumps(deployment.resources, default=str)))
+            self._listener = None

@@ -188,13 +188,6 @@ class LocalExecutor(Executor):
         self._used_ports.add(p)
         return p
 
-    @staticmethod
-    def _save(dep: Deployment) -> None:
-        path = Path(dep.resources["run_dir"]) / "resources.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dep.resources, indent=2, default=str))
-        tmp.replace(path)
-
     def _record(self, dep: Deployment, name: str, proc: procs.ManagedProcess, port: int) -> None:
         r = dep.resources
         r["pgids"].append(proc.pgid)

@@ -25,6 +25,22 @@ SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("vllm", "psm_", "sem.mp-", "torch_")
 
 
+OWNER_ENV = "DEPLOY_ADVISOR_LOG"
+
+
+def owner_mark(pid: int) -> str | None:
+    """The ``DEPLOY_ADVISOR_LOG`` a live process was started with (None: gone, not ours, or unreadable)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = f"{OWNER_ENV}=".encode()
+    for item in env:
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
 class ProcessExited(RuntimeError):
     """The process died before it became healthy."""
 
@@ -88,6 +104,9 @@ def start(
     full_env = dict(os.environ) if inherit_env else {}
     full_env.update(env or {})
     full_env.setdefault("PYTHONUNBUFFERED", "1")
+    # Our mark on the process: cleanup after a crashed tuner stops a recorded group only if its leader carries
+    # the log path that was recorded with it — never a stranger that reused the id.
+    full_env[OWNER_ENV] = str(log.resolve())
     with open(log, "ab") as fh:
         fh.write(f"# {name}: {' '.join(argv)}\n".encode())
         fh.flush()

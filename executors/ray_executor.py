@@ -258,13 +258,6 @@ class RayExecutor(Executor):
         self._agent_cls = self._bench_fn = None
 
     # ---------------------------------------------------------------- helpers
-    @staticmethod
-    def _save(dep: Deployment) -> None:
-        path = Path(dep.resources["run_dir"]) / "resources.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dep.resources, indent=2, default=str))
-        tmp.replace(path)
-
     def _slot_env(self, platform: Platform, info: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
         """(env, names to unset) for a server on the slots Ray gave its agent."""
         if not platform.cpu_per_gpu_slot:
@@ -287,7 +280,9 @@ class RayExecutor(Executor):
         h = _RayHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, handle=h, resources={
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
-            "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir)})
+            "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir),
+            # where the placement groups live, for cleanup after a crash (a private local cluster: none)
+            "ray_address": None if self._started_ray else (self.ray_address or os.environ.get("RAY_ADDRESS"))})
         pd = topology.config.mode is Mode.DISAGGREGATED
         # servers on several nodes, or a cluster we only connected to: bind every interface, address by node IP
         multi_node_cluster = topology.cluster.nodes > 1 or not self._started_ray

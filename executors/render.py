@@ -169,6 +169,13 @@ def slot_env(platform: Platform, gpus: tuple[int, ...] | list[int]) -> dict[str,
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
 
 
+def node_placeholders(topology: Topology) -> list[str]:
+    """Node addresses to fill in: ``${NODEn_IP}`` per node, or loopback when the cluster is one node."""
+    if topology.cluster.nodes == 1:
+        return ["127.0.0.1"]
+    return [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
+
+
 def launch_plan(
     topology: Topology,
     *,
@@ -183,7 +190,7 @@ def launch_plan(
     """Ports ``base_port + k`` and DP RPC ports ``29550 + k`` for the k-th instance; node addresses are
     ``${NODEn_IP}`` placeholders unless ``node_hosts`` names them."""
     cfg = topology.config
-    hosts = node_hosts or [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
+    hosts = node_hosts or node_placeholders(topology)
     bind = "0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1"
     endpoints: dict[str, Endpoint] = {}
     commands: list[ShardCommand] = []
@@ -219,11 +226,12 @@ def launch_script(
     """
     plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, base_port=base_port,
                        router_port=router_port, served_model_name=served_model_name, max_model_len=max_model_len)
-    hosts = node_hosts or [f"${{NODE{n}_IP}}" for n in range(topology.cluster.nodes)]
+    hosts = node_hosts or node_placeholders(topology)
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in platform.env.items())
     lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
     if header:
         lines += [f"# {h}" if h else "#" for h in header.splitlines()]
+    lines += [f': "{h[:-1]}:?set it to node {n}\'s address}}"' for n, h in enumerate(hosts) if h.startswith("${")]
     if env:
         lines.append(f"export {env}")
     by_node: dict[int, list[str]] = {}
