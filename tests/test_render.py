@@ -346,8 +346,7 @@ def test_multi_node_dp_layout(name: str) -> None:
             assert all(s.gpus == tuple(range(per_node)) for s in shards), f"{context}: not whole nodes"
             head = Endpoint(host=hosts[shards[0].node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
             for i, (shard, want) in enumerate(zip(shards, layout, strict=True)):
-                args = serve_args(inst, shard, model=MODEL, platform=gpu_platform(), head=head,
-                                  pd=cfg.mode is Mode.DISAGGREGATED)
+                args = serve_args(inst, shard, cfg=cfg, model=MODEL, platform=gpu_platform(), head=head)
                 ns = parse_serve(args, context)
                 got = (ns.data_parallel_size, ns.data_parallel_size_local, ns.data_parallel_start_rank or 0,
                        ns.headless, ns.data_parallel_address, ns.data_parallel_rpc_port)
