@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 from advisor.errors import BadInput
@@ -39,6 +40,20 @@ def model_path_for(job: TuningJob) -> Path:
     )
 
 
+def _check_ray_address(address: str | None) -> None:
+    """Fail before the study starts when a named Ray cluster does not answer (not at the first trial)."""
+    if not address or address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise BadInput(f"--ray-address: {address!r} is not HOST:PORT (the Ray head's GCS address, e.g. 127.0.0.1:6379)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise BadInput(f"--ray-address: no Ray head answers at {address} ({e.strerror or e})") from None
+
+
 def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor:
     spec = job.executor
     if spec.kind is ExecutorKind.SIMULATED:
@@ -53,6 +68,8 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
             except (OSError, ValueError) as e:
                 raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
         return SimulatedExecutor(job.model_profile(), params)
+    if spec.kind is ExecutorKind.RAY:
+        _check_ray_address(ray_address or spec.ray_address)
     model_path = model_path_for(job)
     t = spec.timeouts
     common = dict(

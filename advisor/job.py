@@ -183,8 +183,13 @@ class TuningJob(BaseModel):
         return path if path.is_absolute() or not self._base_dir else Path(self._base_dir) / path
 
     def to_document(self) -> dict[str, Any]:
-        """The job as stored in the database (JSON-safe; no secrets live in a job)."""
-        return self.model_dump(mode="json")
+        """The job as stored in the database and shown by the dashboard: JSON-safe, and the storage URL
+        without its password (passwords come from the environment or the URL, never into the results)."""
+        from advisor.study import redact_url
+
+        doc = self.model_dump(mode="json")
+        doc["storage"] = redact_url(doc["storage"])
+        return doc
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -108,28 +108,28 @@ def tune(
     url = storage or job.storage
     name = study_name or job.name
     budget = trials or job.budget.trials
+    own_executor = executor is None
+    executor = executor or make_executor(job, ray_address=ray_address)  # bad executor input: before any write
     try:
         database = db.connect(url)
     except db.DatabaseUnavailable as e:
+        if own_executor:
+            executor.close()
         raise BadInput(f"storage: {e}") from None
     try:
         study = open_study(job, url, name)
         summary = TuneSummary(study=name, storage=redact_url(url))
-        own_executor = executor is None
-        executor = executor or make_executor(job, ray_address=ray_address)
         database.upsert_study(
             name, job.to_document(), description=job.description, executor=executor.kind,
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
         summary.interrupted_found = _close_stale(database, study, name, ray_address or job.executor.ray_address)
-        try:
-            _loop(job, study, database, executor, name, budget, summary, on_trial)
-        finally:
-            if own_executor:
-                executor.close()
+        _loop(job, study, database, executor, name, budget, summary, on_trial)
         return summary
     finally:
         database.close()
+        if own_executor:
+            executor.close()
 
 
 def _executed(study: optuna.Study) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ class FailureKind(StrEnum):
     CRASH = "crash"  # died while serving
     BENCHMARK = "benchmark"  # the load generator failed or timed out
     PLATFORM = "platform"  # the executor cannot run this candidate here (e.g. EPLB on CPU)
+    INTERNAL = "internal"  # the executor itself raised: a bug or an environment problem, kept with its trace
     INTERRUPTED = "interrupted"  # Ctrl-C or a killed tuner
 
 
@@ -139,6 +141,11 @@ class Executor(ABC):
             return RunResult(kept, timings, e.kind, e.reason, e.log_tail, res)
         except KeyboardInterrupt:
             raise
+        except Exception as e:  # noqa: BLE001 — as Optuna does: an error in one trial is that trial's FAIL
+            timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
+            res = deployment.resources if deployment else {}
+            trace = "".join(traceback.format_exception(e))[-4000:]
+            return RunResult([], timings, FailureKind.INTERNAL, f"{type(e).__name__}: {e}", trace, res)
         finally:
             if deployment is not None:
                 t1 = time.monotonic()

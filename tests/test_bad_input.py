@@ -35,6 +35,7 @@ EXPECT = {
     "range_ratio_too_big.yaml": ["workload.isl.range_ratio"],
     "bad_all2all.yaml": ["space.decode.all2all_backends", "carrier_pigeon"],
     "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
+    "real_executor_without_weights.yaml": ["model.preset", "model.path"],
 }
 
 
@@ -58,12 +59,23 @@ def test_corpus_is_complete() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECT))
 @pytest.mark.parametrize("command", ["validate", "tune"])
 def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
+    if command == "validate" and name == "real_executor_without_weights.yaml":
+        pytest.skip("a valid job: only running it needs weights")
     db = tmp_path / "study.db"
     args = [command, str(BAD / name)] + (["--storage", f"sqlite:///{db}"] if command == "tune" else [])
     line = _one_line(advisor(*args, cwd=tmp_path))
     for word in EXPECT[name]:
         assert word in line, f"{word!r} not in {line!r}"
     assert not db.exists(), "a bad job wrote to the database"
+
+
+def test_unreachable_ray_writes_nothing(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: ok\npreset: cpu-tiny-moe\n")
+    dbfile = tmp_path / "x.db"
+    _one_line(advisor("tune", str(job), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--storage",
+                      f"sqlite:///{dbfile}", cwd=tmp_path))
+    assert not dbfile.exists()
 
 
 @pytest.mark.parametrize(
@@ -78,6 +90,9 @@ def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
         (["query", "drop_tables", "--storage", "sqlite:///DB"], ["drop_tables", "allowed"]),
         (["query", "trials", "colour=red", "--storage", "sqlite:///DB"], ["colour=red"]),
         (["query", "trials", "oops", "--storage", "sqlite:///DB"], ["oops"]),
+        (["tune", "JOB", "--executor", "ray", "--ray-address", "127.0.0.1:1"], ["--ray-address", "127.0.0.1:1"]),
+        (["tune", "JOB", "--executor", "ray", "--ray-address", "nowhere"], ["--ray-address", "HOST:PORT"]),
+        (["cleanup", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
         (["query", "pareto", "ok", "x=p90_ttft_mz", "--storage", "sqlite:///DB"], ["p90_ttft_mz"]),
     ],
 )

@@ -47,8 +47,11 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
         while True:  # wait for: one trial complete, the next one's server started
             assert tuner.poll() is None, tuner.tail(40)
             assert time.monotonic() < deadline, tuner.tail(40)
-            if Path(url[len("sqlite:///"):]).exists():
-                ts = _trials(url)
+            try:
+                ts = _trials(url) if Path(url[len("sqlite:///"):]).exists() else []
+            except db.UnknownStudy:  # the tuner has not created the study yet
+                ts = []
+            if ts:
                 running = [t for t in ts if t.state is TrialState.RUNNING and (t.resources or {}).get("pgids")]
                 if any(t.state is TrialState.COMPLETE for t in ts) and running:
                     orphans = list(running[0].resources["pgids"])
