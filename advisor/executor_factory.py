@@ -67,6 +67,15 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
                 params = PerfParams.model_validate(json.loads(path.read_text()))
             except (OSError, ValueError) as e:
                 raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+        if spec.reserve_gpus:
+            from executors.reserved import ReservedSimulatedExecutor
+
+            address = ray_address or spec.ray_address
+            if not address:
+                raise BadInput("executor.reserve_gpus: needs a Ray cluster to reserve on (executor.ray_address or "
+                               "--ray-address)")
+            _check_ray_address(address)
+            return ReservedSimulatedExecutor(job.model_profile(), params, ray_address=address, hold_s=spec.hold_s)
         return SimulatedExecutor(job.model_profile(), params)
     if spec.kind is ExecutorKind.RAY:
         _check_ray_address(ray_address or spec.ray_address)

@@ -132,6 +132,9 @@ class ExecutorSpec(BaseModel):
     served_model_name: str | None = None
     run_dir: str = "runs"
     perf_params: str | None = Field(None, description="A calibrated performance-model JSON (simulated executor).")
+    reserve_gpus: bool = Field(False, description="Simulated executor: hold real Ray GPU reservations (ray_address) "
+                               "for hold_s per trial — several tuner workers sharing one cluster.")
+    hold_s: float = Field(2.0, ge=0, description="With reserve_gpus: how long a trial holds its GPUs.")
     timeouts: Timeouts = Timeouts()
     host: str = Field("127.0.0.1", description="Where servers bind; 127.0.0.1 unless the job says otherwise.")
     extra_serve_args: list[str] = Field(default_factory=list, description="Appended to every `vllm serve`.")
@@ -158,7 +161,9 @@ class TuningJob(BaseModel):
     @model_validator(mode="after")
     def _space_fits_cluster(self) -> TuningJob:
         total = self.cluster.total_gpus
-        for role in ("mixed", "prefill", "decode"):
+        roles = (["mixed"] if "aggregated" in self.space.modes else []) + \
+            (["prefill", "decode"] if "disaggregated" in self.space.modes else [])
+        for role in roles:
             rs = getattr(self.space, role)
             for dim in ("dp_sizes", "tp_sizes"):
                 too_big = [v for v in getattr(rs, dim) if v > total]
