@@ -133,8 +133,11 @@ def tune(
 
 
 def _executed(study: optuna.Study) -> int:
+    """Trials that ran (or are running, in any worker): the study's budget counts them, so several
+    workers sharing a study stop together instead of each running a whole budget."""
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return sum(1 for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get("advisor_executed"))
+    ran = sum(1 for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get("advisor_executed"))
+    return ran + len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
 
 
 def _loop(
@@ -149,11 +152,10 @@ def _loop(
     }
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     started = time.monotonic()
-    executed = _executed(study)
     asks, max_asks = 0, 50 * budget
     consecutive_failures = 0
     worker = f"{socket.gethostname()}:{os.getpid()}"
-    while executed < budget:
+    while (executed := _executed(study)) < budget:
         if job.budget.wall_time_s and time.monotonic() - started > job.budget.wall_time_s:
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
             return
@@ -205,7 +207,6 @@ def _loop(
             raise
         state, outcome = _record(job, database, tid, run)
         _tell(study, trial, cfg, outcome, state)
-        executed += 1
         summary.executed += 1
         if state is TrialState.COMPLETE:
             seen[key] = _frozen(study, trial.number)

@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from db.models import MEASUREMENT_COLUMNS, ExportRow, MeasurementRow, StudyRow, TrialRow
 from db.rows import TIMING_KEYS, DatabaseUnavailable, Export, Trial, UnknownStudy, UnknownTrial
@@ -168,9 +168,24 @@ def optuna_storage(url: str) -> Any:
 
     url = normalize_url(url)
     sqlite = url.startswith("sqlite")
-    storage = optuna.storages.RDBStorage(url, engine_kwargs={} if sqlite else {"pool_pre_ping": True})
     if sqlite:
-        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))
+        storage = optuna.storages.RDBStorage(url)
+    else:
+        # Optuna creates its tables on first use without a lock: workers starting together on a new database
+        # would race (duplicate pg_type rows). Hold the migration lock while it does.
+        lock_engine = create_engine(url, poolclass=NullPool)
+        try:
+            with lock_engine.connect() as conn:
+                conn.execute(select(func.pg_advisory_lock(_PG_MIGRATION_LOCK)))
+                try:
+                    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+                finally:
+                    conn.execute(select(func.pg_advisory_unlock(_PG_MIGRATION_LOCK)))
+                    conn.commit()
+        finally:
+            lock_engine.dispose()
+    if sqlite:
+        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))  # type: ignore[union-attr]
         storage.engine.dispose()  # connections made before the listener get the settings on reconnect
     return storage
 
