@@ -93,3 +93,27 @@ def test_sigkill_mid_trial_then_resume(tmp_path: Path) -> None:
         for g in orphans:
             if procs.group_alive(g):
                 procs.stop_group(g, 10)
+
+
+def test_consecutive_failures_stop_the_study_with_a_clear_message(tmp_path: Path) -> None:
+    """Every candidate fails to start (a flag vLLM refuses): the study stops after
+    budget.max_consecutive_failures trials instead of burning its whole budget, and says why."""
+    url = f"sqlite:///{tmp_path / 'fail.db'}"
+    job = {"name": "fails", "preset": "cpu-tiny-moe", "budget": {"trials": 6, "max_consecutive_failures": 2},
+           "executor": {"kind": "local", "run_dir": str(tmp_path / "runs"),
+                        "extra_serve_args": ["--max-num-seqs", "notanumber"]}}
+    (tmp_path / "job.yaml").write_text(json.dumps(job))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage", url], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "2 trials failed in a row (budget.max_consecutive_failures)" in p.stdout, p.stdout
+    database = db.connect(url)
+    try:
+        trials = queries.list_trials(database, "fails")
+    finally:
+        database.close()
+    failed = [t for t in trials if t.state is TrialState.FAILED]
+    assert len(failed) == 2 and all("notanumber" in (t.reason or "") for t in failed)
+    print(f"two start failures and the stop: {took:.1f} s")
