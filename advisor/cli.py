@@ -117,8 +117,6 @@ def tune(
         task = progress.add_task(f"tuning {study or job.name}", total=budget, best="")
 
         def on_trial(r: api.TrialReport) -> None:
-            if r.executed or r.state.value == "complete":
-                pass
             if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
                 best["value"] = r.outcome.values[0]
                 best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
