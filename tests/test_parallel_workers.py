@@ -23,19 +23,20 @@ from tests.test_tune_real import ray_head  # noqa: F401 — the module-scoped Ra
 
 pytestmark = [pytest.mark.postgres, pytest.mark.ray]
 WORKERS = 4
-BUDGET = 12
+BUDGET = 10
 
 
 def test_four_workers_share_one_study_without_sharing_gpus(tmp_path: Path, pg_url: str, ray_head: str) -> None:  # noqa: F811
     name = f"parallel-{os.getpid()}-{int(time.time())}"
     job = {"name": name, "preset": "h200-qwen3-235b", "budget": {"trials": BUDGET},
-           # the Ray head has 2 logical GPUs: 1-GPU trials may run side by side, 2-GPU ones must wait
+           # the Ray head has 2 logical GPUs and 4 workers want them: 1-GPU trials, two at a time at most
            "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 2},
            "space": {"modes": ["aggregated"],
-                     "mixed": {"instances": [1], "dp_sizes": [1, 2], "tp_sizes": [1],
-                               "max_num_seqs": [64, 128, 256], "max_num_batched_tokens": [4096, 8192]}},
+                     "mixed": {"instances": [1], "dp_sizes": [1], "tp_sizes": [1],
+                               "max_num_seqs": [32, 64, 128, 256],
+                               "max_num_batched_tokens": [2048, 4096, 8192, 16384]}},
            "model": {"preset": "qwen3-moe-235b", "weight_bytes": 0.5},
-           "executor": {"kind": "simulated", "reserve_gpus": True, "hold_s": 1.5, "ray_address": ray_head},
+           "executor": {"kind": "simulated", "reserve_gpus": True, "hold_s": 3.0, "ray_address": ray_head},
            "storage": pg_url, "sampler": {"seed": 3}}
     (tmp_path / "job.yaml").write_text(json.dumps(job))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
