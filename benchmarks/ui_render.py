@@ -5,7 +5,9 @@ Fills a SQLite database quickly — candidates proposed by an in-memory Optuna s
 ``db.Database`` (a few invalid and failed trials too) and the Optuna trials copied into the same storage, as
 the tuner leaves them — then times Streamlit AppTest runs of the Study page: the first run (cold caches: every
 read and figure is computed) and the following runs (warm: what a reader waits for on every interaction and
-live refresh). ``--browser`` also times a real page load in headless Chromium until the Pareto plot is drawn.
+live refresh), then turning parameter importance on (a study this big computes it only when asked).
+``--browser`` also times a real page load in headless Chromium until the Pareto plot is drawn. The goal holds
+for the first render and the warm ones.
 Prints a table and writes ``benchmarks/results/ui_render.json``.
 
     python benchmarks/ui_render.py [--trials 2000] [--runs 3] [--db PATH] [--browser]
@@ -121,12 +123,15 @@ def _tell(study: optuna.Study, trial: optuna.Trial, key: str, values: list[float
     study.tell(trial, values)
 
 
-def time_apptest(url: str, runs: int) -> list[float]:
-    """Seconds per AppTest run of the Study page; the first run is cold (empty caches)."""
+def time_apptest(url: str, runs: int) -> tuple[list[float], float | None]:
+    """Seconds per AppTest run of the Study page — the first run is cold (empty caches) — and then the seconds
+    of turning parameter importance on (a 2,000-trial study computes it only when asked: a rerun that loads
+    every trial from Optuna's storage; ``None`` when the page shows it at once)."""
     from streamlit.testing.v1 import AppTest
 
     os.environ["ADVISOR_STORAGE"] = url
     out = []
+    at = None
     for _ in range(runs):
         at = AppTest.from_file(str(ROOT / "ui" / "app.py"), default_timeout=300)
         at.switch_page("views/study.py")
@@ -134,9 +139,21 @@ def time_apptest(url: str, runs: int) -> list[float]:
         t0 = time.perf_counter()
         at.run()
         out.append(time.perf_counter() - t0)
-        if at.exception:
-            raise SystemExit(f"the Study page raised: {at.exception[0].message}")
-    return out
+        _check(at)
+    importance_s = None
+    if at is not None and not at.toggle(key="importance_on").value:
+        t0 = time.perf_counter()
+        at.toggle(key="importance_on").set_value(True).run()
+        importance_s = time.perf_counter() - t0
+        _check(at)
+        if not any("get_param_importances" in c.value for c in at.caption):
+            raise SystemExit("turning importance on did not show it")
+    return out, importance_s
+
+
+def _check(at: Any) -> None:
+    if at.exception:
+        raise SystemExit(f"the Study page raised: {at.exception[0].message}")
 
 
 def time_browser(url: str, loads: int = 2) -> list[float]:
@@ -199,24 +216,25 @@ def main(argv: list[str] | None = None) -> int:
         info = fill(args.db, args.trials)
         print(f"filled {args.db}: {info['trials']} trials ({info['invalid']} invalid, {info['failed']} failed), "
               f"{info['levels']} load levels in {info['fill_s']:.1f} s")
-    runs = time_apptest(url, args.runs)
+    runs, importance_s = time_apptest(url, args.runs)
     cold, warm = runs[0], (statistics.median(runs[1:]) if len(runs) > 1 else None)
     browser = time_browser(url) if args.browser else []
-    rows = [("AppTest, cold caches (first render)", cold), ("AppTest, warm caches (median)", warm)]
+    rows = [("AppTest, cold caches (first render)", cold), ("AppTest, warm caches (median)", warm),
+            ("AppTest, turning importance on (computes it)", importance_s)]
     if browser:
         rows += [("browser, page load → Pareto plot (first)", browser[0]),
                  ("browser, page load → Pareto plot (again)", min(browser[1:]) if len(browser) > 1 else None)]
     print(f"\nStudy page with {args.trials:,} trials × 3 load levels (goal < {GOAL_S:g} s)")
-    print(f"{'what':44} {'seconds':>8}")
+    print(f"{'what':46} {'seconds':>8}")
     for what, secs in rows:
-        print(f"{what:44} {'–' if secs is None else f'{secs:8.2f}':>8}")
-    steady = warm if warm is not None else cold
-    ok = steady < GOAL_S
-    print(f"goal < {GOAL_S:g} s for a render with warm caches: {'met' if ok else 'NOT met'}")
+        print(f"{what:46} {'–' if secs is None else f'{secs:8.2f}':>8}")
+    ok = cold < GOAL_S and (warm is None or warm < GOAL_S)
+    print(f"goal < {GOAL_S:g} s for the first render (cold caches) and every warm one: {'met' if ok else 'NOT met'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "goal_s": GOAL_S, "goal_met": ok, "trials": args.trials, "preset": PRESET, "fill": info,
-        "apptest_runs_s": runs, "apptest_cold_s": cold, "apptest_warm_median_s": warm, "browser_loads_s": browser,
+        "apptest_runs_s": runs, "apptest_cold_s": cold, "apptest_warm_median_s": warm,
+        "apptest_importance_on_s": importance_s, "browser_loads_s": browser,
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }, indent=2) + "\n")

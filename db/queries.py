@@ -11,6 +11,7 @@ higher load is not recommended for the load it survived), and only levels that c
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
-from db.engine import Database, _export, _measurement, _trial
+from db.engine import Database, _config, _export, _measurement, _trial
 from db.models import MEASUREMENT_COLUMNS, ExportRow, MeasurementRow, StudyRow, TrialRow
 from db.rows import Best, Failure, HistoryPoint, Level, Study, Trial, UnknownStudy
 from search_spaces import HIGHER_IS_BETTER, SLO, SLO_METRICS, Measurement, TrialState
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 
 #: The columns of a load level, in ``Measurement``'s field order (everything but ``raw``).
 LEVEL_FIELDS: tuple[str, ...] = tuple(f for f in Measurement.model_fields if f != "raw")
+
+#: Column names and rows: what the named queries and the column-only reads return.
+Table = tuple[list[str], list[list[Any]]]
 
 
 # ---------------------------------------------------------------------------------------------- directions
@@ -148,6 +152,37 @@ def list_trials(db: Database, study: str, *, states: Iterable[TrialState | str] 
         return [_trial(r, study) for r in s.scalars(q)]
 
 
+#: The trial columns ``trial_table`` may return (every ``TrialRow`` column but the keys).
+TRIAL_COLUMNS: tuple[str, ...] = tuple(c.key for c in TrialRow.__table__.columns if c.key not in ("id", "study_id"))
+
+
+def trial_table(db: Database, study: str, columns: Sequence[str], *,
+                states: Iterable[TrialState | str] | None = None) -> Table:
+    """The study's trials by number as plain rows of only ``columns`` (``TRIAL_COLUMNS`` names).
+
+    One column-only select: a page listing thousands of trials builds no ORM objects and decodes no JSON it
+    does not show (``topology``, ``resources``), which ``list_trials`` must. ``state`` comes back as its text
+    value and ``config`` as the parsed ``DeploymentConfig`` (``None`` when it no longer validates), as in
+    ``Trial.config``.
+    """
+    unknown = [c for c in columns if c not in TRIAL_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown trial column {', '.join(unknown)}; allowed: {', '.join(TRIAL_COLUMNS)}")
+    wanted = _states(states)
+    cols = list(columns)
+    with db._read() as s:
+        q = (select(*(getattr(TrialRow, c) for c in cols)).where(TrialRow.study_id == _study_id(s, study))
+             .order_by(TrialRow.number))
+        if wanted is not None:
+            q = q.where(TrialRow.state.in_(wanted))
+        rows = [list(r) for r in s.execute(q)]
+    if "config" in cols:
+        i = cols.index("config")
+        for r in rows:
+            r[i] = _config(r[i])
+    return cols, rows
+
+
 def get_trial(db: Database, study: str, number: int) -> Trial | None:
     """One trial with its measurements (by concurrency) and exports; ``None`` when there is no such trial."""
     with db._read() as s:
@@ -206,6 +241,34 @@ def measurements(db: Database, study: str, *, states: Iterable[TrialState | str]
         ]
 
 
+def level_table(db: Database, study: str, columns: Sequence[str] = MEASUREMENT_COLUMNS, *,
+                states: Iterable[TrialState | str] | None = None) -> tuple[list[str], list[Any]]:
+    """Every trial × load level as plain rows: ``trial``, ``state``, ``config_text``, ``trial_gpus`` (the
+    trial's), then the level's ``columns`` (``MEASUREMENT_COLUMNS`` names); ordered as ``measurements``.
+
+    One column-only select, for pages that tabulate thousands of levels: no ``Measurement`` is validated per
+    level and ``raw`` (JSON) is not read. Rows are SQLAlchemy rows, so ``row.p90_ttft_ms`` reads like a
+    ``Measurement`` (``SLO.met(row)`` works) — missing data is ``None``.
+    """
+    unknown = [c for c in columns if c not in MEASUREMENT_COLUMNS]
+    if unknown:
+        raise ValueError(f"unknown measurement column {', '.join(unknown)}; "
+                         f"allowed: {', '.join(MEASUREMENT_COLUMNS)}")
+    wanted = _states(states)
+    head = ["trial", "state", "config_text", "trial_gpus"]
+    with db._read() as s:
+        q = (
+            select(TrialRow.number.label("trial"), TrialRow.state, TrialRow.config_text,
+                   TrialRow.gpus.label("trial_gpus"), *(getattr(MeasurementRow, c) for c in columns))
+            .join(TrialRow, MeasurementRow.trial_id == TrialRow.id)
+            .where(TrialRow.study_id == _study_id(s, study))
+            .order_by(TrialRow.number, MeasurementRow.concurrency)
+        )
+        if wanted is not None:
+            q = q.where(TrialRow.state.in_(wanted))
+        return [*head, *columns], list(s.execute(q).all())
+
+
 def _eligible(db: Database, study: str, slos: Sequence[SLO] | None, metrics: Sequence[str]) -> list[Level]:
     """Levels of COMPLETE trials that completed requests, have every metric, and meet every SLO."""
     out = []
@@ -246,23 +309,42 @@ def pareto_front(
 ) -> list[Level]:
     """The non-dominated trial × level points on ``x`` and ``y`` (both maximized for the defaults; a latency
     axis is minimized), optionally only levels meeting every SLO; best ``x`` first. Equal points are all kept."""
-    sx, sy = _metric_sign(x), _metric_sign(y)
-    pts = sorted(
-        _eligible(db, study, slos, [x, y]),
+    sx, sy = _metric_sign(x), _metric_sign(y)  # an unknown metric is a ValueError before anything is read
+    pts = _eligible(db, study, slos, [x, y])
+    keep = pareto_mask([lv.metric(x) for lv in pts], [lv.metric(y) for lv in pts], x, y)
+    return sorted(
+        (lv for lv, k in zip(pts, keep) if k),
         key=lambda lv: (-sx * lv.metric(x), -sy * lv.metric(y), lv.trial_number, lv.measurement.concurrency),
     )
-    front: list[Level] = []
+
+
+def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None], x: str = "throughput_per_gpu",
+                y: str = "p90_tokens_per_s_per_user") -> list[bool]:
+    """Which points (``xs[i]``, ``ys[i]``) are non-dominated on metrics ``x`` and ``y`` (directions as in
+    ``pareto_front``, which uses it; equal points are all kept; a missing or NaN value is never on the front).
+
+    Public so that a page holding levels as columns marks the very front ``pareto_front`` returns, in
+    O(n log n), without reading them again.
+    """
+    sx, sy = _metric_sign(x), _metric_sign(y)
+    keep = [False] * len(xs)
+    valid = [i for i, (a, b) in enumerate(zip(xs, ys))
+             if a is not None and b is not None and not math.isnan(a) and not math.isnan(b)]
+    order = sorted(valid, key=lambda i: (-sx * xs[i], -sy * ys[i]))  # type: ignore[operator]
     best_y: float | None = None  # best y among points with a strictly better x
     i = 0
-    while i < len(pts):
-        gx = sx * pts[i].metric(x)
-        group = [p for p in pts[i:] if sx * p.metric(x) == gx]
-        i += len(group)
-        top = sy * group[0].metric(y)
+    while i < len(order):
+        gx = sx * xs[order[i]]  # type: ignore[operator]
+        j = i
+        while j < len(order) and sx * xs[order[j]] == gx:  # type: ignore[operator]
+            j += 1
+        top = sy * ys[order[i]]  # type: ignore[operator]  # the group's best y: sorted first
         if best_y is None or top > best_y:
-            front.extend(p for p in group if sy * p.metric(y) == top)
+            for k in order[i:j]:
+                keep[k] = sy * ys[k] == top  # type: ignore[operator]
             best_y = top
-    return front
+        i = j
+    return keep
 
 
 def history(db: Database, study: str, objective: str | None = None, *, maximize: bool | None = None) -> list[HistoryPoint]:
@@ -271,19 +353,20 @@ def history(db: Database, study: str, objective: str | None = None, *, maximize:
     ``objective`` defaults to the first one the study's trials recorded; ``maximize`` defaults to
     ``objective_maximized(objective)``.
     """
-    trials = list_trials(db, study)
-    name = objective or _first_objective(t.objectives for t in trials)
+    _, rows = trial_table(db, study, ["number", "state", "objectives", "violation"])  # column-only: fast
+    trials = [(n, TrialState(state), objs, violation is None or violation <= 0) for n, state, objs, violation in rows]
+    name = objective or _first_objective(t[2] for t in trials)
     if name is None:
-        return [HistoryPoint(t.number, t.state, None, t.feasible, None) for t in trials]
+        return [HistoryPoint(n, state, None, feasible, None) for n, state, _, feasible in trials]
     sign = 1 if (objective_maximized(name) if maximize is None else maximize) else -1
     best: float | None = None
     out = []
-    for t in trials:
-        value = (t.objectives or {}).get(name)
-        if t.state is TrialState.COMPLETE and t.feasible and value is not None:
+    for number, state, objs, feasible in trials:
+        value = (objs or {}).get(name)
+        if state is TrialState.COMPLETE and feasible and value is not None:
             if best is None or sign * value > sign * best:
                 best = value
-        out.append(HistoryPoint(number=t.number, state=t.state, value=value, feasible=t.feasible, best=best))
+        out.append(HistoryPoint(number=number, state=state, value=value, feasible=feasible, best=best))
     return out
 
 
@@ -324,9 +407,6 @@ class QueryArg:
     @property
     def required(self) -> bool:
         return self.default is _REQUIRED
-
-
-Table = tuple[list[str], list[list[Any]]]
 
 
 @dataclass(frozen=True)
@@ -536,6 +616,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 
 __all__ = [
     "Best", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
-    "best_under_slo", "failures", "get_study", "get_trial", "history", "list_studies", "list_trials",
-    "measurements", "objective_maximized", "pareto_front", "parse_slos", "run_query",
+    "TRIAL_COLUMNS", "best_under_slo", "failures", "get_study", "get_trial", "history", "level_table",
+    "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
+    "parse_slos", "run_query", "trial_table",
 ]

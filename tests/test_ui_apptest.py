@@ -193,6 +193,37 @@ def test_too_few_trials_for_importance_is_said_not_raised(monkeypatch: pytest.Mo
     assert any("importance needs at least" in i.value for i in at.info)
 
 
+def test_importance_of_a_big_study_waits_for_its_toggle(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above ``IMPORTANCE_AT_ONCE_TRIALS`` the first paint leaves importance out; turning it on shows Optuna's."""
+    monkeypatch.setattr(data, "IMPORTANCE_AT_ONCE_TRIALS", 0)
+    at = _run("views/study.py", study=STUDY)
+    assert at.toggle(key="importance_on").value is False
+    assert "Optuna's get_param_importances" not in _texts(at)
+    assert any("Turn on *Parameter importance*" in i.value for i in at.info)
+    charts = len(at.get("plotly_chart"))
+    at.toggle(key="importance_on").set_value(True).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "Optuna's get_param_importances" in _texts(at)
+    assert len(at.get("plotly_chart")) == charts + 1  # the importance bars
+
+
+def test_importance_ranks_what_reaches_a_high_objective(env: Path, url: str) -> None:
+    """PED-ANOVA ranks what reaches *low* targets, so a maximized objective is negated: the measured trials'
+    importance equals Optuna's own on their negated first objective."""
+    import optuna
+
+    info = data.study(url, STUDY)
+    imp = data.importance(url, info.optuna_study_name, -1)  # a bucket of its own: computed here
+    stored = optuna.load_study(study_name=info.optuna_study_name, storage=db.normalize_url(url))
+    measured = [t for t in stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+                if t.user_attrs.get("advisor_executed") and t.user_attrs.get("advisor_state") == "complete"]
+    scratch = optuna.create_study(directions=stored.directions)
+    scratch.add_trials(measured)
+    want = optuna.importance.get_param_importances(scratch, target=lambda t: -t.values[0])
+    assert imp.trials_used == len(measured)
+    assert imp.values == pytest.approx(want)
+
+
 # ---------------------------------------------------------------------------------------------- trial, compare
 
 

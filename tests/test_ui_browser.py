@@ -164,10 +164,18 @@ def _screenshot(pg: Any, name: str) -> Path:
 
 
 def _plots(pg: Any) -> list[dict[str, Any]]:
-    """Every Plotly figure on the page: its ``layout.meta`` and per trace ``meta`` and number of points."""
-    return pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')].map(el => ({
-        meta: el.layout && el.layout.meta,
-        traces: (el.data || []).map(d => ({meta: d.meta, n: d.x ? d.x.length : 0}))}))""")
+    """Every Plotly figure on the page: its ``layout.meta`` and per trace ``meta`` and number of points.
+
+    A trace's ``x`` is a plain array or, for a NumPy array, Plotly's typed-array spec ``{dtype, bdata}``
+    (base64 of the raw values): its length is the decoded bytes over the item size."""
+    return pg.evaluate("""() => {
+        const size = {f8: 8, f4: 4, i4: 4, u4: 4, i2: 2, u2: 2, i1: 1, u1: 1, u1c: 1};
+        const n = a => !a ? 0 : (a.length !== undefined ? a.length
+                                 : (a.bdata ? atob(a.bdata).length / size[a.dtype] : 0));
+        return [...document.querySelectorAll('.js-plotly-plot')].map(el => ({
+            meta: el.layout && el.layout.meta,
+            traces: (el.data || []).map(d => ({meta: d.meta, n: n(d.x)}))}));
+    }""")
 
 
 def _measured_points(url: str) -> int:

@@ -11,6 +11,7 @@ A SQLite file that does not exist is reported as "no database yet" and is not cr
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +28,16 @@ from advisor.job import TuningJob, job_from_dict
 from advisor.study import redact_url, storage_for
 from db import queries
 
+#: A repeat's reason, as ``advisor.tune`` writes it: ``same configuration as trial 12; its measurements stand``.
+_REPEAT_RE = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
 TTL_S = 300
 #: Seconds the per-study summary (which carries the stamp) may be reused.
 STAMP_TTL_S = 2
 #: Fewer measured trials than this and parameter importance says so instead of guessing.
 MIN_IMPORTANCE_TRIALS = 4
+#: Up to this many complete trials the Study page shows parameter importance at once; above, on request.
+IMPORTANCE_AT_ONCE_TRIALS = 300
 #: The columns of a load level that the study page's tables and plots use, in display order.
 LEVEL_METRICS = [
     "throughput_per_gpu", "output_throughput_per_gpu", "request_throughput",
@@ -176,16 +181,16 @@ def _describe_job(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _repeats(url: str, name: str, stamp: Stamp) -> int:
-    """Complete trials that repeated an earlier configuration (recorded without running); from the cached
-    trial table the Study page needs anyway."""
-    df = trials(url, name, stamp)[0]
-    return int(df["repeat_of"].notna().sum()) if not df.empty else 0
+def _repeats(url: str, name: str) -> int:
+    """Complete trials that repeated an earlier configuration (recorded without running): one column of the
+    complete trials, so that listing many studies does not build each one's trial table."""
+    _, rows = queries.trial_table(database(url), name, ["reason"], states=["complete"])
+    return sum(1 for (reason,) in rows if reason and _REPEAT_RE.match(reason))
 
 
 def _executed(url: str, s: db.Study) -> int:
     """Complete + failed trials that were run: what the budget counts."""
-    return s.done + s.failed - (_repeats(url, s.name, tuple(sorted(s.counts.items()))) if s.done else 0)
+    return s.done + s.failed - (_repeats(url, s.name) if s.done else 0)
 
 
 def _info(s: db.Study, executed: int) -> StudyInfo:
@@ -245,53 +250,61 @@ def _slos(url: str, name: str) -> list[Any]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
-    """Every trial × load level (``queries.measurements``), with ``meets_slo`` and ``pareto`` flags.
+    """Every trial × load level (``queries.level_table``: one column-only read), with ``meets_slo`` and
+    ``pareto`` flags.
 
-    ``pareto`` marks the points of ``queries.pareto_front`` over levels meeting every SLO — the same front
-    ``advisor best`` prints.
+    ``meets_slo``: the level completed a request and each SLO's own ``met`` holds. ``pareto`` marks, among
+    levels of complete trials meeting every SLO, the non-dominated ones by ``queries.pareto_mask`` — the
+    front ``queries.pareto_front`` (and ``advisor best``) returns, without reading the levels a second time.
     """
-    database_ = database(url)
     slos = _slos(url, name)
-    front = {(lv.trial_number, lv.concurrency) for lv in queries.pareto_front(database_, name, x=x, y=y, slos=slos)}
-    rows = []
-    for lv in queries.measurements(database_, name):
-        m = lv.measurement
-        row: dict[str, Any] = {"trial": lv.trial_number, "state": lv.state.value, "config": lv.config_text or "",
-                               "gpus": lv.gpus, "concurrency": m.concurrency}
-        row.update({k: getattr(m, k, None) for k in LEVEL_METRICS})
-        row["meets_slo"] = bool(m.completed > 0 and all(s.met(m) for s in slos))
-        row["pareto"] = (lv.trial_number, m.concurrency) in front
-        rows.append(row)
-    cols = ["trial", "state", "config", "gpus", "concurrency", *LEVEL_METRICS, "meets_slo", "pareto"]
-    return pd.DataFrame(rows, columns=cols)
+    metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos)]))
+    cols, rows = queries.level_table(database(url), name, metrics)
+    meets = [r.completed > 0 and all(s.met(r) for s in slos) for r in rows]  # SLO.met reads the row's columns
+    df = pd.DataFrame(rows, columns=cols).rename(columns={"config_text": "config", "trial_gpus": "gpus"})
+    df["config"] = df["config"].fillna("")
+    df["meets_slo"] = pd.Series(meets, index=df.index, dtype=bool)
+    df["pareto"] = False
+    eligible = df[(df["state"] == "complete") & df["meets_slo"] & df[x].notna() & df[y].notna()]
+    if not eligible.empty:
+        on_front = queries.pareto_mask(eligible[x].tolist(), eligible[y].tolist(), x, y)
+        df.loc[eligible.index[on_front], "pareto"] = True
+    return df[["trial", "state", "config", "gpus", *metrics, "meets_slo", "pareto"]]
 
 
-def _repeat_of(reason: str | None) -> int | None:
-    prefix = "same configuration as trial "
-    if reason and reason.startswith(prefix):
-        digits = reason[len(prefix):].split(";", 1)[0].strip()
-        return int(digits) if digits.isdigit() else None
-    return None
+#: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
+_TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
+                  "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
+                  "finished_at", "params"]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one row per trial, one row per trial of its Optuna parameters) from ``queries.list_trials``."""
-    rows, params = [], []
-    for t in queries.list_trials(database(url), name):
-        row: dict[str, Any] = {
-            "trial": t.number, "state": t.state.value, "gpus": t.gpus,
-            "deployment": t.config.short() if t.config else (t.config_text or ""),
-            "config": t.config_text or "", "mode": t.config.mode.value if t.config else None,
-        }
-        for k, v in (t.objectives or {}).items():
-            row[k] = v
-        row.update(violation=t.violation, feasible=t.feasible, failure_kind=t.failure_kind, reason=t.reason or "",
-                   repeat_of=_repeat_of(t.reason), deploy_s=t.deploy_s, warmup_s=t.warmup_s, measure_s=t.measure_s,
-                   teardown_s=t.teardown_s, worker=t.worker, started=t.started_at, finished=t.finished_at)
-        rows.append(row)
-        params.append({"trial": t.number, "state": t.state.value, **t.params})
-    return pd.DataFrame(rows), pd.DataFrame(params)
+    """(one row per trial, one row per trial of its Optuna parameters) from one column-only read
+    (``queries.trial_table``)."""
+    cols, rows = queries.trial_table(database(url), name, _TRIAL_COLUMNS)
+    if not rows:
+        return pd.DataFrame(), pd.DataFrame()
+    t = dict(zip(cols, map(list, zip(*rows))))
+    configs, texts = t["config"], t["config_text"]
+    df = pd.DataFrame({
+        "trial": t["number"], "state": t["state"], "gpus": t["gpus"],
+        "deployment": [c.short() if c else (text or "") for c, text in zip(configs, texts)],
+        "config": [text or "" for text in texts], "mode": [c.mode.value if c else None for c in configs],
+    })
+    objectives = pd.DataFrame([o or {} for o in t["objectives"]], index=df.index)
+    reason = pd.Series(t["reason"], dtype=object).fillna("")
+    violation = pd.Series(t["violation"], dtype=float)
+    rest = pd.DataFrame({
+        "violation": violation, "feasible": violation.isna() | (violation <= 0), "failure_kind": t["failure_kind"],
+        "reason": reason, "repeat_of": pd.to_numeric(reason.str.extract(_REPEAT_RE.pattern)[0], errors="coerce"),
+        **{k: pd.Series(t[k], dtype=float) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")},
+        "worker": t["worker"], "started": t["started_at"], "finished": t["finished_at"],
+    }, index=df.index)
+    params = pd.DataFrame([p or {} for p in t["params"]], index=df.index)
+    params.insert(0, "state", df["state"])
+    params.insert(0, "trial", df["trial"])
+    return pd.concat([df, objectives, rest], axis=1), params
 
 
 def _rule(reason: str | None) -> str | None:
@@ -348,27 +361,44 @@ def importance_bucket(complete: int) -> int:
     return complete - complete % step
 
 
+def importance_at_once(complete: int) -> bool:
+    """Whether the Study page computes importance on its first paint, or only when the reader asks: loading
+    every trial from Optuna's storage costs about 2 s per 1,000 trials, more than the whole page may take."""
+    return complete <= IMPORTANCE_AT_ONCE_TRIALS
+
+
+def _measured(t: optuna.trial.FrozenTrial) -> bool:
+    """Measured by the tuner: not an invalid candidate told the worst value, not a repeat."""
+    return bool(t.user_attrs.get("advisor_executed")) and t.user_attrs.get("advisor_state") == "complete"
+
+
 @st.cache_data(ttl=TTL_S * 4, show_spinner=False)
 def importance(url: str, optuna_name: str, bucket: int, objective_index: int = 0) -> Importance:
-    """``optuna.importance.get_param_importances`` for the first objective, on the study in the same storage.
+    """``optuna.importance.get_param_importances`` (PED-ANOVA) for one objective, on the study in the same storage.
 
     Only trials that were measured (not invalid candidates told the worst value, not repeats) count, so the
-    answer is about what made deployments fast, not about what made them break a rule. ``bucket`` (see
-    ``importance_bucket``) only keys the cache.
+    answer is about what made deployments good, not about what made them break a rule: the others get a NaN
+    target, which the evaluator leaves out, so it runs on the stored study itself (no copy of thousands of
+    trials into a scratch study). PED-ANOVA ranks what reaches *low* targets, so a maximized objective is
+    negated. ``bucket`` (see ``importance_bucket``) only keys the cache.
     """
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             stored = optuna.load_study(study_name=optuna_name, storage=storage_for(url))
-            measured = [t for t in stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-                        if t.user_attrs.get("advisor_executed") and t.user_attrs.get("advisor_state") == "complete"]
+            complete = stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            measured = [t for t in complete if _measured(t)]
             if len(measured) < MIN_IMPORTANCE_TRIALS:
                 return Importance({}, f"parameter importance needs at least {MIN_IMPORTANCE_TRIALS} measured "
                                       f"trials; this study has {len(measured)} so far", len(measured))
-            scratch = optuna.create_study(directions=stored.directions)
-            scratch.add_trials(measured)
-            values = optuna.importance.get_param_importances(
-                scratch, target=lambda t: t.values[objective_index])
+            sign = -1.0 if stored.directions[objective_index] == optuna.study.StudyDirection.MAXIMIZE else 1.0
+            ids = {t.number for t in measured}
+
+            def target(t: optuna.trial.FrozenTrial) -> float:
+                return sign * t.values[objective_index] if t.number in ids else float("nan")
+
+            params = sorted({p for t in measured for p in t.distributions})
+            values = optuna.importance.get_param_importances(stored, params=params, target=target)
     except KeyError:
         return Importance({}, f"no Optuna study named {optuna_name!r} in this storage")
     except (BadInput, ValueError, RuntimeError, ZeroDivisionError) as e:

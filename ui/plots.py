@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -51,6 +52,12 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def _floats(values: pd.Series | np.ndarray) -> np.ndarray:
+    """A column as a float array, missing → NaN (a gap in a line). Plotly takes an array whole (and sends it
+    base64-encoded); a list it validates and copies item by item, which costs a second per page of thousands."""
+    return np.asarray(values, dtype=float)
+
+
 def plottable(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     """The levels the Pareto plot draws: those with both metrics measured."""
     if levels.empty:
@@ -73,17 +80,25 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
              f"{label(x)}: %{{x:,.1f}}<br>{label(y)}: %{{y:,.1f}}<br>P90 TTFT %{{customdata[3]}} ms"
              "<extra></extra>")
 
-    def custom(df: pd.DataFrame) -> list[list[Any]]:
-        return [[int(r.trial), int(r.concurrency), _wrap(str(r.config)), _fmt(r.p90_ttft_ms)]
-                for r in df.itertuples(index=False)]
+    wrapped = {c: _wrap(c) for c in pts["config"].astype(str).unique()}  # once per deployment, not per level
+
+    def custom(df: pd.DataFrame) -> np.ndarray:
+        """Per point: trial, concurrency, deployment (wrapped), P90 TTFT — one object array, which Plotly takes
+        as a whole instead of validating thousands of small lists."""
+        out = np.empty((len(df), 4), dtype=object)
+        out[:, 0] = df["trial"].to_numpy(dtype=int)
+        out[:, 1] = df["concurrency"].to_numpy(dtype=int)
+        out[:, 2] = df["config"].astype(str).map(wrapped).to_numpy()
+        out[:, 3] = [_fmt(v) for v in df["p90_ttft_ms"].astype(float).tolist()]
+        return out
 
     for name, part, color in (("meets every SLO", pts[pts["meets_slo"]], MEETS),
                               ("misses an SLO", pts[~pts["meets_slo"]], MISSES)):
-        fig.add_trace(kind(x=part[x].tolist(), y=part[y].tolist(), mode="markers", name=name, meta="levels",
+        fig.add_trace(kind(x=_floats(part[x]), y=_floats(part[y]), mode="markers", name=name, meta="levels",
                            marker={"color": color, "size": 7, "opacity": 0.8}, customdata=custom(part),
                            hovertemplate=hover))
     front = pts[pts["pareto"]].sort_values(x)
-    fig.add_trace(go.Scatter(x=front[x].tolist(), y=front[y].tolist(), mode="lines+markers", name="Pareto front",
+    fig.add_trace(go.Scatter(x=_floats(front[x]), y=_floats(front[y]), mode="lines+markers", name="Pareto front",
                              meta="pareto", line={"color": FRONT, "width": 2, "shape": "hv"},
                              marker={"color": FRONT, "size": 11, "symbol": "star"}, customdata=custom(front),
                              hovertemplate=hover))
@@ -125,11 +140,11 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
     pts = plottable(levels, x, y).sort_values(["trial", "concurrency"])
     chosen = list(dict.fromkeys(int(t) for t in highlight))
     rest = pts[~pts["trial"].isin(chosen)]
-    xs: list[Any] = []
-    ys: list[Any] = []
-    for _, g in rest.groupby("trial", sort=False):
-        xs += [*g[x].tolist(), None]
-        ys += [*g[y].tolist(), None]
+    # every trial's levels, then a NaN gap before the next trial: one array pair, no loop over thousands of trials
+    trial = rest["trial"].to_numpy()
+    gaps = np.flatnonzero(trial[1:] != trial[:-1]) + 1
+    xs = np.insert(_floats(rest[x]), gaps, np.nan)
+    ys = np.insert(_floats(rest[y]), gaps, np.nan)
     fig = go.Figure()
     fig.add_trace(_scatter(len(xs))(x=xs, y=ys, mode="lines", name="other trials", hoverinfo="skip",
                                     line={"color": "rgba(150,150,150,0.35)", "width": 1}))
@@ -138,7 +153,7 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
         if g.empty:
             continue
         fig.add_trace(go.Scatter(
-            x=g[x].tolist(), y=g[y].tolist(), mode="lines+markers+text", name=f"trial {t}",
+            x=_floats(g[x]), y=_floats(g[y]), mode="lines+markers+text", name=f"trial {t}",
             text=[f"c{c}" for c in g["concurrency"]], textposition="top center",
             hovertemplate=f"trial {t}<br>{_wrap(str(g['config'].iloc[0]))}<br>concurrency %{{text}}<br>"
                           f"{label(x)} %{{x:,.1f}}<br>{label(y)} %{{y:,.1f}}<extra></extra>",
@@ -152,17 +167,18 @@ def history_figure(history: pd.DataFrame, objective: str) -> go.Figure:
     """Convergence: each trial's objective value and the best so far."""
     fig = go.Figure()
     h = history[history["value"].notna()]
-    fig.add_trace(_scatter(len(h))(x=h["trial"].tolist(), y=h["value"].tolist(), mode="markers", name="trial",
-                                   marker={"color": [MEETS if f else MISSES for f in h["feasible"]], "size": 6}))
+    colors = np.where(h["feasible"].astype(bool).to_numpy(), MEETS, MISSES)
+    fig.add_trace(_scatter(len(h))(x=_floats(h["trial"]), y=_floats(h["value"]), mode="markers", name="trial",
+                                   marker={"color": colors, "size": 6}))
     b = history[history["best"].notna()]
-    fig.add_trace(go.Scatter(x=b["trial"].tolist(), y=b["best"].tolist(), mode="lines", name="best so far",
+    fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name="best so far",
                              line={"color": FRONT, "shape": "hv"}))
     fig.update_layout(meta="history", xaxis_title="trial", yaxis_title=label(objective), height=320,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
     return fig
 
 
-def _encode(values: pd.Series) -> tuple[list[float], list[float], list[str]]:
+def _encode(values: pd.Series) -> tuple[np.ndarray, list[float], list[str]]:
     """A parameter column as positions on a parallel-coordinates axis: every value a tick, missing ones
     (the parameter does not exist in that branch of the space) at "–"."""
     present = [v for v in values.dropna().unique().tolist()]
@@ -172,8 +188,7 @@ def _encode(values: pd.Series) -> tuple[list[float], list[float], list[str]]:
         present.sort(key=str)
     ticks = ["–", *map(_tick, present)]
     index = {str(v): i + 1 for i, v in enumerate(present)}
-    pos = [0.0 if (v is None or (isinstance(v, float) and math.isnan(v))) else float(index[str(v)])
-           for v in values.tolist()]
+    pos = _floats(values.map(lambda v: index[str(v)], na_action="ignore").fillna(0))
     return pos, [float(i) for i in range(len(ticks))], ticks
 
 
@@ -192,7 +207,7 @@ def parcoords_figure(params: pd.DataFrame, objective: pd.Series, objective_name:
         pos, tickvals, ticktext = _encode(params[c])
         dims.append({"label": c, "values": pos, "tickvals": tickvals, "ticktext": ticktext,
                      "range": [0, max(tickvals) if tickvals else 1]})
-    obj = objective.astype(float).tolist()
+    obj = _floats(objective)
     dims.append({"label": objective_name, "values": obj})
     fig = go.Figure(go.Parcoords(dimensions=dims, line={"color": obj, "colorscale": "Viridis", "showscale": True}))
     fig.update_layout(meta="parcoords", height=440, margin={"t": 70, "l": 50, "r": 50, "b": 30},

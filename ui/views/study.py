@@ -114,28 +114,44 @@ if not hist.empty and hist["value"].notna().any():
     st.subheader("Convergence")
     st.plotly_chart(plots.history_figure(hist, objective), key="history_chart", width="stretch")
 
-st.subheader("Parameters")
-imp = data.importance(url, info.optuna_study_name, data.importance_bucket(info.count("complete"))) \
-    if info.optuna_study_name else data.Importance({}, "this study has no Optuna study in the storage")
-left, right = st.columns([1, 2])
-with left:
-    st.markdown(f"**Parameter importance** for {objective}")
-    if imp.values:
-        st.plotly_chart(plots.importance_figure(imp.values), key="importance_chart", width="stretch")
-        st.caption(f"Optuna's get_param_importances over the {imp.trials_used} measured trials.")
-    else:
-        st.info(imp.message[:1].upper() + imp.message[1:] + ".")
-with right:
-    st.markdown(f"**Parallel coordinates**: the most important parameters of measured trials against {objective}")
-    measured = trials_df[(trials_df["state"] == "complete") & trials_df["repeat_of"].isna()] \
-        if not trials_df.empty else trials_df
-    if objective in measured and len(measured) >= 2:
-        p = params_df.set_index("trial").loc[measured["trial"]].reset_index()
-        order = list(imp.values) if imp.values else []
-        st.plotly_chart(plots.parcoords_figure(p, measured[objective].reset_index(drop=True), objective, order),
-                        key="parcoords_chart", width="stretch")
-    else:
-        st.info("Parallel coordinates need at least two measured trials.")
+@st.fragment
+def parameters() -> None:
+    """Importance and parallel coordinates. A fragment: turning importance on redraws this part only. For a big
+    study importance waits for that toggle (``data.importance_at_once``), so the page's first paint does not."""
+    st.subheader("Parameters")
+    complete = info.count("complete")
+    show = st.toggle("Parameter importance", value=data.importance_at_once(complete), key="importance_on",
+                     help="Optuna's get_param_importances (PED-ANOVA) over the measured trials; it loads every "
+                          "trial from Optuna's storage, about 2 s per 1,000 trials (then cached)")
+    imp = data.Importance({})
+    if show:
+        imp = data.importance(url, info.optuna_study_name, data.importance_bucket(complete)) \
+            if info.optuna_study_name else data.Importance({}, "this study has no Optuna study in the storage")
+    left, right = st.columns([1, 2])
+    with left:
+        st.markdown(f"**Parameter importance** for {objective}")
+        if not show:
+            st.info(f"Turn on *Parameter importance* to compute it over the {complete} complete trials "
+                    "(a few seconds for a study this size; the parallel coordinates then follow its order).")
+        elif imp.values:
+            st.plotly_chart(plots.importance_figure(imp.values), key="importance_chart", width="stretch")
+            st.caption(f"Optuna's get_param_importances over the {imp.trials_used} measured trials.")
+        else:
+            st.info(imp.message[:1].upper() + imp.message[1:] + ".")
+    with right:
+        st.markdown(f"**Parallel coordinates**: the most important parameters of measured trials against {objective}"
+                    if imp.values else f"**Parallel coordinates**: parameters of measured trials against {objective}")
+        measured = trials_df[(trials_df["state"] == "complete") & trials_df["repeat_of"].isna()] \
+            if not trials_df.empty else trials_df
+        if objective in measured and len(measured) >= 2:
+            p = params_df.set_index("trial").loc[measured["trial"]].reset_index()
+            st.plotly_chart(plots.parcoords_figure(p, measured[objective].reset_index(drop=True), objective,
+                                                   list(imp.values)), key="parcoords_chart", width="stretch")
+        else:
+            st.info("Parallel coordinates need at least two measured trials.")
+
+
+parameters()
 
 # ---------------------------------------------------------------------------------------------- trial table
 st.subheader("Trials")
