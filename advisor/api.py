@@ -19,7 +19,7 @@ from executors import place
 from search_spaces import DeploymentConfig, check, load_preset, preset_names
 
 __all__ = [
-    "BestReport", "TrialReport", "TuneSummary", "best_report", "executed_trials", "export", "job_of_study",
+    "BestReport", "TrialReport", "TuneSummary", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
     "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
 ]
 
@@ -61,6 +61,38 @@ def job_of_study(database: db.Database, study: str) -> TuningJob:
         names = [s.name for s in queries.list_studies(database)]
         raise BadInput(f"study {study!r} is not in {database.url_for_display}; studies: {', '.join(names) or 'none'}")
     return job_from_dict(row.job, source=f"study {study!r}")
+
+
+def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = None, seed: int = 0,
+              names: list[str] | None = None, models: dict[str, str] | None = None) -> Any:
+    """``advisor calibrate``: fit the performance model to the studies' measured trials; write the fitted
+    parameters to ``out`` (what a job's ``executor.perf_params`` loads) and the report beside it.
+
+    ``models`` maps a model folder's name to where it is on this machine, for studies measured elsewhere."""
+    import json
+
+    from advisor.calibrate import calibrate as fit, measured_samples
+
+    database = _open(url)
+    try:
+        samples = []
+        for study in studies:
+            row = queries.get_study(database, study)
+            if row is None:
+                job_of_study(database, study)  # the one-line error naming the studies there are
+            doc = dict(row.job)
+            path = (doc.get("model") or {}).get("path")
+            if path and models and Path(path).name in models:
+                doc["model"] = {**doc["model"], "path": models[Path(path).name]}
+            job = job_from_dict(doc, source=f"study {study!r}")
+            samples += measured_samples(database, study, job)
+        cal = fit(samples, folds=folds, seed=seed, names=names)
+    finally:
+        database.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cal.params.save(out)
+    out.with_suffix(".report.json").write_text(json.dumps(cal.to_dict(), indent=2) + "\n")
+    return cal
 
 
 def executed_trials(job: TuningJob, url: str, study: str | None) -> int:

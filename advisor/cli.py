@@ -104,9 +104,13 @@ def tune(
     storage: StorageOpt = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Connect to this Ray cluster.")] = None,
+    wall_time: Annotated[float | None, typer.Option(min=1, help="Start no trial after this many seconds (this "
+                                                         "run; a later run continues the study).")] = None,
 ) -> None:
     """Run (or continue) a tuning study, then print the best deployments."""
     job = load_job(job_file)
+    if wall_time is not None:
+        job = job.model_copy(update={"budget": job.budget.model_copy(update={"wall_time_s": wall_time})})
     if executor is not None:
         job = job.model_copy(update={"executor": job.executor.model_copy(update={"kind": executor})})
     url = storage or job.storage
@@ -200,6 +204,40 @@ def export(
     paths = api.export(_storage(storage), study, fmt=fmt, trial=trial, out=out, model=model, options=opts)
     for p in paths:
         console.print(f"wrote {p}")
+
+
+@app.command()
+@friendly
+def calibrate(
+    studies: Annotated[list[str], typer.Argument(help="Studies whose measured trials to fit (one GPU kind).")],
+    out: Annotated[Path, typer.Option(help="Where the fitted parameters go (a job's executor.perf_params).")]
+    = Path("perf-params.json"),
+    folds: Annotated[int | None, typer.Option(min=2, help="Cross-validation folds (default: leave one trial out "
+                                                          "up to 10 trials, else 5).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fold assignment.")] = 0,
+    params: Annotated[str | None, typer.Option(help="Comma-separated parameters to fit (default: every one the "
+                                                    "data moves).")] = None,
+    model: Annotated[list[str] | None, typer.Option(help="A study's model folder on this machine, if the study "
+                                                         "ran elsewhere (matched by folder name; repeatable).")] = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Fit the performance model's efficiency parameters to measured trials; report cross-validated error."""
+    from advisor.calibrate import METRICS
+
+    names = [n.strip() for n in params.split(",") if n.strip()] if params else None
+    models = {Path(m).name: m for m in model or []}
+    with console.status("fitting the performance model to the measured trials"):
+        cal = api.calibrate(_storage(storage), studies, out=out, folds=folds, seed=seed, names=names, models=models)
+    console.print(f"{len(cal.trials)} measured trials on {cal.gpu}; median |predicted / measured − 1| "
+                  f"(held out: {cal.folds}-fold cross-validation by trial):")
+    rows = [[f"{part.replace('_', ' ')}, {when}", errs[part].levels,
+             *(f"{x:.1%}" if x is not None else None for x in errs[part].row())]
+            for part in ("in_sample", "held_out") if part in cal.after
+            for when, errs in (("default", cal.before), ("calibrated", cal.after))]
+    _print_rows("", ["levels", "n", "all", *METRICS], rows)
+    _print_rows("", ["parameter", "default", "fitted"],
+                [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
+    console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")
 
 
 @app.command()

@@ -18,8 +18,10 @@ def platform_for(job: TuningJob) -> Platform:
         kind = "cpu" if job.cluster.gpu == "CPU" else "gpu"
     run_dir = job.resolve_path(spec.run_dir)
     if kind == "cpu":
-        return cpu_platform(kv_storage_path=str((run_dir / "kv").resolve()), engine_cmd=spec.engine_cmd)
-    return gpu_platform(engine_cmd=spec.engine_cmd)
+        platform = cpu_platform(kv_storage_path=str((run_dir / "kv").resolve()), engine_cmd=spec.engine_cmd)
+    else:
+        platform = gpu_platform(engine_cmd=spec.engine_cmd)
+    return platform.model_copy(update={"router_cmd": spec.router_cmd}) if spec.router_cmd else platform
 
 
 def model_path_for(job: TuningJob) -> Path:

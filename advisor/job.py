@@ -129,6 +129,8 @@ class ExecutorSpec(BaseModel):
     platform: str = Field("auto", pattern=r"^(auto|cpu|gpu)$")
     ray_address: str | None = None
     engine_cmd: list[str] | None = Field(None, description="Replaces `vllm` (e.g. python -m vllm.entrypoints.cli.main).")
+    router_cmd: list[str] | None = Field(None, description="Replaces `vllm-router` (e.g. python -m "
+                                         "vllm_router.launch_router, where pip --target left no script).")
     served_model_name: str | None = None
     run_dir: str = "runs"
     perf_params: str | None = Field(None, description="A calibrated performance-model JSON (simulated executor).")
@@ -194,6 +196,8 @@ class TuningJob(BaseModel):
 
         doc = self.model_dump(mode="json")
         doc["storage"] = redact_url(doc["storage"])
+        if self.model.path:  # anchored here: the stored job must not depend on the tuner's working directory
+            doc["model"]["path"] = str(self.resolve_path(self.model.path).resolve())
         return doc
 
 

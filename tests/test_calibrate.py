@@ -1,0 +1,101 @@
+"""`advisor calibrate`: the performance model's parameters fitted to measured trials, error cross-validated.
+
+The fit is checked against a known answer: a study whose levels come from the simulator run with *other*
+parameters (the "truth") must be fitted back to near-zero held-out error from the defaults. Those levels are
+labelled ``simulated``, so the real command refuses them; the test calls the library with
+``sources=("simulated",)`` — a labelled stand-in for measurements, nothing else. The real command on a real
+(CPU vLLM) study is covered in tests/test_tune_real.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import db
+from advisor.calibrate import calibrate, folds_of, measured_samples
+from advisor.job import job_from_dict
+from advisor.tune import tune
+from executors import place
+from executors.perf_model import PerfParams, default_params, predict
+from db import queries
+from search_spaces import TrialState
+
+TRUTH = {"mfu_prefill": 0.35, "hbm_eff": 0.6, "cpu_step_s": 2e-3, "request_latency_s": 0.03}
+
+
+def _study(tmp_path: Path, name: str, params: Path | None, trials: int = 14):
+    doc = {"name": name, "preset": "h200-qwen3-235b", "budget": {"trials": trials}, "sampler": {"seed": 1},
+           "storage": f"sqlite:///{tmp_path / 'cal.db'}", "executor": {"kind": "simulated"}}
+    if params is not None:
+        doc["executor"]["perf_params"] = str(params)
+    job = job_from_dict(doc)
+    tune(job)
+    return job
+
+
+def test_fit_recovers_a_known_truth_and_held_out_error_drops(tmp_path: Path) -> None:
+    truth = default_params("H200").model_copy(update=TRUTH)
+    truth.save(tmp_path / "truth.json")
+    job = _study(tmp_path, "truth", tmp_path / "truth.json")
+    database = db.connect(job.storage)
+    try:
+        assert measured_samples(database, "truth", job) == []  # simulated levels are never "measured"
+        samples = measured_samples(database, "truth", job, sources=("simulated",))
+    finally:
+        database.close()
+    assert len(samples) == 14
+    cal = calibrate(samples, folds=4)
+    before, after = cal.before["held_out"].overall, cal.after["held_out"].overall
+    assert before > 0.15, before  # the defaults really are wrong for this truth
+    assert after < 0.05, (before, after)  # and four folds, each fitted without its trials, predict them
+    assert cal.after["in_sample"].overall <= after + 0.02
+    assert {"mfu_prefill", "hbm_eff", "cpu_step_s", "request_latency_s"} <= set(cal.fitted)
+    # parameters the data cannot see stay at their defaults (the ridge), and everything stays in bounds
+    assert cal.params.mtp_acceptance == default_params("H200").mtp_acceptance
+    for (lo, hi), v in zip(PerfParams.bounds(), cal.params.to_vector(), strict=True):
+        assert lo <= v <= hi
+    assert cal.folds == 4 and sorted(s.key for f in folds_of(samples, 4, 0) for s in f) == sorted(cal.trials)
+
+
+def test_tune_uses_a_calibrated_profile(tmp_path: Path) -> None:
+    fitted = default_params("H200").model_copy(update=TRUTH)
+    fitted.save(tmp_path / "fitted.json")
+    job = _study(tmp_path, "uses", tmp_path / "fitted.json", trials=3)
+    database = db.connect(job.storage)
+    try:
+        t = next(t for t in queries.list_trials(database, "uses", states=[TrialState.COMPLETE]))
+        stored = queries.get_trial(database, "uses", t.number)
+    finally:
+        database.close()
+    topo = place(stored.config, job.cluster)
+    want = predict(topo, job.model_profile(), job.workload, fitted)
+    default = predict(topo, job.model_profile(), job.workload, default_params("H200"))
+    got = {m.concurrency: m.throughput_per_gpu for m in stored.measurements}
+    assert got == pytest.approx({m.concurrency: m.throughput_per_gpu for m in want})
+    assert got != pytest.approx({m.concurrency: m.throughput_per_gpu for m in default})
+
+
+def _advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["sim"], "no complete trial has measured levels"),
+    (["nope"], "is not in"),
+    (["sim", "--params", "mfu_prefill,warp_speed"], "unknown parameter(s) warp_speed"),
+    (["sim", "--folds", "1"], "--folds"),
+])
+def test_calibrate_bad_input_is_one_line(tmp_path: Path, args: list[str], says: str) -> None:
+    _study(tmp_path, "sim", None, trials=2)
+    r = _advisor("calibrate", *args, "--storage", f"sqlite:///{tmp_path / 'cal.db'}", "--out",
+                 str(tmp_path / "p.json"), cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "p.json").exists()
