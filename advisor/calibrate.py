@@ -42,6 +42,9 @@ METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms")
 RIDGE = 0.05
 #: A parameter is fitted only if moving it by 5% of its range moves some prediction by at least this (log).
 MIN_SENSITIVITY = 1e-3
+#: Finite-difference step of the Jacobian, relative to each scaled parameter. scipy's default (~1e-8) lands
+#: inside the model's flat steps (whole batches, whole waves of requests) and sees a zero gradient.
+DIFF_STEP = 1e-2
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,8 @@ def fit(problem: _Problem, theta0: PerfParams, names: Sequence[str]) -> PerfPara
     def residuals(z: np.ndarray) -> np.ndarray:
         return np.concatenate([[lr for _, lr in problem.log_ratios(params_at(z))], RIDGE * (z - z0)])
 
-    sol = least_squares(residuals, z0, bounds=(0.0, 1.0), x_scale="jac", max_nfev=200 * (len(names) + 1))
+    sol = least_squares(residuals, z0, bounds=(0.0, 1.0), x_scale="jac", max_nfev=200 * (len(names) + 1),
+                        diff_step=DIFF_STEP)
     return params_at(sol.x)
 
 

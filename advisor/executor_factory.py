@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from advisor.errors import BadInput
 from advisor.job import ExecutorKind, TuningJob
 from executors import Executor, Platform, cpu_platform, gpu_platform
+
+if TYPE_CHECKING:
+    from executors.perf_model import PerfParams
 
 
 def platform_for(job: TuningJob) -> Platform:
@@ -56,19 +60,28 @@ def _check_ray_address(address: str | None) -> None:
         raise BadInput(f"--ray-address: no Ray head answers at {address} ({e.strerror or e})") from None
 
 
+def model_params(job: TuningJob) -> PerfParams:
+    """The performance model's parameters for this job: ``executor.perf_params`` (a calibrated profile) or the
+    defaults of the cluster's GPU kind. The simulated executor predicts with them; a guided study starts
+    its model from them."""
+    from executors.perf_model import PerfParams, default_params
+
+    spec = job.executor
+    if not spec.perf_params:
+        return default_params(job.cluster.gpu)
+    path = job.resolve_path(spec.perf_params)
+    try:
+        return PerfParams.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+
+
 def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor:
     spec = job.executor
     if spec.kind is ExecutorKind.SIMULATED:
-        from executors.perf_model import PerfParams
-        from executors.simulated import SimulatedExecutor, default_params
+        from executors.simulated import SimulatedExecutor
 
-        params = default_params(job.cluster.gpu)
-        if spec.perf_params:
-            path = job.resolve_path(spec.perf_params)
-            try:
-                params = PerfParams.model_validate(json.loads(path.read_text()))
-            except (OSError, ValueError) as e:
-                raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+        params = model_params(job)
         if spec.reserve_gpus:
             from executors.reserved import ReservedSimulatedExecutor
 

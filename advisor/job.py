@@ -105,6 +105,9 @@ class SamplerSpec(BaseModel):
     kind: SamplerKind = SamplerKind.TPE
     seed: int = 0
     n_startup_trials: int = Field(10, ge=0)
+    guide: bool = Field(True, description="TPE only: every other trial is the performance model's pick, the model "
+                        "re-fitted to the study's measured trials (advisor.guide).")
+    guided_trials: int = Field(20, ge=0, description="At most this many model-proposed trials per study.")
 
 
 class ExecutorKind(StrEnum):
@@ -133,7 +136,8 @@ class ExecutorSpec(BaseModel):
                                          "vllm_router.launch_router, where pip --target left no script).")
     served_model_name: str | None = None
     run_dir: str = "runs"
-    perf_params: str | None = Field(None, description="A calibrated performance-model JSON (simulated executor).")
+    perf_params: str | None = Field(None, description="A calibrated performance-model JSON (advisor calibrate): what "
+                                   "the simulated executor predicts with and where a guided study's model starts.")
     reserve_gpus: bool = Field(False, description="Simulated executor: hold real Ray GPU reservations (ray_address) "
                                "for hold_s per trial — several tuner workers sharing one cluster.")
     hold_s: float = Field(2.0, ge=0, description="With reserve_gpus: how long a trial holds its GPUs.")

@@ -22,7 +22,8 @@ import optuna
 
 import db
 from advisor.errors import BadInput
-from advisor.executor_factory import make_executor
+from advisor.executor_factory import make_executor, model_params
+from advisor.guide import MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import INFEASIBLE, Outcome, score, worst
 from advisor.study import open_study, redact_url
@@ -151,6 +152,7 @@ def _loop(
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
     }
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
+    guide = _resume_guide(job, study, database, name)
     started = time.monotonic()
     asks, max_asks = 0, 50 * budget
     consecutive_failures = 0
@@ -168,6 +170,8 @@ def _loop(
                 summary.stopped_because = "grid exhausted"
                 return
             study.enqueue_trial(point, skip_if_exists=True)
+        else:
+            enqueue_turn(guide, study, executed, _taken(job, study))
         asks += 1
         t0 = time.monotonic()
         trial = study.ask()
@@ -211,6 +215,8 @@ def _loop(
         if state is TrialState.COMPLETE:
             seen[key] = _frozen(study, trial.number)
             consecutive_failures = 0
+            if guide is not None:
+                guide.observe(cfg, run.measurements)
         else:
             summary.failed += 1
             consecutive_failures += 1
@@ -222,6 +228,38 @@ def _loop(
                 f"last: {run.reason}"
             )
             return
+
+
+def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
+    """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
+    picks up its calibration and its count of model turns)."""
+    guide = make_guide(job, model_params(job))
+    if guide is None:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    guide.turns = sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model")
+    done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
+    for number in done[-MAX_FIT_TRIALS:]:
+        t = db.queries.get_trial(database, name, number)
+        if t is not None and t.config is not None:
+            guide.observe(t.config, list(t.measurements), refit=False)
+    guide.refit()
+    return guide
+
+
+def _taken(job: TuningJob, study: optuna.Study) -> set[str]:
+    """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
+    taken = set()
+    for t in study.get_trials(deepcopy=False):
+        if CONFIG_KEY_ATTR in t.user_attrs:
+            taken.add(t.user_attrs[CONFIG_KEY_ATTR])
+        elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
+            try:
+                taken.add(job.space.build(lambda n, ch, p=t.params: p.get(n, ch[0])).key())
+            except (ValueError, KeyError):
+                continue
+    return taken
 
 
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:

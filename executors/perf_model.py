@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from pathlib import Path
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALIBRATABLE", "MODEL_VERSION", "PerfParams", "Step", "decode_step_time", "decode_throughput_per_gpu",
-    "default_params", "expected_max_z", "predict", "prefill_step_time", "prefill_throughput_per_gpu",
+    "default_params", "expected_max_z", "perturbed", "predict", "prefill_step_time", "prefill_throughput_per_gpu",
 ]
 
 MODEL_VERSION = "perf-model-1"
@@ -845,6 +846,17 @@ def _sane(m: Measurement) -> Measurement:
         if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf):
             d[k] = None
     return m
+
+
+def perturbed(params: PerfParams, seed: int, spread: float = 2.0) -> PerfParams:
+    """``params`` with each non-zero field scaled by a seeded log-uniform factor in [1/spread, spread], kept in
+    its range: a stand-in for a machine the model does not know (benchmarks and tests of the guided search)."""
+    rng = random.Random(f"truth-{seed}")
+    vec = []
+    for v, (lo, hi) in zip(params.to_vector(), PerfParams.bounds(), strict=True):
+        f = math.exp(rng.uniform(-math.log(spread), math.log(spread)))
+        vec.append(v if v == 0 else min(hi, max(lo, v * f)))
+    return PerfParams.from_vector(vec, params)
 
 
 def predict(topology: Topology, model: ModelProfile, workload: Workload,

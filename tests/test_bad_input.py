@@ -36,6 +36,7 @@ EXPECT = {
     "bad_all2all.yaml": ["space.decode.all2all_backends", "carrier_pigeon"],
     "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
     "real_executor_without_weights.yaml": ["model.preset", "model.path"],
+    "negative_guided_trials.yaml": ["sampler.guided_trials", "greater than or equal to 0"],
 }
 
 
