@@ -227,9 +227,17 @@ def test_eplb_balancedness_from_log(tmp_path):
     mark = metrics.log_size(log)
     with open(log, "a") as fh:
         fh.write("EPLB step: 6000 for model m: avg_tokens=10.00, max_tokens=12, balancedness=0.8333, \n")
-    assert metrics.eplb_balancedness(log) == pytest.approx((0.5 + 0.8333) / 2)
-    assert metrics.eplb_balancedness(log, since=mark) == pytest.approx(0.8333)
+    with open(log, "a") as fh:  # an idle DP step: no tokens, balancedness 0 — it must not count
+        fh.write("EPLB step: 6001 for model m: avg_tokens=0.00, max_tokens=0, balancedness=0.0000, \n")
+    assert metrics.eplb_balancedness(log) == pytest.approx((10 + 10) / (20 + 12))  # token-weighted, as step times
+    assert metrics.eplb_balancedness(log, since=mark) == pytest.approx(10 / 12)
     assert metrics.eplb_balancedness(tmp_path / "none.log") is None
+    old = tmp_path / "old.log"  # lines without token counts: the mean of their balancedness
+    old.write_text("EPLB step: 1 balancedness: 0.5\nEPLB step: 2 balancedness: 0.7\n")
+    assert metrics.eplb_balancedness(old) == pytest.approx(0.6)
+    real = sorted((Path(__file__).parent / "data").glob("eplb_*.log"))
+    for f in real:  # saved from the 2 × H200 run: idle steps log 0 and are left out
+        assert 0.97 < metrics.eplb_balancedness(f) <= 1.0
 
 
 # ------------------------------------------------------------------------------------------ vLLM's error line

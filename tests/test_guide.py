@@ -1,7 +1,7 @@
 """Model-guided proposals (advisor.guide) in the real tune loop, on the simulated executor.
 
 The ground truth of these tests is the performance model with *different* parameters from the ones the guide
-starts from (``benchmarks.search_efficiency.perturbed``): the guide must find the truth's optimum by measuring
+starts from (``executors.perf_model.perturbed``): the guide must find the truth's optimum by measuring
 and re-fitting, not by already knowing it. Labelled: a simulated stand-in for a machine the model does not know.
 """
 

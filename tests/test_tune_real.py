@@ -154,7 +154,10 @@ def test_best_and_export_on_the_real_study_and_the_launch_script_runs(study) -> 
     # run the exported script by hand: the same deployment comes up behind the router
     router_port = int(shlex.split(script.strip().splitlines()[-1])[shlex.split(script.strip().splitlines()[-1])
                                                                       .index("--port") + 1])
-    proc = procs.start(["bash", str(out / "launch.sh")], name="launch", log_path=work / "launch.log", cwd=ROOT)
+    # from the export folder (the script's server logs land beside it), with the checkout importable: the CPU
+    # platform's engine command is `python -m executors.vllm_cli`
+    proc = procs.start(["bash", str(out / "launch.sh")], name="launch", log_path=work / "launch.log", cwd=out,
+                       env={"PYTHONPATH": str(ROOT)})
     try:
         deadline = time.monotonic() + 300
         body = json.dumps({"model": doc["commands"][0]["argv"][doc["commands"][0]["argv"].index("serve") + 1],

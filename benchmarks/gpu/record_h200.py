@@ -13,6 +13,14 @@ The device run (``benchmarks/gpu/run_h200.sh``) brings back its results database
    and writes ``perf-params-h200.json`` and its report.
 
     python benchmarks/gpu/record_h200.py RESULTS_DIR [--device-seconds S]   (RESULTS_DIR: the unpacked tarball)
+
+The 2 x H200 run (``benchmarks/gpu/h200x2-*.yaml``, one deployment per study) is recorded with
+
+    python benchmarks/gpu/record_h200.py RESULTS_DIR --out benchmarks/results/h200x2 --details --tuned all \
+        --gpu-label "2 x NVIDIA H200 (device kind nvidia-h200-x2)" --device-seconds S
+
+``--details`` adds the /metrics fields (DP imbalance, EPLB balancedness, KV-transfer tokens, tokens per DP
+rank) to ``levels.csv`` and writes ``trials.json`` (per trial: timings, per level the per-instance counters).
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from db import queries  # noqa: E402
 from executors.bench import parse_result  # noqa: E402
 from search_spaces import Measurement, TrialState, slo_violation  # noqa: E402
 
-OUT = ROOT / "benchmarks" / "results" / "h200"
+OUT = ROOT / "benchmarks" / "results" / "h200"  # the default --out (the 1 x H200 run)
 #: Read from /metrics scrapes, not from the bench JSON: kept as the device run stored them.
 SCRAPED = ("dp_imbalance", "prefix_cache_hit_rate", "kv_transfer_tokens", "preemptions", "eplb_balancedness")
 COLUMNS = ("study", "trial", "deployment", "max_num_seqs", "max_num_batched_tokens", "concurrency", "completed",
@@ -43,6 +51,8 @@ COLUMNS = ("study", "trial", "deployment", "max_num_seqs", "max_num_batched_toke
            "p50_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "p50_tokens_per_s_per_user", "p90_tokens_per_s_per_user",
            "p99_tokens_per_s_per_user", "achieved_concurrency", "prefix_cache_hit_rate", "preemptions",
            "meets_slos", "deploy_s", "measure_s", "teardown_s")
+#: Added by --details: what the executor scraped from /metrics and the EPLB log, per level.
+DETAIL_COLUMNS = ("dp_imbalance", "eplb_balancedness", "kv_transfer_tokens", "tokens_per_rank")
 
 
 def local_job(doc: dict[str, Any], study: str) -> TuningJob:
@@ -70,7 +80,8 @@ def reread(device: db.Database, out: db.Database, runs: Path) -> dict[str, Tunin
             for c in sorted(old):
                 m = parse_result(json.loads((local / "bench" / f"c{c}.json").read_text()), concurrency=c,
                                  gpus=full.gpus or 1)
-                levels.append(m.model_copy(update={k: getattr(old[c], k) for k in SCRAPED}))
+                raw = {**(m.raw or {}), **{k: v for k, v in (old[c].raw or {}).items() if k == "metrics"}}
+                levels.append(m.model_copy(update={**{k: getattr(old[c], k) for k in SCRAPED}, "raw": raw}))
             outcome = score(job, levels)
             tid = out.start_trial(st.name, t.number, params=full.params, config=full.config,
                                   topology=full.topology, worker=full.worker)
@@ -92,6 +103,11 @@ def rows(database: db.Database, jobs: dict[str, TuningJob]) -> list[dict[str, An
                        "max_num_seqs": role.max_num_seqs, "max_num_batched_tokens": role.max_num_batched_tokens,
                        "meets_slos": slo_violation(job.slos, m) <= 0, **full.timings}
                 row.update({k: getattr(m, k) for k in COLUMNS if k in Measurement.model_fields})
+                row.update({k: getattr(m, k) for k in ("dp_imbalance", "eplb_balancedness", "kv_transfer_tokens")})
+                per_inst = (m.raw or {}).get("metrics") or {}
+                row["tokens_per_rank"] = json.dumps({i: v.get("tokens_per_rank") for i, v in per_inst.items()},
+                                                    separators=(",", ":")) if per_inst else None
+                row["instances"] = per_inst
                 out.append(row)
     return out
 
@@ -101,35 +117,65 @@ def best_under_slos(levels: list[dict[str, Any]], studies: set[str]) -> dict[str
     return max(ok, key=lambda r: r["throughput_per_gpu"]) if ok else None
 
 
+def trial_details(database: db.Database, jobs: dict[str, TuningJob], levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per study and trial: deployment, timings, GPUs, and per level the scraped counters of every instance."""
+    out: dict[str, Any] = {}
+    for name in jobs:
+        for t in queries.list_trials(database, name):
+            full = queries.get_trial(database, name, t.number)
+            assert full is not None
+            rs = [r for r in levels if r["study"] == name and r["trial"] == t.number]
+            out[f"{name}/{t.number}"] = {
+                "deployment": full.config_text, "state": str(full.state), "gpus": full.gpus, "timings": full.timings,
+                "levels": {r["concurrency"]: {k: r.get(k) for k in ("throughput_per_gpu", "p90_ttft_ms", "p90_tpot_ms",
+                                                                      "meets_slos", "dp_imbalance",
+                                                                      "eplb_balancedness", "kv_transfer_tokens",
+                                                                      "instances")} for r in rs},
+            }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="the unpacked h200-results.tgz (holds da-gpu/ and da-runs/)")
     ap.add_argument("--device-seconds", type=float, default=None, help="device time the runs used (for the record)")
+    ap.add_argument("--out", type=Path, default=OUT, help="where levels.csv, summary.json and perf-params-NAME.json "
+                    "go (NAME: the folder's name; default: benchmarks/results/h200)")
+    ap.add_argument("--gpu-label", default="1 x NVIDIA H200 (device kind nvidia-h200)", help="summary.json's gpu")
+    ap.add_argument("--tuned", default="h200-qwen3-small",
+                    help="comma-separated studies the tuned best is taken from (with the -defaults ones), or 'all'")
+    ap.add_argument("--details", action="store_true",
+                    help="add the scraped per-level fields to levels.csv and write trials.json")
     args = ap.parse_args()
-    OUT.mkdir(parents=True, exist_ok=True)
+    out_dir: Path = args.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    columns = COLUMNS + (DETAIL_COLUMNS if args.details else ())
     recorded = args.results / "recorded.db"
     recorded.unlink(missing_ok=True)
     device, out = db.connect(f"sqlite:///{args.results / 'da-gpu' / 'results.db'}"), db.connect(f"sqlite:///{recorded}")
     try:
         jobs = reread(device, out, args.results / "da-runs")
         levels = rows(out, jobs)
-        with (OUT / "levels.csv").open("w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
+        with (out_dir / "levels.csv").open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
             w.writeheader()
-            w.writerows({k: r.get(k) for k in COLUMNS} for r in levels)
+            w.writerows({k: r.get(k) for k in columns} for r in levels)
         default = best_under_slos(levels, {n for n in jobs if n.endswith("-defaults")})
-        tuned = best_under_slos(levels, {"h200-qwen3-small"} | {n for n in jobs if n.endswith("-defaults")})
+        tuned_set = set(jobs) if args.tuned == "all" else set(args.tuned.split(","))
+        tuned = best_under_slos(levels, tuned_set | {n for n in jobs if n.endswith("-defaults")})
         samples = [s for n, j in jobs.items() for s in measured_samples(out, n, j)]
         cal = calibrate(samples)
-        cal.params.save(OUT / "perf-params-h200.json")
-        (OUT / "perf-params-h200.report.json").write_text(json.dumps(cal.to_dict(), indent=2) + "\n")
+        cal.params.save(out_dir / f"perf-params-{out_dir.name}.json")
+        (out_dir / f"perf-params-{out_dir.name}.report.json").write_text(json.dumps(cal.to_dict(), indent=2) + "\n")
         studies = queries.list_studies(out)
+        if args.details:
+            (out_dir / "trials.json").write_text(json.dumps(trial_details(out, jobs, levels), indent=2) + "\n")
     finally:
         device.close()
         out.close()
     first = min(r for r in (s.created_at for s in studies))
     summary = {
-        "engine": studies[0].engine_version, "gpu": "1 x NVIDIA H200 (device kind nvidia-h200)",
+        "engine": studies[0].engine_version, "gpu": args.gpu_label,
         "hardware": studies[0].hardware, "date": first.date().isoformat(), "device_seconds": args.device_seconds,
         "slos": [s.model_dump() for s in next(iter(jobs.values())).slos],
         "studies": {s.name: {"description": s.description, "trials": s.done} for s in studies},
@@ -139,7 +185,15 @@ def main() -> None:
                                if tuned and default else None),
         "calibration": {k: v for k, v in cal.to_dict().items() if k != "params"},
     }
-    (OUT / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    if args.details:
+        summary["best_under_slos_per_study"] = {n: best_under_slos(levels, {n}) for n in sorted(jobs)}
+        for b in summary["best_under_slos_per_study"].values():
+            if b:
+                b.pop("instances", None)
+    for k in ("vllm_defaults_best_under_slos", "tuned_best_under_slos"):
+        if summary[k]:
+            summary[k] = {c: v for c, v in summary[k].items() if c != "instances"}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     print(f"{'study':<26} {'trial':>5} {'deployment':<62} {'c':>4} {'tok/s/GPU':>10} {'p90 TTFT':>9} "
           f"{'p90 TPOT':>9} {'SLOs':>5}")
     for r in levels:
@@ -153,7 +207,7 @@ def main() -> None:
           f"{e['error_after']['in_sample']['overall']:.1%}; held out "
           f"{e['error_before'].get('held_out', {}).get('overall', float('nan')):.1%} → "
           f"{e['error_after'].get('held_out', {}).get('overall', float('nan')):.1%}")
-    print(f"wrote {OUT}")
+    print(f"wrote {out_dir}")
 
 
 if __name__ == "__main__":
