@@ -64,6 +64,25 @@ def deployment_platform(platform: Platform, kv_dir: Path) -> Platform:
     return platform.model_copy(update={"kv_connector_extra": extra})
 
 
+def vllm_cache_root(run_dir: Path, instance: str) -> Path:
+    """vLLM's cache folder (``VLLM_CACHE_ROOT``) for one instance slot, kept across a tuner's trials.
+
+    vLLM caches its model-class inspection there (``modelinfos/``: without it every server start runs a fresh
+    Python that imports vLLM, ~8 s on the CPU build) and, on GPUs, its torch.compile artefacts (keyed by the
+    config's hash). One folder per instance name and tuner process, so a later trial reuses what an earlier
+    one built while two servers running at once never write one compile cache; a new slot starts with the
+    model inspection another slot already did (small JSON files, written atomically by vLLM).
+    """
+    base = Path(run_dir) / "vllm-cache"
+    root = base / f"{os.getpid()}-{instance}"
+    if not root.exists():
+        for seen in sorted(base.glob(f"{os.getpid()}-*/modelinfos")):
+            shutil.copytree(seen, root / "modelinfos", dirs_exist_ok=True)
+            break
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 # ------------------------------------------------------------------------------- the measure loop, shared
 @dataclass
 class ServerView:
@@ -249,7 +268,7 @@ class LocalExecutor(Executor):
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
             env = {**platform.env, **slot_env(platform, shard.gpus),
-                   "VLLM_CACHE_ROOT": str(h.dir / "cache" / inst.name)}
+                   "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, inst.name))}
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
             self._record(dep, inst.name, proc, port)
@@ -343,13 +362,17 @@ class LocalExecutor(Executor):
         for s in h.servers:  # segments mapped right now (vLLM creates some per request batch)
             if s.proc.alive:
                 h.shm |= procs.shm_segments(procs.group_pids(s.proc.pgid))
-        stopped: dict[str, bool] = {}
-        for s in procs_all:
-            try:
-                stopped[s.name] = procs.stop(s.proc, self.teardown_timeout_s)
-            except Exception as e:  # keep stopping the others
-                log.warning("stopping %s (pgid %d) failed: %s", s.name, s.proc.pgid, e)
-                stopped[s.name] = False
+        try:
+            stopped = procs.stop_all([s.proc for s in procs_all], self.teardown_timeout_s)
+        except Exception as e:  # one at a time, so one bad group cannot keep the others running
+            log.warning("stopping the deployment's groups together failed (%s); one by one", e)
+            stopped = {}
+            for s in procs_all:
+                try:
+                    stopped[s.name] = procs.stop(s.proc, self.teardown_timeout_s)
+                except Exception as e2:  # keep stopping the others
+                    log.warning("stopping %s (pgid %d) failed: %s", s.name, s.proc.pgid, e2)
+                    stopped[s.name] = False
         removed = procs.remove_shm(h.shm)
         shutil.rmtree(h.kv_dir, ignore_errors=True)
         deployment.resources["stopped"] = stopped

@@ -153,26 +153,48 @@ def stop_group(
 
     ``popen`` (the leader's ``Popen``) lets us reap the leader; without it we try ``waitpid`` ourselves.
     """
-    if pgid <= 1 or pgid == os.getpgrp():
-        raise ValueError(f"refusing to signal process group {pgid}")
-    _reap(pgid, popen)
-    if not _signal(pgid, signal.SIGTERM):
-        return True
+    return stop_groups([(pgid, popen)], term_timeout, kill_timeout=kill_timeout)[pgid]
+
+
+def stop_groups(
+    groups: Sequence[tuple[int, subprocess.Popen[bytes] | None]], term_timeout: float = 30.0, *,
+    kill_timeout: float = 10.0,
+) -> dict[int, bool]:
+    """``stop_group`` for several groups at once: TERM every one, then wait for all of them together, so a
+    deployment's teardown takes the slowest server's exit time, not the sum of them. pgid → gone."""
+    for pgid, _ in groups:
+        if pgid <= 1 or pgid == os.getpgrp():
+            raise ValueError(f"refusing to signal process group {pgid}")
+    pending: dict[int, subprocess.Popen[bytes] | None] = {}
+    for pgid, popen in groups:
+        _reap(pgid, popen)
+        if _signal(pgid, signal.SIGTERM):
+            pending[pgid] = popen
     for timeout, sig in ((term_timeout, signal.SIGKILL), (kill_timeout, None)):
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            _reap(pgid, popen)
-            if not group_alive(pgid):
-                return True
-            time.sleep(0.1)
+        while pending and time.monotonic() < deadline:
+            for pgid, popen in list(pending.items()):
+                _reap(pgid, popen)
+                if not group_alive(pgid):
+                    del pending[pgid]
+            if pending:
+                time.sleep(0.05)
         if sig is not None:
-            _signal(pgid, sig)
-    _reap(pgid, popen)
-    return not group_alive(pgid)
+            for pgid in pending:
+                _signal(pgid, sig)
+    for pgid, popen in pending.items():
+        _reap(pgid, popen)
+    return {pgid: not (pgid in pending and group_alive(pgid)) for pgid, _ in groups}
 
 
 def stop(proc: ManagedProcess, term_timeout: float = 30.0) -> bool:
     return stop_group(proc.pgid, term_timeout, popen=proc.popen)
+
+
+def stop_all(processes: Sequence[ManagedProcess], term_timeout: float = 30.0) -> dict[str, bool]:
+    """Stop several managed processes together (``stop_groups``); name → gone."""
+    gone = stop_groups([(p.pgid, p.popen) for p in processes], term_timeout)
+    return {p.name: gone[p.pgid] for p in processes}
 
 
 def free_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:

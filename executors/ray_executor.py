@@ -45,6 +45,7 @@ from executors.local import (
     measure_levels,
     server_unhealthy,
     start_failure,
+    vllm_cache_root,
 )
 from executors.platform import Platform
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, router_args, serve_args, serve_command
@@ -125,16 +126,22 @@ class _NodeAgent:
             if p.alive:
                 self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
         stopped: dict[str, bool] = {}
-        for name, pgid in list(self.foreign.items()):
-            try:
-                stopped[name] = procs.stop_group(pgid, term_timeout)
-            except (ValueError, OSError):
-                stopped[name] = False
-        for name, p in reversed(list(self.procs.items())):
-            try:
-                stopped[name] = procs.stop(p, term_timeout)
-            except (ValueError, OSError):
-                stopped[name] = False
+        groups = [(pgid, None) for pgid in self.foreign.values()] + [(p.pgid, p.popen) for p in self.procs.values()]
+        try:  # every group of this node at once: teardown waits for the slowest, not the sum
+            gone = procs.stop_groups(groups, term_timeout)
+            stopped = {name: gone[pgid] for name, pgid in self.foreign.items()}
+            stopped |= {name: gone[p.pgid] for name, p in self.procs.items()}
+        except (ValueError, OSError):  # one bad id: one at a time, so the others still stop
+            for name, pgid in list(self.foreign.items()):
+                try:
+                    stopped[name] = procs.stop_group(pgid, term_timeout)
+                except (ValueError, OSError):
+                    stopped[name] = False
+            for name, p in reversed(list(self.procs.items())):
+                try:
+                    stopped[name] = procs.stop(p, term_timeout)
+                except (ValueError, OSError):
+                    stopped[name] = False
         removed = procs.remove_shm(self.shm)
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
@@ -331,8 +338,12 @@ class RayExecutor(Executor):
                 h.urls[inst.name] = head.url
                 heads[inst.name] = head_sh
                 dep.resources["ports"] += [port] + ([rpc] if inst.multi_node else [])
+                # NixlConnector's side channel defaults to port 5600 on every instance: P/D instances sharing
+                # a node would collide, so each instance gets a free one (VLLM_NIXL_SIDE_CHANNEL_PORT)
+                nixl = (pd and (topology.config.kv_connector or platform.kv_connector) == "NixlConnector"
+                        and _get(head_sh.agent.free_ports.remote(1, "0.0.0.0"))[0])
                 for sh, node_shard in zip(shards, inst.shards, strict=True):
-                    self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd)
+                    self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd, nixl or None)
             self._wait_servers(h, heads, t0)
             # 3. router on a service agent (no GPUs), bench tasks pinned to its node
             h.service = self._agent_cls.options(num_cpus=0).remote()
@@ -367,12 +378,15 @@ class RayExecutor(Executor):
         return dep
 
     def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
-                      head: Endpoint, platform: Platform, topology: Topology, pd: bool) -> None:
+                      head: Endpoint, platform: Platform, topology: Topology, pd: bool,
+                      nixl_port: int | None = None) -> None:
         args = serve_args(inst, node_shard, cfg=topology.config, model=str(self.model_path), platform=platform,
                           head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
                           extra=self.extra_serve_args)
         env, unset = self._slot_env(platform, sh.info)
-        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(h.dir / "cache" / sh.proc_name)}
+        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name))}
+        if nixl_port:
+            env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(nixl_port)
         if inst.multi_node:
             env["VLLM_HOST_IP"] = sh.info["ip"]
         log_path = str(h.dir / f"{sh.proc_name}.log")

@@ -1,0 +1,49 @@
+"""Process groups we own are stopped together, by id: TERM first, KILL for a group that ignores it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from executors import procs
+from executors.local import vllm_cache_root
+
+_IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+_CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
+         "print('up', flush=True); time.sleep(60)"
+
+
+def _wait_up(p: procs.ManagedProcess) -> None:
+    import time
+
+    for _ in range(200):
+        if "up" in p.tail(5).splitlines()[1:]:  # line 0 is the log's header, which quotes the command
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{p.name} did not start")
+
+
+def test_stop_all_stops_every_group_and_kills_what_ignores_term(tmp_path: Path) -> None:
+    polite = procs.start([sys.executable, "-c", _CHILD], name="polite", log_path=tmp_path / "a.log")
+    stubborn = procs.start([sys.executable, "-c", _IGNORE_TERM], name="stubborn", log_path=tmp_path / "b.log")
+    for p in (polite, stubborn):
+        _wait_up(p)
+    members = procs.group_pids(polite.pgid)
+    assert len(members) == 2  # the leader and its child: the whole group must go
+    gone = procs.stop_all([polite, stubborn], term_timeout=1.0)
+    assert gone == {"polite": True, "stubborn": True}
+    assert stubborn.popen.returncode == -9  # it ignored TERM: KILLed after the timeout
+    assert polite.popen.returncode == -15
+    for pgid in (polite.pgid, stubborn.pgid):
+        assert not procs.group_alive(pgid)
+
+
+def test_vllm_cache_root_is_kept_per_slot_and_seeded_with_the_model_inspection(tmp_path: Path) -> None:
+    first = vllm_cache_root(tmp_path, "mixed-0")
+    (first / "modelinfos").mkdir()
+    (first / "modelinfos" / "x.json").write_text("{}")
+    assert vllm_cache_root(tmp_path, "mixed-0") == first  # the next trial's server reuses it
+    second = vllm_cache_root(tmp_path, "decode-0")
+    assert second != first and second.name == f"{os.getpid()}-decode-0"
+    assert (second / "modelinfos" / "x.json").read_text() == "{}"
