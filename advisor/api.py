@@ -161,13 +161,13 @@ def trials_table(url: str, study: str, state: str | None = None) -> tuple[list[s
             trials = queries.list_trials(database, study, states=[state] if state else None)
         except ValueError as e:
             raise BadInput(f"--state: {e}") from None
-        cols = ["trial", "state", "gpus", "deployment", *names, "SLO violation", "deploy s", "warm-up s",
+        cols = ["trial", "state", "by", "gpus", "deployment", *names, "SLO violation", "deploy s", "warm-up s",
                 "measure s", "teardown s", "reason"]
         rows = []
         for t in trials:
             obj = t.objectives or {}
             reason = (t.reason or "").replace("\n", " ")
-            rows.append([t.number, t.state.value, t.gpus, t.config.short() if t.config else t.config_text,
+            rows.append([t.number, t.state.value, t.proposer, t.gpus, t.config.short() if t.config else t.config_text,
                          *(obj.get(n) for n in names), t.violation, t.deploy_s, t.warmup_s, t.measure_s,
                          t.teardown_s, reason[:90] + ("…" if len(reason) > 90 else "")])
         return cols, rows

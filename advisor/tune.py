@@ -175,11 +175,13 @@ def _loop(
         asks += 1
         t0 = time.monotonic()
         trial = study.ask()
+        proposer = trial.user_attrs.get(PROPOSER_ATTR) or ("grid" if grid is not None else "sampler")
         cfg = job.space.suggest(trial)
         violations = check(cfg, model, cluster, wl.max_model_len)
         if violations:
             reason = "; ".join(map(str, violations))
-            database.record_invalid(name, trial.number, params=trial.params, config=cfg, reason=reason)
+            database.record_invalid(name, trial.number, params=trial.params, config=cfg, reason=reason,
+                                    proposer=proposer)
             _tell(study, trial, cfg, worst(job), TrialState.INVALID)
             summary.invalid += 1
             _report(summary, on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
@@ -190,7 +192,8 @@ def _loop(
             prev = seen[key]
             outcome = Outcome(list(prev.values), _constraint(prev), None)
             reason = f"same configuration as trial {prev.number}; its measurements stand"
-            tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None, worker=worker)
+            tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
+                                       worker=worker, proposer=proposer)
             database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
                                   violation=outcome.violation, reason=reason)
             _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
@@ -200,7 +203,7 @@ def _loop(
             continue
         topo = place(cfg, cluster)
         tid = database.start_trial(name, trial.number, params=trial.params, config=cfg,
-                                   topology=topo.to_dict(), worker=worker)
+                                   topology=topo.to_dict(), worker=worker, proposer=proposer)
         try:
             with _Heartbeat(database, tid):
                 run = executor.evaluate(topo, wl, on_started=lambda res, tid=tid: database.record_resources(tid, res))

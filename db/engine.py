@@ -287,6 +287,7 @@ def _trial(r: TrialRow, study: str, *, measurements: Sequence[Measurement] = (),
         resources=r.resources,
         heartbeat_at=r.heartbeat_at,
         worker=r.worker,
+        proposer=r.proposer,
         started_at=r.started_at,
         finished_at=r.finished_at,
         measurements=tuple(measurements),
@@ -439,6 +440,7 @@ class Database:
         config: DeploymentConfig | None = None,
         topology: Mapping[str, Any] | None = None,
         worker: str | None = None,
+        proposer: str | None = None,
     ) -> int:
         """Record trial ``number`` as RUNNING and return its id. Starting a trial that is already RUNNING returns
         its id (and refreshes its heartbeat); one that has finished raises ``IllegalTransition``."""
@@ -457,6 +459,7 @@ class Database:
                     topology=None if topology is None else dict(topology),
                     gpus=None if config is None else config.total_gpus,
                     worker=_clip(worker, 200),
+                    proposer=_clip(proposer, 16),
                     started_at=now,
                     heartbeat_at=now,
                 )
@@ -480,6 +483,7 @@ class Database:
         config: DeploymentConfig | None = None,
         reason: str,
         failure_kind: str | None = None,
+        proposer: str | None = None,
     ) -> int:
         """Record trial ``number`` as INVALID (broke a validity rule, never launched) and return its id.
 
@@ -496,6 +500,7 @@ class Database:
                 "gpus": None if config is None else config.total_gpus,
                 "reason": _text(reason),
                 "failure_kind": _clip(failure_kind, 64),
+                "proposer": _clip(proposer, 16),
                 "finished_at": now,
             }
             inserted = s.scalar(

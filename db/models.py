@@ -120,6 +120,8 @@ class TrialRow(Base):
     resources: Mapped[dict[str, Any] | None] = mapped_column(_json())
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     worker: Mapped[str | None] = mapped_column(String(200))
+    #: Who proposed the candidate: "model" (``advisor.guide``), "sampler" (Optuna), "grid"; NULL before 0002.
+    proposer: Mapped[str | None] = mapped_column(String(16))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 

@@ -61,6 +61,8 @@ class Trial:
     resources: dict[str, Any] | None
     heartbeat_at: datetime | None
     worker: str | None
+    #: "model" (the guide's pick), "sampler" (Optuna's), "grid"; None when not recorded (before migration 0002).
+    proposer: str | None
     started_at: datetime
     finished_at: datetime | None
     #: Filled by ``get_trial`` (ordered by concurrency); empty from the list queries.

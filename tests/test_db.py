@@ -190,7 +190,7 @@ def test_connect_migrates_once_and_again_is_a_no_op(url: str) -> None:
                 "advisor_alembic_version"} <= names
         assert "alembic_version" not in names  # Optuna's version table stays Optuna's
         with d._read() as s:
-            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0001"]
+            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0002"]
 
 
 def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
@@ -209,6 +209,28 @@ def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
                        for n in inspect(d._engine).get_table_names())
     with connect(url) as d:
         assert db.list_studies(d) == []
+
+
+def test_upgrade_to_0002_keeps_earlier_trials_and_records_who_proposed(url: str) -> None:
+    """A database written before revision 0002 (no ``proposer``) upgrades in place: its trials stay, their
+    proposer reads None; trials recorded afterwards carry theirs."""
+    from alembic import command
+
+    from db.engine import _alembic_config
+
+    with connect(url) as d:
+        d.upsert_study("s", {})
+        d.start_trial("s", 0, params={"a": 1}, worker="w", proposer="model")
+        cfg = _alembic_config()
+        with d._engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0001")  # as an older deploy-advisor left it
+    with connect(url) as d:  # connect() upgrades to head again
+        old = db.queries.get_trial(d, "s", 0)
+        assert old is not None and old.params == {"a": 1} and old.worker == "w" and old.proposer is None
+        d.record_invalid("s", 1, params={}, reason="rule: x", proposer="sampler")
+        d.start_trial("s", 2, params={}, proposer="grid")
+        assert [t.proposer for t in db.queries.list_trials(d, "s")] == [None, "sampler", "grid"]
 
 
 def test_models_and_migrations_agree(url: str) -> None:

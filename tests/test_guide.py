@@ -77,6 +77,15 @@ def test_model_turns_alternate_never_repeat_and_resume(tmp_path: Path) -> None:
     keys = [t.user_attrs[CONFIG_KEY_ATTR] for t in study.get_trials(deepcopy=False)
             if t.user_attrs.get(PROPOSER_ATTR) == "model"]
     assert len(keys) == len(set(keys))  # the model never proposes what was measured
+    database = db.connect(url)
+    try:  # the results database says who proposed each trial, as `advisor trials` and the dashboard show it
+        stored = {t.number: t.proposer for t in queries.list_trials(database, "g")}
+    finally:
+        database.close()
+    assert {stored[t.number] for t in study.get_trials(deepcopy=False)
+            if t.user_attrs.get(PROPOSER_ATTR) == "model"} == {"model"}
+    assert sorted(v for v in stored.values() if v == "model") == ["model"] * 4
+    assert set(stored.values()) == {"model", "sampler"}
 
 
 def test_unguided_sampler_has_no_model_turns(tmp_path: Path) -> None:

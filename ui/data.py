@@ -275,7 +275,7 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
 _TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
                   "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
-                  "finished_at", "params"]
+                  "finished_at", "params", "proposer"]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -288,7 +288,7 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     t = dict(zip(cols, map(list, zip(*rows))))
     configs, texts = t["config"], t["config_text"]
     df = pd.DataFrame({
-        "trial": t["number"], "state": t["state"], "gpus": t["gpus"],
+        "trial": t["number"], "state": t["state"], "by": t["proposer"], "gpus": t["gpus"],
         "deployment": [c.short() if c else (text or "") for c, text in zip(configs, texts)],
         "config": [text or "" for text in texts], "mode": [c.mode.value if c else None for c in configs],
     })

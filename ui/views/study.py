@@ -175,7 +175,7 @@ else:
     table = data.filter_trials(trials_df, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
                                sort=sort, descending=descending)
     st.caption(f"{len(table)} of {len(trials_df)} trials · select a row to open it")
-    cols = ["trial", "state", "gpus", "deployment", *[o for o in info.objectives if o in table], "violation",
+    cols = ["trial", "state", "by", "gpus", "deployment", *[o for o in info.objectives if o in table], "violation",
             "deploy_s", "measure_s", "teardown_s", "reason"]
     picked_rows = st.dataframe(table[cols], hide_index=True, width="stretch", key="trials_table",
                                on_select="rerun", selection_mode="single-row")
