@@ -34,7 +34,7 @@ from advisor.job import TuningJob
 from db import queries
 from executors import place
 from executors.perf_model import CALIBRATABLE, PerfParams, default_params, predict
-from search_spaces import DeploymentConfig, ModelProfile, TrialState
+from search_spaces import DeploymentConfig, Measurement, ModelProfile, TrialState
 
 #: What is fitted: the metrics vllm bench serve measures and the model predicts, per load level.
 METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms")
@@ -112,6 +112,11 @@ class Calibration:
 
 
 # ----------------------------------------------------------------------------------------------- data
+def fitted_values(m: Measurement) -> dict[str, float]:
+    """The values of one level that the fit compares (``METRICS``), where the level has them."""
+    return {k: float(v) for k in METRICS if (v := getattr(m, k)) is not None and v > 0} if m.completed else {}
+
+
 def measured_samples(database: db.Database, study: str, job: TuningJob,
                      sources: Sequence[str] = ("measured",)) -> list[Sample]:
     """COMPLETE trials whose levels come from ``sources`` — by default measured by ``vllm bench serve``, never
@@ -119,10 +124,9 @@ def measured_samples(database: db.Database, study: str, job: TuningJob,
     by_trial: dict[int, dict[int, dict[str, float]]] = {}
     for lv in queries.measurements(database, study, states=[TrialState.COMPLETE]):
         m = lv.measurement
-        if m.source not in sources or not m.completed:
+        if m.source not in sources:
             continue
-        vals = {k: float(v) for k in METRICS if (v := getattr(m, k)) is not None and v > 0}
-        if vals:
+        if vals := fitted_values(m):
             by_trial.setdefault(lv.trial_number, {})[m.concurrency] = vals
     configs = {t.number: t.config for t in queries.list_trials(database, study, states=[TrialState.COMPLETE])}
     return [Sample(study, n, cfg, job, lv) for n, lv in sorted(by_trial.items()) if (cfg := configs.get(n))]

@@ -25,12 +25,12 @@ weighting of the two predicted objectives (ParEGO), so successive turns spread a
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import optuna
 
-from advisor.calibrate import METRICS, Sample, _Problem, _sensitive, fit
+from advisor.calibrate import Sample, _Problem, _sensitive, fit, fitted_values
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
@@ -106,9 +106,7 @@ class ModelGuide:
         """Add one measured trial and re-fit the parameters the data can move (calibrate's own fit)."""
         if self.done:
             return
-        measured = {m.concurrency: {k: float(v) for k in METRICS if (v := getattr(m, k)) is not None and v > 0}
-                    for m in measurements if m.completed}
-        measured = {c: v for c, v in measured.items() if v}
+        measured = {m.concurrency: v for m in measurements if (v := fitted_values(m))}
         if not measured:
             return
         self.samples.append(Sample(self.job.name, len(self.samples), config, self.job, measured))
@@ -147,7 +145,7 @@ class ModelGuide:
         for _ in range(50):
             better = None
             for p in self._neighbours(cur[0]):
-                c = self._build(p)
+                c = self.config_of(p)
                 if c.key() in taken or (modes and c.mode not in modes) or not self._valid(c):
                     continue
                 o = self._outcome(c)
@@ -191,7 +189,7 @@ class ModelGuide:
         self._choices[name] = list(choices)
         return self._choices[name]
 
-    def _build(self, params: Params) -> DeploymentConfig:
+    def config_of(self, params: Params) -> DeploymentConfig:
         """The candidate for ``params``; a dimension they lack (a branch just switched on) takes its first choice."""
         def choose(name: str, choices: Sequence[Any]) -> Any:
             self._record(name, choices)
@@ -228,11 +226,13 @@ def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
     return ModelGuide(job, start)
 
 
-def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int, taken: set[str]) -> bool:
-    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it. True if it did."""
+def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
+                 taken: Callable[[], set[str]]) -> bool:
+    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it. True if it did.
+    ``taken`` (the config keys not to propose) is asked for only on a model turn."""
     if guide is None or not guide.wants_turn(executed):
         return False
-    params = guide.propose(taken)
+    params = guide.propose(taken())
     if params is None:
         return False
     study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})

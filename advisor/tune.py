@@ -171,7 +171,7 @@ def _loop(
                 return
             study.enqueue_trial(point, skip_if_exists=True)
         else:
-            enqueue_turn(guide, study, executed, _taken(job, study))
+            enqueue_turn(guide, study, executed, lambda: _taken(guide, study))
         asks += 1
         t0 = time.monotonic()
         trial = study.ask()
@@ -251,7 +251,7 @@ def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, na
     return guide
 
 
-def _taken(job: TuningJob, study: optuna.Study) -> set[str]:
+def _taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
     """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
     taken = set()
     for t in study.get_trials(deepcopy=False):
@@ -259,8 +259,8 @@ def _taken(job: TuningJob, study: optuna.Study) -> set[str]:
             taken.add(t.user_attrs[CONFIG_KEY_ATTR])
         elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
             try:
-                taken.add(job.space.build(lambda n, ch, p=t.params: p.get(n, ch[0])).key())
-            except (ValueError, KeyError):
+                taken.add(guide.config_of(t.params).key())
+            except ValueError:
                 continue
     return taken
 

@@ -64,7 +64,7 @@ def run_sampler(job, kind: SamplerKind, seed: int, table, feasible, opt: float, 
     model, wl = job.model_profile(), job.workload
     executed: set[str] = set()
     for _ in range(max_trials * 50):
-        enqueue_turn(g, study, len(executed), executed)
+        enqueue_turn(g, study, len(executed), lambda: executed)
         trial = study.ask()
         cfg = job.space.suggest(trial)
         key = cfg.key()

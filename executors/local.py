@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib.metadata
 import itertools
 import json
-import logging
 import os
 import shutil
 import time
@@ -35,7 +34,6 @@ from executors.render import Endpoint, router_args, serve_args, serve_command, s
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
 
-log = logging.getLogger(__name__)
 
 _OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")
 
@@ -362,17 +360,7 @@ class LocalExecutor(Executor):
         for s in h.servers:  # segments mapped right now (vLLM creates some per request batch)
             if s.proc.alive:
                 h.shm |= procs.shm_segments(procs.group_pids(s.proc.pgid))
-        try:
-            stopped = procs.stop_all([s.proc for s in procs_all], self.teardown_timeout_s)
-        except Exception as e:  # one at a time, so one bad group cannot keep the others running
-            log.warning("stopping the deployment's groups together failed (%s); one by one", e)
-            stopped = {}
-            for s in procs_all:
-                try:
-                    stopped[s.name] = procs.stop(s.proc, self.teardown_timeout_s)
-                except Exception as e2:  # keep stopping the others
-                    log.warning("stopping %s (pgid %d) failed: %s", s.name, s.proc.pgid, e2)
-                    stopped[s.name] = False
+        stopped = procs.stop_all([s.proc for s in procs_all], self.teardown_timeout_s)
         removed = procs.remove_shm(h.shm)
         shutil.rmtree(h.kv_dir, ignore_errors=True)
         deployment.resources["stopped"] = stopped

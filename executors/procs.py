@@ -152,8 +152,15 @@ def stop_group(
     """TERM the process group, wait up to ``term_timeout``, then KILL it. True when it is gone.
 
     ``popen`` (the leader's ``Popen``) lets us reap the leader; without it we try ``waitpid`` ourselves.
+    Raises ``ValueError`` for a group that is not ours to signal (ids ≤ 1, our own group).
     """
+    if _refused(pgid):
+        raise ValueError(f"refusing to signal process group {pgid}")
     return stop_groups([(pgid, popen)], term_timeout, kill_timeout=kill_timeout)[pgid]
+
+
+def _refused(pgid: int) -> bool:
+    return pgid <= 1 or pgid == os.getpgrp()
 
 
 def stop_groups(
@@ -161,15 +168,23 @@ def stop_groups(
     kill_timeout: float = 10.0,
 ) -> dict[int, bool]:
     """``stop_group`` for several groups at once: TERM every one, then wait for all of them together, so a
-    deployment's teardown takes the slowest server's exit time, not the sum of them. pgid → gone."""
-    for pgid, _ in groups:
-        if pgid <= 1 or pgid == os.getpgrp():
-            raise ValueError(f"refusing to signal process group {pgid}")
+    deployment's teardown takes the slowest server's exit time, not the sum of them. pgid → gone.
+
+    A group that is not ours to signal (ids ≤ 1, our own group) or that we may not signal is left alone and
+    reported False; the others are stopped all the same.
+    """
     pending: dict[int, subprocess.Popen[bytes] | None] = {}
+    refused: set[int] = set()
     for pgid, popen in groups:
+        if _refused(pgid):
+            refused.add(pgid)
+            continue
         _reap(pgid, popen)
-        if _signal(pgid, signal.SIGTERM):
-            pending[pgid] = popen
+        try:
+            if _signal(pgid, signal.SIGTERM):
+                pending[pgid] = popen
+        except PermissionError:
+            refused.add(pgid)
     for timeout, sig in ((term_timeout, signal.SIGKILL), (kill_timeout, None)):
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
@@ -184,7 +199,7 @@ def stop_groups(
                 _signal(pgid, sig)
     for pgid, popen in pending.items():
         _reap(pgid, popen)
-    return {pgid: not (pgid in pending and group_alive(pgid)) for pgid, _ in groups}
+    return {pgid: pgid not in refused and not (pgid in pending and group_alive(pgid)) for pgid, _ in groups}
 
 
 def stop(proc: ManagedProcess, term_timeout: float = 30.0) -> bool:

@@ -125,23 +125,11 @@ class _NodeAgent:
         for p in self.procs.values():
             if p.alive:
                 self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
-        stopped: dict[str, bool] = {}
+        # every group of this node at once: teardown waits for the slowest, not the sum
         groups = [(pgid, None) for pgid in self.foreign.values()] + [(p.pgid, p.popen) for p in self.procs.values()]
-        try:  # every group of this node at once: teardown waits for the slowest, not the sum
-            gone = procs.stop_groups(groups, term_timeout)
-            stopped = {name: gone[pgid] for name, pgid in self.foreign.items()}
-            stopped |= {name: gone[p.pgid] for name, p in self.procs.items()}
-        except (ValueError, OSError):  # one bad id: one at a time, so the others still stop
-            for name, pgid in list(self.foreign.items()):
-                try:
-                    stopped[name] = procs.stop_group(pgid, term_timeout)
-                except (ValueError, OSError):
-                    stopped[name] = False
-            for name, p in reversed(list(self.procs.items())):
-                try:
-                    stopped[name] = procs.stop(p, term_timeout)
-                except (ValueError, OSError):
-                    stopped[name] = False
+        gone = procs.stop_groups(groups, term_timeout)
+        stopped = {name: gone[pgid] for name, pgid in self.foreign.items()}
+        stopped |= {name: gone[p.pgid] for name, p in self.procs.items()}
         removed = procs.remove_shm(self.shm)
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
