@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -157,7 +159,17 @@ def sqlite_fast_sync(dbapi_connection: Any) -> None:
     """WAL + synchronous=NORMAL: one fsync per checkpoint instead of per commit. A crash can lose the last
     commits but never corrupts the file; a simulated study writes thousands of small rows and was I/O-bound."""
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # Switching a new file to WAL needs it to itself, and SQLite answers "database is locked" at once — without
+    # its busy handler — while another process is migrating it (workers starting together): wait and retry.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 
