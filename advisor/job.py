@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from advisor.errors import BadInput, describe_validation_error
 from search_spaces import (
+    DEFAULT_ERROR_SLO,
     SLO,
+    DeploymentConfig,
     ClusterSpec,
     ModelProfile,
     SearchSpace,
@@ -66,12 +68,19 @@ class ObjectiveMode(StrEnum):
     PARETO = "pareto"  # the front of throughput/GPU × tokens/s/user
 
 
+class Scope(StrEnum):
+    DEPLOYMENT = "deployment"  # throughput per GPU the deployment uses
+    CLUSTER = "cluster"  # per GPU of the whole cluster: copies that fit, idle GPUs count as zero
+
+
 class Objective(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: ObjectiveMode = ObjectiveMode.MAX_UNDER_SLO
     metric: str = "throughput_per_gpu"
     pareto_y: str = "p90_tokens_per_s_per_user"
+    scope: Scope = Field(Scope.DEPLOYMENT, description="cluster: throughput counts every GPU of the cluster (the "
+                         "deployment copied as often as it fits; the GPUs left over produce nothing).")
 
     @model_validator(mode="after")
     def _metrics(self) -> Objective:
@@ -89,6 +98,8 @@ class Budget(BaseModel):
     trials: int = Field(200, ge=1, description="Total trials of the study (a re-run continues up to this).")
     wall_time_s: float | None = Field(None, gt=0)
     max_consecutive_failures: int = Field(10, ge=1)
+    repeat_top: int = Field(2, ge=0, description="Real executors: at the end, the best this many deployments (and "
+                            "the baseline) are deployed and measured again, for the run-to-run spread.")
 
 
 class SamplerKind(StrEnum):
@@ -146,6 +157,17 @@ class ExecutorSpec(BaseModel):
     extra_serve_args: list[str] = Field(default_factory=list, description="Appended to every `vllm serve`.")
 
 
+class Baseline(BaseModel):
+    """The deployment a user would start with, at vLLM's defaults: every real study measures it first."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="Real executors only (the model needs no baseline).")
+    config: DeploymentConfig | None = Field(None, description="Default: one aggregated instance, data parallel "
+                                            "with expert parallelism over the fewest GPUs that hold the model, "
+                                            "vLLM's default batch sizes for the GPU kind.")
+
+
 class TuningJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -159,10 +181,23 @@ class TuningJob(BaseModel):
     objective: Objective = Objective()
     space: SearchSpace = SearchSpace()
     budget: Budget = Budget()
+    baseline: Baseline = Baseline()
     executor: ExecutorSpec = ExecutorSpec()
     storage: str = DEFAULT_STORAGE
     sampler: SamplerSpec = SamplerSpec()
     _base_dir: str | None = PrivateAttr(None)  # where relative paths in the job file are anchored
+
+    @model_validator(mode="before")
+    @classmethod
+    def _error_slo(cls, data: Any) -> Any:
+        """Every job gets the error-rate SLO (≤ 1% of a level's requests failed) unless it names its own."""
+        if isinstance(data, dict):
+            slos = data.get("slos") or []
+            if isinstance(slos, list) and not any(
+                    (s.get("metric") if isinstance(s, dict) else getattr(s, "metric", None)) == "error_rate"
+                    for s in slos):
+                data = {**data, "slos": [*slos, dict(DEFAULT_ERROR_SLO)]}
+        return data
 
     @model_validator(mode="after")
     def _space_fits_cluster(self) -> TuningJob:

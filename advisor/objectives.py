@@ -1,23 +1,32 @@
 """From a trial's measurements to what Optuna is told: objective values and one constraint value.
 
-One deployment is measured at several load levels. A level is *feasible* when it meets every SLO.
+A deployment is measured at several load levels (``executors.measure``). A level is *feasible* when it meets
+every SLO (the error-rate SLO included). Every value told to Optuna comes from **one** measured level — the
+trial's *operating point* — so a trial's point on a Pareto chart is a point some level really reached:
 
-- ``max_under_slo``: value = the best ``metric`` over feasible levels.
-- ``pareto``: values = (best ``metric``, best ``pareto_y``) over feasible levels; the sampler then pushes
-  both ends, and the true front over every trial × level point comes from the database.
+- the knee the knee search found (the highest load meeting every SLO), when it found one;
+- else the feasible level with the best ``objective.metric`` (knee search off, or no SLO load can break);
+- else (nothing feasible) the level closest to feasibility, with the constraint set to its violation (> 0):
+  TPE/NSGA-II learn the infeasible region and still see which way is better.
 
-When no level is feasible the values come from all levels and the constraint is the smallest SLO
-violation (> 0): TPE/NSGA-II learn the infeasible region and still see which way is better. Failed and
-invalid trials get the worst values and a violation of 1 — the sampler must learn they are bad, not
-forget them (peers that tell FAIL get the same candidate proposed again).
+``max_under_slo``: value = ``metric`` at the operating point. ``pareto``: (``metric``, ``pareto_y``) at the same
+point; the study's front over every (trial, level) point comes from the database. With
+``objective.scope: cluster`` throughput metrics count every GPU of the cluster: the deployment is copied as
+many times as it fits and idle GPUs produce nothing (an operator pays for them).
+
+Failed and invalid trials get the worst values and a violation of 1 — the sampler must learn they are bad,
+not forget them (peers that tell FAIL get the same candidate proposed again).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.job import ObjectiveMode, TuningJob
+from advisor.job import ObjectiveMode, Scope, TuningJob
 from search_spaces import Measurement, slo_violation
+
+#: Metrics that scale with the number of deployment copies (per-GPU throughputs and request throughput).
+CLUSTER_SCALED = {"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput"}
 
 #: Constraint value for candidates that broke a rule or failed to run.
 INFEASIBLE = 1.0
@@ -27,7 +36,7 @@ INFEASIBLE = 1.0
 class Outcome:
     values: list[float]
     violation: float  # ≤ 0: some level met every SLO
-    best: Measurement | None  # the level behind values[0]
+    best: Measurement | None  # the operating point: the one level every value comes from
 
     @property
     def feasible(self) -> bool:
@@ -42,20 +51,44 @@ def objective_names(job: TuningJob) -> list[str]:
     return [o.metric] if o.mode is ObjectiveMode.MAX_UNDER_SLO else [o.metric, o.pareto_y]
 
 
-def score(job: TuningJob, measurements: list[Measurement]) -> Outcome:
+def copies(job: TuningJob, gpus: int) -> int:
+    """How many copies of a ``gpus``-GPU deployment the job's cluster holds."""
+    return max(job.cluster.total_gpus // max(gpus, 1), 0)
+
+
+def scoped(job: TuningJob, name: str, m: Measurement) -> float | None:
+    """``m.name`` as the objective counts it: per deployment, or per cluster (``objective.scope``)."""
+    v = getattr(m, name)
+    if v is None or job.objective.scope is Scope.DEPLOYMENT or name not in CLUSTER_SCALED:
+        return v
+    n = copies(job, m.gpus)
+    if name == "request_throughput":
+        return v * n
+    return v * n * m.gpus / job.cluster.total_gpus  # per GPU of the cluster, idle GPUs included
+
+
+def operating_point(job: TuningJob, measurements: list[Measurement]) -> tuple[Measurement | None, float]:
+    """The one level a trial's values come from, and its SLO violation (≤ 0: feasible)."""
     if not measurements:
+        return None, 1.0
+    knee = next((m for m in measurements if m.purpose == "knee"), None)
+    if knee is not None and slo_violation(job.slos, knee) <= 0:
+        return knee, slo_violation(job.slos, knee)
+    metric = job.objective.metric
+    feasible = [m for m in measurements if slo_violation(job.slos, m) <= 0]
+    if feasible:
+        best = max(feasible, key=lambda m: (getattr(m, metric) is not None, getattr(m, metric) or 0.0))
+        return best, slo_violation(job.slos, best)
+    closest = min(measurements, key=lambda m: slo_violation(job.slos, m))
+    return closest, slo_violation(job.slos, closest)
+
+
+def score(job: TuningJob, measurements: list[Measurement]) -> Outcome:
+    point, violation = operating_point(job, measurements)
+    if point is None:
         return worst(job)
-    violations = [slo_violation(job.slos, m) for m in measurements]
-    feasible = [m for m, v in zip(measurements, violations, strict=True) if v <= 0]
-    pool = feasible or measurements
-    names = objective_names(job)
-
-    def best_of(name: str) -> tuple[float, Measurement | None]:
-        scored = [(getattr(m, name), m) for m in pool if getattr(m, name) is not None]
-        return max(scored, key=lambda t: t[0]) if scored else (0.0, None)
-
-    firsts = [best_of(n) for n in names]
-    return Outcome([float(v) for v, _ in firsts], 0.0 if feasible else min(violations), firsts[0][1])
+    values = [scoped(job, n, point) for n in objective_names(job)]
+    return Outcome([float(v) if v is not None else 0.0 for v in values], 0.0 if violation <= 0 else violation, point)
 
 
 def worst(job: TuningJob) -> Outcome:

@@ -300,6 +300,8 @@ def _trial(r: TrialRow, study: str, *, measurements: Sequence[Measurement] = (),
         heartbeat_at=r.heartbeat_at,
         worker=r.worker,
         proposer=r.proposer,
+        predicted=r.predicted,
+        repeat_of=r.repeat_of,
         started_at=r.started_at,
         finished_at=r.finished_at,
         measurements=tuple(measurements),
@@ -324,13 +326,14 @@ def _check_objectives(objectives: Mapping[str, float | None] | None) -> dict[str
 
 def _check_levels(measurements: Sequence[Measurement]) -> list[Measurement]:
     levels = list(measurements)
-    seen: set[int] = set()
+    seen: set[tuple[int, float | None]] = set()
     for m in levels:
         if not isinstance(m, Measurement):
             raise TypeError(f"measurements must be search_spaces.Measurement, got {type(m).__name__}")
-        if m.concurrency in seen:
-            raise ValueError(f"two measurements for concurrency {m.concurrency}; one load level is one Measurement")
-        seen.add(m.concurrency)
+        key = (m.concurrency, m.request_rate)
+        if key in seen:
+            raise ValueError(f"two measurements for {m.label()}; one load level is one Measurement")
+        seen.add(key)
     return levels
 
 
@@ -453,6 +456,8 @@ class Database:
         topology: Mapping[str, Any] | None = None,
         worker: str | None = None,
         proposer: str | None = None,
+        predicted: Mapping[str, float | None] | None = None,
+        repeat_of: int | None = None,
     ) -> int:
         """Record trial ``number`` as RUNNING and return its id. Starting a trial that is already RUNNING returns
         its id (and refreshes its heartbeat); one that has finished raises ``IllegalTransition``."""
@@ -472,6 +477,8 @@ class Database:
                     gpus=None if config is None else config.total_gpus,
                     worker=_clip(worker, 200),
                     proposer=_clip(proposer, 16),
+                    predicted=_check_objectives(predicted),
+                    repeat_of=repeat_of,
                     started_at=now,
                     heartbeat_at=now,
                 )

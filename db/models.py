@@ -122,6 +122,10 @@ class TrialRow(Base):
     worker: Mapped[str | None] = mapped_column(String(200))
     #: Who proposed the candidate: "model" (``advisor.guide``), "sampler" (Optuna), "grid"; NULL before 0002.
     proposer: Mapped[str | None] = mapped_column(String(16))
+    #: Since 0003: the performance model's objective values for this candidate before it ran ({name: value}).
+    predicted: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    #: Since 0003: a repeat's original trial number (``budget.repeat_top``); NULL otherwise.
+    repeat_of: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
@@ -138,7 +142,7 @@ class MeasurementRow(Base):
     """One load level of one trial: a column for every field of ``search_spaces.Measurement`` but ``raw``."""
 
     __tablename__ = "advisor_measurements"
-    __table_args__ = (UniqueConstraint("trial_id", "concurrency"),)
+    __table_args__ = (Index("ix_advisor_measurements_trial_id", "trial_id"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("advisor_trials.id", ondelete="CASCADE"))
@@ -176,6 +180,15 @@ class MeasurementRow(Base):
     kv_transfer_tokens: Mapped[float | None] = mapped_column(Double)
     preemptions: Mapped[float | None] = mapped_column(Double)
     eplb_balancedness: Mapped[float | None] = mapped_column(Double)
+    #: Since 0003. A rate level's req/s (None: a concurrency level).
+    request_rate: Mapped[float | None] = mapped_column(Double)
+    error_rate: Mapped[float | None] = mapped_column(Double)
+    #: "fixed", "search" or "knee" (``Measurement.purpose``); NULL before 0003.
+    purpose: Mapped[str | None] = mapped_column(String(16))
+    #: {metric: [low, high]}: bootstrap 95% intervals.
+    intervals: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    #: ``search_spaces.LEVEL_FLAGS`` names.
+    flags: Mapped[list[str] | None] = mapped_column(_json())
     raw: Mapped[dict[str, Any]] = mapped_column(_json())
 
     trial: Mapped[TrialRow] = relationship(back_populates="measurements")

@@ -61,10 +61,15 @@ class Trial:
     resources: dict[str, Any] | None
     heartbeat_at: datetime | None
     worker: str | None
-    #: "model" (the guide's pick), "sampler" (Optuna's), "grid"; None when not recorded (before migration 0002).
+    #: "model" (the guide's pick), "sampler" (Optuna's), "grid", "baseline" (vLLM's defaults), "repeat"; None when
+    #: not recorded (before migration 0002).
     proposer: str | None
     started_at: datetime
     finished_at: datetime | None
+    #: The performance model's objective values before the trial ran (since 0003; None before or when unknown).
+    predicted: dict[str, float | None] | None = None
+    #: A repeat's original trial (``budget.repeat_top``).
+    repeat_of: int | None = None
     #: Filled by ``get_trial`` (ordered by concurrency); empty from the list queries.
     measurements: tuple[Measurement, ...] = ()
     exports: tuple[Export, ...] = ()

@@ -2,7 +2,7 @@
 
 Lifecycle (``evaluate`` runs it)::
 
-    deploy(topology) ──ok──▶ measure(deployment, workload) ──▶ teardown(deployment)
+    deploy(topology) ──ok──▶ measure(deployment, workload, plan) ──▶ teardown(deployment)
          │ raises DeploymentFailed            │ raises DeploymentFailed      ▲ always, also on
          └──────────────────────────────────────────────────────────────────┘ error, timeout, Ctrl-C
 
@@ -20,10 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from executors.topology import Topology
 from search_spaces import Measurement, Workload
+
+if TYPE_CHECKING:
+    from executors.measure import MeasurePlan
 
 
 class FailureKind(StrEnum):
@@ -108,7 +111,10 @@ class Executor(ABC):
     def deploy(self, topology: Topology) -> Deployment: ...
 
     @abstractmethod
-    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]: ...
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
+        """Every level of ``executors.measure``'s loop (warm-up, knee search against ``plan``'s SLOs, fixed
+        levels) on the running deployment."""
 
     @abstractmethod
     def teardown(self, deployment: Deployment) -> None: ...
@@ -121,6 +127,7 @@ class Executor(ABC):
         topology: Topology,
         workload: Workload,
         on_started: Callable[[dict[str, Any]], None] | None = None,
+        plan: MeasurePlan | None = None,
     ) -> RunResult:
         """Deploy, measure, tear down. ``on_started`` receives the resources each time they grow (every
         process, port and reservation as it starts) and once more after teardown."""
@@ -131,7 +138,7 @@ class Executor(ABC):
             deployment = self.deploy(topology)
             if on_started is not None:
                 on_started(deployment.resources)
-            measurements = self.measure(deployment, workload)
+            measurements = self.measure(deployment, workload, plan)
             return RunResult(measurements, deployment.timings, resources=deployment.resources)
         except DeploymentFailed as e:
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)

@@ -57,9 +57,32 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 
 
 # ---------------------------------------------------------------------------------------------- arguments
+@dataclass(frozen=True)
+class LevelSpec:
+    """One ``vllm bench serve`` run: its load, how many requests, the dataset seed, and its files' stem."""
+
+    concurrency: int
+    num_prompts: int
+    seed: int
+    name: str
+    request_rate: float | None = None
+
+    @classmethod
+    def for_load(cls, workload: Workload, load: float, *, attempt: int = 0, warmup: bool = False,
+                 requests_per_s: float | None = None) -> LevelSpec:
+        """The run for ``load`` (a concurrency, or req/s with ``load_by: rate``): attempt 1 is a close call's
+        second measurement, ``warmup`` the discarded run before a deployment's first level."""
+        rate = float(load) if workload.load_by == "rate" else None
+        conc = workload.max_load_concurrency if rate is not None else int(load)
+        n = workload.num_warmups(load) if warmup else workload.num_prompts(load, requests_per_s)
+        stem = f"r{load:g}" if rate is not None else f"c{int(load)}"
+        name = f"warmup-{stem}" if warmup else stem + (f"-{attempt + 1}" if attempt else "")
+        return cls(conc, n, workload.level_seed(load, attempt, warmup), name, rate)
+
+
 def bench_args(
     workload: Workload,
-    concurrency: int,
+    spec: LevelSpec,
     *,
     base_url: str,
     model: str,
@@ -68,24 +91,28 @@ def bench_args(
     result_filename: str,
     dataset_path: str | None = None,
 ) -> list[str]:
-    """Arguments after ``bench serve`` for one load level (flags checked against vLLM 0.32's own help)."""
+    """Arguments after ``bench serve`` for one run (flags checked against vLLM 0.32's own help).
+
+    No ``--num-warmups``: vLLM's warm-up requests repeat the first prompt, which the prefix cache then
+    serves (and the level's ``/metrics`` delta counts); the measure loop runs its own warm-up instead."""
     args = [
         "--backend", "vllm",
         "--base-url", base_url,
         "--model", model,
         "--tokenizer", tokenizer,
-        "--num-prompts", str(workload.num_prompts(concurrency)),
-        "--max-concurrency", str(concurrency),
-        "--num-warmups", str(workload.num_warmups(concurrency)),
+        "--num-prompts", str(spec.num_prompts),
+        "--max-concurrency", str(spec.concurrency),
         "--ignore-eos",
         "--percentile-metrics", ",".join(METRICS),
         "--metric-percentiles", ",".join(map(str, PERCENTILES)),
         "--save-result", "--save-detailed",
         "--result-dir", result_dir,
         "--result-filename", result_filename,
-        "--seed", str(workload.seed),
+        "--seed", str(spec.seed),
         "--disable-tqdm",
     ]
+    if spec.request_rate is not None:
+        args += ["--request-rate", f"{spec.request_rate:g}"]
     if workload.dataset in (Dataset.RANDOM, Dataset.PREFIX):
         isl = workload.isl.mean
         prefix = int(round(workload.prefix_reuse * isl)) if workload.dataset is Dataset.PREFIX else 0
@@ -105,11 +132,11 @@ def bench_args(
     return args
 
 
-def prepare_dataset(workload: Workload, concurrency: int, tokenizer: str, out_dir: str | Path) -> str | None:
-    """The JSONL a custom-dataset workload needs for this level (None for vLLM's own generators)."""
+def prepare_dataset(workload: Workload, spec: LevelSpec, tokenizer: str, out_dir: str | Path) -> str | None:
+    """The JSONL a custom-dataset workload needs for this run (None for vLLM's own generators)."""
     if workload.dataset in (Dataset.RANDOM, Dataset.PREFIX):
         return None
-    return str(custom_dataset(workload, concurrency, tokenizer, out_dir))
+    return str(custom_dataset(workload, spec.concurrency, tokenizer, out_dir))
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -249,7 +276,8 @@ def summarize_raw(data: Mapping[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int) -> Measurement:
+def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
+                 request_rate: float | None = None) -> Measurement:
     """A saved ``vllm bench serve`` JSON → one measured ``Measurement`` (per-GPU numbers over ``gpus``)."""
     completed = int(data.get("completed") or 0)
     failed = int(data.get("failed") or 0)
@@ -289,6 +317,7 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int) -> Mea
 
     return Measurement(
         concurrency=concurrency,
+        request_rate=request_rate,
         source="measured",
         gpus=gpus,
         num_requests=num_requests,
@@ -302,9 +331,100 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int) -> Mea
         request_throughput=_nonneg(data.get("request_throughput")) if has_data else None,
         achieved_concurrency=sustained,
         client_saturated=saturated,
+        error_rate=failed / num_requests if num_requests else None,
+        intervals=intervals(data, gpus=gpus),
         raw=raw,
         **kw,
     )
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 20261201
+
+
+def intervals(data: Mapping[str, Any], *, gpus: int, samples: int = BOOTSTRAP_SAMPLES,
+              level: float = 0.95) -> dict[str, list[float]]:
+    """Bootstrap ``level`` intervals over requests: each metric recomputed on ``samples`` resamples (with
+    replacement) of the level's successful requests, the interval is the resamples' central ``level``.
+
+    Percentiles of TTFT, TPOT, E2E latency and tokens/s per user (1000 / the TPOT percentile, as the point
+    value); throughput as the resampled requests' tokens over the level's duration (the duration held fixed:
+    an approximation that ignores how the requests' timing would change). Empty when fewer than 5 requests
+    carry data — no interval is better than a made-up one."""
+    ok = _successes(data)
+    dur = _nonneg(data.get("duration"))
+    if len(ok) < 5:
+        return {}
+    ttfts, lats = data.get("ttfts") or [], request_latencies(data)
+    in_lens, out_lens = data.get("input_lens") or [], data.get("output_lens") or []
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    lo_q, hi_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
+    out: dict[str, list[float]] = {}
+
+    def add(name: str, values: np.ndarray, stat: Any) -> None:
+        if values.size < 5:
+            return
+        idx = rng.integers(0, values.size, size=(samples, values.size))
+        est = stat(values[idx])
+        est = est[np.isfinite(est)]
+        if est.size:
+            out[name] = [float(np.percentile(est, lo_q)), float(np.percentile(est, hi_q))]
+
+    ttft = np.array([1000.0 * ttfts[i] for i in ok if i < len(ttfts) and ttfts[i]])
+    e2el = np.array([1000.0 * lats[i] for i in ok])
+    tpot = np.array(per_request_tpot_ms(data))
+    for p in PERCENTILES:
+        add(f"p{p}_ttft_ms", ttft, lambda a, p=p: np.percentile(a, p, axis=1))
+        add(f"p{p}_e2el_ms", e2el, lambda a, p=p: np.percentile(a, p, axis=1))
+        add(f"p{p}_tpot_ms", tpot, lambda a, p=p: np.percentile(a, p, axis=1))
+        if f"p{p}_tpot_ms" in out:  # speed = 1000 / TPOT percentile: the interval's ends swap
+            lo, hi = out[f"p{p}_tpot_ms"]
+            out[f"p{p}_tokens_per_s_per_user"] = [1000.0 / hi, 1000.0 / lo]
+    if dur and gpus > 0 and len(in_lens) >= len(ok) and len(out_lens) >= len(ok):
+        toks = np.array([float((in_lens[i] or 0) + (out_lens[i] or 0)) for i in ok])
+        outs = np.array([float(out_lens[i] or 0) for i in ok])
+        add("throughput_per_gpu", toks, lambda a: a.sum(axis=1) / dur / gpus)
+        add("output_throughput_per_gpu", outs, lambda a: a.sum(axis=1) / dur / gpus)
+    return out
+
+
+def pool_results(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two runs of one level as one sample: counts and durations added, per-request lists joined (the second
+    run's start times shifted to follow the first's end), and the summary numbers vLLM computes recomputed."""
+    out = dict(second)
+    for k in ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens", "duration"):
+        if isinstance(first.get(k), (int, float)) and isinstance(second.get(k), (int, float)):
+            out[k] = first[k] + second[k]
+    shift = 0.0
+    s1, s2 = first.get("start_times") or [], second.get("start_times") or []
+    if s1 and s2:
+        shift = max(s + lat for s, lat in zip(s1, request_latencies(first), strict=False)) - min(s2)
+    for k in DETAILED_KEYS:
+        a, b = first.get(k), second.get(k)
+        if isinstance(a, list) and isinstance(b, list):
+            out[k] = a + ([t + shift for t in b] if k == "start_times" else b)
+    lat = request_latencies(out)
+    ok = _successes(out)
+    dur = _nonneg(out.get("duration")) or 0.0
+    series = {
+        "ttft": [1000.0 * out["ttfts"][i] for i in ok if i < len(out.get("ttfts") or [])],
+        "tpot": per_request_tpot_ms(out),
+        "itl": [1000.0 * g for i in ok if i < len(out.get("itls") or []) for g in (out["itls"][i] or [])],
+        "e2el": [1000.0 * lat[i] for i in ok],
+    }
+    for m, vals in series.items():
+        for p in PERCENTILES:
+            out[f"p{p}_{m}_ms"] = percentile(vals, p)
+        out[f"mean_{m}_ms"] = float(np.mean(vals)) if vals else None
+        out[f"median_{m}_ms"] = percentile(vals, 50)
+    if dur > 0:
+        out["request_throughput"] = (out.get("completed") or 0) / dur
+        out["output_throughput"] = (out.get("total_output_tokens") or 0) / dur
+        out["total_token_throughput"] = ((out.get("total_input_tokens") or 0)
+                                         + (out.get("total_output_tokens") or 0)) / dur
+    out["pooled_runs"] = 2
+    return out
 
 
 def load_result(path: str | Path, *, concurrency: int, gpus: int) -> Measurement:

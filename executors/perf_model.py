@@ -666,7 +666,7 @@ def _finish(c: int, wl: Workload, wd: _WorkloadDerived, gpus: int, X: float, ttf
         p50_tpot_ms=tp50 * 1e3, p90_tpot_ms=tp90 * 1e3, p99_tpot_ms=tp99 * 1e3,
         p50_itl_ms=i50 * 1e3, p90_itl_ms=i90 * 1e3, p99_itl_ms=i99 * 1e3,
         p50_e2el_ms=e50 * 1e3, p90_e2el_ms=e90 * 1e3, p99_e2el_ms=e99 * 1e3,
-        achieved_concurrency=float(c), client_saturated=False, dp_imbalance=imbalance,
+        achieved_concurrency=float(c), client_saturated=False, dp_imbalance=imbalance, error_rate=0.0,
         prefix_cache_hit_rate=wd.reuse, kv_transfer_tokens=float(n * wd.isl) if kv_transfer else None,
         preemptions=0.0, eplb_balancedness=expert_balance, raw=raw,
     )
@@ -688,7 +688,8 @@ def _md1_wait(service: float, u: float) -> float:
     return service * u / (2.0 * (1.0 - u))
 
 
-def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> list[Measurement]:
+def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
+                        levels: list[int]) -> list[Measurement]:
     cfg, cluster = topo.config, topo.cluster
     role = cfg.decode
     md, wd = _md(model), _wd(wl)
@@ -702,7 +703,7 @@ def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: Pe
     b_cap = max(min(float(role.max_num_seqs), b_kv, b_budget), 1.0)
     gpus = topo.gpus
     out = []
-    for c in wl.load_levels:
+    for c in levels:
         n = min(float(c), ranks * b_cap)
         b = n / ranks
         occ = min(b, 1.0)
@@ -749,7 +750,8 @@ def _interp(pts: list[tuple[float, float]], b: float) -> float:
     return t1 + (t1 - t0) * (b - b1) / (b1 - b0) if b1 > b0 else t1
 
 
-def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> list[Measurement]:
+def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
+                           levels: list[int]) -> list[Measurement]:
     cfg, cluster = topo.config, topo.cluster
     assert cfg.prefill is not None
     md, wd = _md(model), _wd(wl)
@@ -777,7 +779,7 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
     pts = [(b, _step(Rd, b, 0.0, 0.0, _decode_cv(Rd, b)).total) for b in grid]
     n_cap = ranks_d * b_cap
     out = []
-    for c in wl.load_levels:
+    for c in levels:
         mu_rank, s_full, P_full = _prefill_capacity(Rp, c / ranks_p)
         mu_p = min(ranks_p * mu_rank / wd.isl_new, mu_kv)  # requests/s
 
@@ -860,13 +862,47 @@ def perturbed(params: PerfParams, seed: int, spread: float = 2.0) -> PerfParams:
 
 
 def predict(topology: Topology, model: ModelProfile, workload: Workload,
-            params: PerfParams | None = None) -> list[Measurement]:
-    """One simulated Measurement per load level of ``workload`` for the placed deployment ``topology``."""
+            params: PerfParams | None = None, levels: list[int] | None = None) -> list[Measurement]:
+    """One simulated Measurement per concurrency of ``levels`` (default: the workload's fixed levels) for the
+    placed deployment ``topology``."""
     p = params or default_params(topology.cluster.gpu)
+    cs = list(workload.load_levels if levels is None else levels)
     if topology.config.mode is Mode.AGGREGATED:
-        ms = _predict_aggregated(topology, model, workload, p)
+        ms = _predict_aggregated(topology, model, workload, p, cs)
     else:
-        ms = _predict_disaggregated(topology, model, workload, p)
+        ms = _predict_disaggregated(topology, model, workload, p, cs)
     for m in ms:
         _sane(m)
     return ms
+
+
+def predict_load(topology: Topology, model: ModelProfile, workload: Workload, load: float,
+                 params: PerfParams | None = None) -> Measurement:
+    """The prediction at one load level: a concurrency, or (``load_by: rate``) a request rate.
+
+    A rate is modelled by the closed loop that carries it (Little's law): the smallest concurrency whose
+    predicted request throughput reaches the rate. A rate above what ``max_load_concurrency`` requests in
+    flight carry overloads the deployment: requests queue for as long as the level lasts, which the TTFT
+    percentiles get on top (the q-th request waits about q·n·(1/X − 1/rate))."""
+    if workload.load_by == "concurrency":
+        return predict(topology, model, workload, params, [max(1, int(load))])[0]
+    cap = workload.max_load_concurrency
+    at = lambda c: predict(topology, model, workload, params, [c])[0]  # noqa: E731
+    top = at(cap)
+    x_top = top.request_throughput or 0.0
+    if x_top < load:
+        n = workload.num_prompts(load)
+        wait_ms = 1e3 * n * (1.0 / max(x_top, 1e-9) - 1.0 / load)
+        upd = {f"p{q}_ttft_ms": (getattr(top, f"p{q}_ttft_ms") or 0.0) + wait_ms * q / 100 for q in (50, 90, 99)}
+        upd |= {f"p{q}_e2el_ms": (getattr(top, f"p{q}_e2el_ms") or 0.0) + wait_ms * q / 100 for q in (50, 90, 99)}
+        return top.model_copy(update={**upd, "request_rate": float(load), "num_requests": n, "completed": n})
+    lo, hi = 1, cap
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (at(mid).request_throughput or 0.0) >= load:
+            hi = mid
+        else:
+            lo = mid + 1
+    m = at(lo)
+    n = workload.num_prompts(load)
+    return m.model_copy(update={"request_rate": float(load), "num_requests": n, "completed": n})

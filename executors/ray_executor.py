@@ -37,17 +37,16 @@ from typing import Any
 
 from executors import bench, metrics, procs
 from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
-from executors.local import (
-    LevelRunner,
-    ServerView,
+from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
+from executors.platform import Platform
+from executors.serving import (
+    cache_key,
     deployment_platform,
     engine_version,
-    measure_levels,
     server_unhealthy,
     start_failure,
     vllm_cache_root,
 )
-from executors.platform import Platform
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, router_args, serve_args, serve_command
 from executors.topology import Instance, Topology
 from search_spaces import Measurement, Mode, Workload
@@ -136,20 +135,20 @@ class _NodeAgent:
         return {"stopped": stopped, "shm_removed": removed}
 
 
-def _bench_task(platform_json: str, workload_json: str, concurrency: int, url: str, model: str, tokenizer: str,
+def _bench_task(platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str, tokenizer: str,
                 out_dir: str, timeout_s: float, agent: Any) -> dict[str, Any]:
-    """A Ray task: one ``vllm bench serve`` level, its group registered with ``agent`` while it runs."""
+    """A Ray task: one ``vllm bench serve`` run, its group registered with ``agent`` while it runs."""
     platform = Platform.model_validate_json(platform_json)
     workload = Workload.model_validate_json(workload_json)
     bdir = Path(out_dir)
     bdir.mkdir(parents=True, exist_ok=True)
-    ds = bench.prepare_dataset(workload, concurrency, tokenizer, bdir)
-    name = f"c{concurrency}.json"
-    args = bench.bench_args(workload, concurrency, base_url=url, model=model, tokenizer=tokenizer,
+    ds = bench.prepare_dataset(workload, spec, tokenizer, bdir)
+    name = f"{spec.name}.json"
+    args = bench.bench_args(workload, spec, base_url=url, model=model, tokenizer=tokenizer,
                             result_dir=str(bdir), result_filename=name, dataset_path=ds)
-    tag = f"bench-c{concurrency}"
+    tag = f"bench-{spec.name}"
     try:
-        run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"c{concurrency}.log",
+        run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
                               timeout_s=timeout_s, cwd=bdir,
                               on_start=lambda pgid: _get(agent.register.remote(tag, pgid)))
     except bench.BenchFailed as e:
@@ -219,6 +218,7 @@ class RayExecutor(Executor):
         self.placement_timeout_s = placement_timeout_s
         self.extra_serve_args = list(extra_serve_args)
         self.engine_version = engine_version()
+        self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._started_ray = False
         self._agent_cls: Any = None
         self._bench_fn: Any = None
@@ -372,7 +372,7 @@ class RayExecutor(Executor):
                           head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
                           extra=self.extra_serve_args)
         env, unset = self._slot_env(platform, sh.info)
-        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name))}
+        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
         if nixl_port:
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(nixl_port)
         if inst.multi_node:
@@ -424,20 +424,20 @@ class RayExecutor(Executor):
             d = _get(h.service.diagnose.remote("router"))
             raise DeploymentFailed(FailureKind.CRASH, f"router died: {d['error'] or d['returncode']}", d["tail"])
 
-    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]:
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
         import ray
 
         h: _RayHandle = deployment.handle
         assert deployment.url, "deploy() did not finish"
-        t0 = time.monotonic()
         bdir = h.dir / "bench"
         url = deployment.url
         heads = {inst.name: next(s for s in h.shards if s.instance == inst.name)
                  for inst in deployment.topology.instances}
 
-        def run_level(c: int) -> tuple[dict[str, Any], float]:
+        def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
             ref = self._bench_fn.options(num_cpus=0, scheduling_strategy=h.service_affinity).remote(
-                h.platform.model_dump_json(), workload.model_dump_json(), c, url, self.served_model_name,
+                h.platform.model_dump_json(), workload.model_dump_json(), spec, url, self.served_model_name,
                 str(self.model_path), str(bdir), self.bench_timeout_s, h.service)
             h.bench_refs.append(ref)
             try:
@@ -452,7 +452,7 @@ class RayExecutor(Executor):
             if not out["ok"]:
                 raise bench.BenchFailed(out["reason"], out["tail"])
             bdir.mkdir(parents=True, exist_ok=True)  # the driver's copy (the task may run on another node)
-            (bdir / f"c{c}.json").write_text(json.dumps(out["result"]))
+            (bdir / f"{spec.name}.json").write_text(json.dumps(out["result"]))
             return out["result"], out["wall_s"]
 
         def marks() -> dict[str, int]:
@@ -466,11 +466,9 @@ class RayExecutor(Executor):
 
         servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
         runner = LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
-        try:
-            return measure_levels(runner, workload, gpus=deployment.topology.gpus,
-                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED)
-        finally:
-            deployment.timings.measure_s = time.monotonic() - t0
+        return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
+                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
+                                  timings=deployment.timings)
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from executors.base import Deployment, DeploymentFailed, FailureKind
+from executors.measure import MeasurePlan
 from executors.simulated import SimulatedExecutor
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload
@@ -82,9 +83,10 @@ class ReservedSimulatedExecutor(SimulatedExecutor):
         dep.timings.deploy_s = time.monotonic() - t0
         return dep
 
-    def measure(self, deployment: Deployment, workload: Workload) -> list[Measurement]:
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
         time.sleep(self.hold_s)  # the trial holds its GPUs as a real one would while measuring
-        return super().measure(deployment, workload)
+        return super().measure(deployment, workload, plan)
 
     def teardown(self, deployment: Deployment) -> None:
         import ray

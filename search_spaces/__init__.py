@@ -18,7 +18,10 @@ from search_spaces.rules import Violation, check, instance_sizes, kv_capacity_to
 from search_spaces.space import EPLBSpace, RoleSpace, SearchSpace, load_preset, preset_names
 from search_spaces.states import IllegalTransition, TrialState, transition
 from search_spaces.workload import (
+    DEFAULT_ERROR_SLO,
     HIGHER_IS_BETTER,
+    LEVEL_FLAGS,
+    PREFIX_REUSE_LIMIT,
     SLO,
     SLO_METRICS,
     Dataset,
@@ -32,6 +35,6 @@ __all__ = [
     "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
     "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
     "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SLO_METRICS", "SearchSpace", "Slice",
-    "Violation", "Workload", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
+    "Violation", "Workload", "DEFAULT_ERROR_SLO", "LEVEL_FLAGS", "PREFIX_REUSE_LIMIT", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
     "matmul_tflops", "model_preset", "pack", "preset_names", "vllm_flag", "weight_bytes_per_gpu",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,20 +37,37 @@ class Workload(BaseModel):
     isl: LengthDist = LengthDist(mean=1024, range_ratio=0.8)
     osl: LengthDist = LengthDist(mean=256, range_ratio=0.8)
     prefix_reuse: float = Field(0.0, ge=0.0, le=1.0, description="Share of each prompt that is a common prefix.")
-    load_levels: list[int] = Field(default=[8, 32, 128], description="Concurrencies, one Measurement each.")
-    prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level = this × concurrency.")
-    min_prompts: int = Field(8, ge=1)
-    warmups_per_concurrency: float = Field(2.0, ge=0, description="Warm-up requests = this × concurrency.")
+    load_levels: list[int] = Field(default=[8, 32, 128], description="Fixed levels measured on every deployment "
+                                   "(concurrencies, or req/s with load_by: rate), in addition to the knee search.")
+    load_by: Literal["concurrency", "rate"] = Field(
+        "concurrency", description="What a load level sets: concurrent requests (closed loop) or a Poisson request "
+        "rate in req/s (open loop, capped at max_load_concurrency in flight).")
+    knee_search: bool = Field(True, description="Find each deployment's highest load meeting every SLO (the knee) on "
+                              "the running deployment: bracket from the model's prediction, then bisect.")
+    max_levels: int = Field(6, ge=1, le=20, description="Knee search: at most this many levels per deployment.")
+    knee_tolerance: float = Field(0.15, gt=0, le=1.0, description="Knee search stops once the bracket's high end is "
+                                  "within this share above its low end.")
+    max_load: float = Field(4096, gt=0, description="Knee search never measures above this load.")
+    max_load_concurrency: int = Field(4096, ge=1, description="Rate levels: at most this many requests in flight.")
+    prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
+                                           "(× req/s for rate levels).")
+    min_prompts: int = Field(8, ge=1, description="Prompts per level ≥ this (a P90 needs tens of samples).")
+    min_level_s: float = Field(0.0, ge=0, description="Prompts per level ≥ what the deployment serves in this many "
+                               "seconds at the load (estimated from the levels measured before).")
+    warmups_per_concurrency: float = Field(2.0, ge=0, description="Warm-up before a deployment's first level: this "
+                                           "× concurrency requests (≥ min_prompts) at that level's load, discarded.")
+    fresh_prompts: bool = Field(True, description="Every level and the warm-up draw their own prompts (seeded per "
+                                "level), so the prefix cache cannot serve one level's prompts from another's.")
     turns: int = Field(4, ge=1, description="Agentic: turns per session.")
     trace_path: str | None = Field(None, description="Trace: a JSONL of {prompt, output_len} or agentic sessions.")
     seed: int = 0
 
     @model_validator(mode="after")
     def _valid(self) -> Workload:
-        if not self.load_levels:
-            raise ValueError("load_levels needs at least one concurrency")
+        if not self.load_levels and not self.knee_search:
+            raise ValueError("load_levels needs at least one level when knee_search is off")
         if any(c < 1 for c in self.load_levels):
-            raise ValueError("load_levels must be concurrencies ≥ 1")
+            raise ValueError("load_levels must be ≥ 1 (concurrency, or req/s)")
         if self.dataset is Dataset.TRACE and not self.trace_path:
             raise ValueError("a trace workload needs trace_path")
         return self
@@ -59,11 +78,32 @@ class Workload(BaseModel):
         per_turn = self.isl.max + self.osl.max
         return per_turn * (self.turns if self.dataset is Dataset.AGENTIC else 1)
 
-    def num_prompts(self, concurrency: int) -> int:
-        return max(self.min_prompts, int(round(self.prompts_per_concurrency * concurrency)))
+    @property
+    def reuses_prefixes(self) -> bool:
+        """Whether prompts share prefixes on purpose (then prefix-cache hits are the workload, not an artefact)."""
+        return self.dataset is not Dataset.RANDOM or self.prefix_reuse > 0
 
-    def num_warmups(self, concurrency: int) -> int:
-        return int(round(self.warmups_per_concurrency * concurrency))
+    def num_prompts(self, load: float, requests_per_s: float | None = None) -> int:
+        """Requests of one level: ≥ ``min_prompts``, ≥ ``prompts_per_concurrency`` × load, and ≥ what the
+        deployment serves in ``min_level_s`` at ``requests_per_s`` (when known)."""
+        n = max(self.min_prompts, int(round(self.prompts_per_concurrency * load)))
+        if self.min_level_s and requests_per_s:
+            n = max(n, int(math.ceil(self.min_level_s * requests_per_s)))
+        return n
+
+    def num_warmups(self, load: float) -> int:
+        """Warm-up requests before a deployment's first level (0: no warm-up)."""
+        if self.warmups_per_concurrency <= 0:
+            return 0
+        return max(self.min_prompts, int(round(self.warmups_per_concurrency * load)))
+
+    def level_seed(self, load: float, attempt: int = 0, warmup: bool = False) -> int:
+        """The dataset seed of one level: distinct per load, attempt and warm-up (or the workload's seed for
+        every level when ``fresh_prompts`` is off)."""
+        if not self.fresh_prompts:
+            return self.seed
+        tag = f"{self.seed}/{load:g}/{attempt}/{'w' if warmup else 'm'}".encode()
+        return int.from_bytes(hashlib.sha256(tag).digest()[:4], "big") % (2**31 - 1)
 
 
 class Measurement(BaseModel):
@@ -71,7 +111,9 @@ class Measurement(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    concurrency: int
+    concurrency: int = Field(description="Requests in flight at most (for a rate level: the cap).")
+    request_rate: float | None = Field(None, description="A rate level's Poisson arrival rate (req/s); None: a "
+                                       "concurrency level.")
     source: str = Field(description="'simulated' (performance model) or 'measured' (vllm bench serve).")
     gpus: int
     num_requests: int
@@ -105,8 +147,37 @@ class Measurement(BaseModel):
     kv_transfer_tokens: float | None = None
     preemptions: float | None = None
     eplb_balancedness: float | None = None
+    error_rate: float | None = Field(None, description="Failed / sent requests of the level.")
+    purpose: str = Field("fixed", description="Why the level was measured: 'fixed' (workload.load_levels), "
+                         "'search' (the knee search), 'knee' (the search's answer: the highest level meeting every "
+                         "SLO; it may also be a fixed level).")
+    intervals: dict[str, list[float]] = Field(default_factory=dict, description="Bootstrap 95% intervals "
+                                              "[low, high] of percentiles and throughput, over requests.")
+    flags: list[str] = Field(default_factory=list, description="What to distrust or know about the level: "
+                             "see ``LEVEL_FLAGS``.")
     raw: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def load(self) -> float:
+        """The level's load as it was set: req/s for a rate level, else the concurrency."""
+        return self.request_rate if self.request_rate is not None else float(self.concurrency)
+
+    def label(self) -> str:
+        """``c=64`` or ``2.5 req/s``: how a level is named in tables."""
+        return f"{self.request_rate:g} req/s" if self.request_rate is not None else f"c={self.concurrency}"
+
+
+#: Level flags and what they mean (``Measurement.flags``).
+LEVEL_FLAGS = {
+    "prefix-cache-reuse": "more than 5% of prompt tokens came from the prefix cache on a workload without shared "
+                          "prefixes: prompts repeated, TTFT reads better than it is",
+    "counters-unknown": "a /metrics scrape before or after the level failed: per-level counter deltas unknown",
+    "remeasured": "an SLO decision fell inside the level's interval: measured twice, the numbers pool both runs",
+    "knee-at-max-load": "every SLO held at workload.max_load: the knee is at least this level",
+    "bracket-open": "the knee search ran out of levels before its bracket closed to the tolerance",
+    "no-level-meets-slo": "the lowest load tried missed an SLO: the deployment has no knee",
+}
+PREFIX_REUSE_LIMIT = 0.05
 
 #: The metrics an SLO may name, and which way is better.
 HIGHER_IS_BETTER = {
@@ -116,7 +187,10 @@ HIGHER_IS_BETTER = {
 SLO_METRICS = sorted(
     HIGHER_IS_BETTER
     | {f"p{p}_{m}_ms" for p in (50, 90, 99) for m in ("ttft", "tpot", "itl", "e2el")}
+    | {"error_rate"}
 )
+#: The error-rate SLO every job gets unless it names one: at most 1% of a level's requests may fail.
+DEFAULT_ERROR_SLO = {"metric": "error_rate", "op": "<=", "value": 0.01}
 
 
 class SLO(BaseModel):
@@ -134,13 +208,21 @@ class SLO(BaseModel):
             raise ValueError(f"unknown SLO metric {self.metric!r}; allowed: {', '.join(SLO_METRICS)}")
         return self
 
-    def violation(self, m: Measurement) -> float:
-        """How far ``m`` is outside the bound, relative to it (≤ 0 means met); missing data violates by 1."""
-        got = getattr(m, self.metric)
+    def violation(self, m: Measurement, value: float | None = None) -> float:
+        """How far ``m`` (or ``value``) is outside the bound, relative to it (≤ 0 means met); missing data
+        violates by 1. A bound of 0 is scaled by 1 (an error rate ≤ 0 is violated by the failed share)."""
+        got = getattr(m, self.metric) if value is None else value
         if got is None:
             return 1.0
         scale = abs(self.value) or 1.0
         return (self.value - got) / scale if self.op == ">=" else (got - self.value) / scale
+
+    def close_call(self, m: Measurement) -> bool:
+        """Whether the level's 95% interval of this metric straddles the bound (the decision is a coin toss)."""
+        iv = m.intervals.get(self.metric)
+        if not iv or len(iv) != 2:
+            return False
+        return (self.violation(m, iv[0]) <= 0) != (self.violation(m, iv[1]) <= 0)
 
     def met(self, m: Measurement) -> bool:
         return self.violation(m) <= 0

