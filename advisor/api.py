@@ -11,12 +11,13 @@ import db
 from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
 from advisor.job import ObjectiveMode, TuningJob, job_from_dict
-from advisor.objectives import objective_names
+from advisor.objectives import objective_names, operating_point
 from advisor.study import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
+from advisor.verdict import verdict_lines
 from db import queries
 from executors import place
-from search_spaces import DeploymentConfig, check, load_preset, preset_names
+from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
 __all__ = [
     "BestReport", "TrialReport", "TuneSummary", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
@@ -161,14 +162,24 @@ def trials_table(url: str, study: str, state: str | None = None) -> tuple[list[s
             trials = queries.list_trials(database, study, states=[state] if state else None)
         except ValueError as e:
             raise BadInput(f"--state: {e}") from None
-        cols = ["trial", "state", "by", "gpus", "deployment", *names, "SLO violation", "deploy s", "warm-up s",
-                "measure s", "teardown s", "reason"]
+        levels: dict[int, list[Measurement]] = {}
+        for lv in queries.measurements(database, study):
+            levels.setdefault(lv.trial_number, []).append(lv.measurement)
+        cols = ["trial", "state", "by", "gpus", "deployment", "at", "levels", *names, "predicted", "SLO violation",
+                "flags", "deploy s", "warm-up s", "measure s", "teardown s", "reason"]
         rows = []
+        first = names[0]
         for t in trials:
             obj = t.objectives or {}
             reason = (t.reason or "").replace("\n", " ")
-            rows.append([t.number, t.state.value, t.proposer, t.gpus, t.config.short() if t.config else t.config_text,
-                         *(obj.get(n) for n in names), t.violation, t.deploy_s, t.warmup_s, t.measure_s,
+            ms = levels.get(t.number, [])
+            point, _ = operating_point(job, ms)
+            flags = sorted({f for m in ms for f in m.flags})
+            by = f"{t.proposer} of {t.repeat_of}" if t.repeat_of is not None else t.proposer
+            rows.append([t.number, t.state.value, by, t.gpus, t.config.short() if t.config else t.config_text,
+                         point.label() if point is not None and t.objectives else None, len(ms) or None,
+                         *(obj.get(n) for n in names), (t.predicted or {}).get(first), t.violation,
+                         ", ".join(flags) or None, t.deploy_s, t.warmup_s, t.measure_s,
                          t.teardown_s, reason[:90] + ("…" if len(reason) > 90 else "")])
         return cols, rows
     finally:
@@ -182,6 +193,7 @@ class BestReport:
     rows: list[list[Any]] = field(default_factory=list)
     best_text: str = ""
     empty_reason: str = ""
+    notes: list[str] = field(default_factory=list)  # spread, gain over the baseline, ties, cluster, model error
 
 
 def best_report(url: str, study: str, top: int = 10) -> BestReport:
@@ -190,7 +202,7 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         job = job_of_study(database, study)
         slos = list(job.slos)
         slo_text = ", ".join(map(str, slos)) or "no SLOs"
-        cols = ["trial", "concurrency", "tok/s/GPU", "P90 tok/s/user", "P90 TTFT ms", "P90 TPOT ms", "GPUs",
+        cols = ["trial", "level", "tok/s/GPU", "P90 tok/s/user", "P90 TTFT ms", "P90 TPOT ms", "GPUs",
                 "deployment"]
         configs: dict[int, DeploymentConfig | None] = {}
 
@@ -199,7 +211,7 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
                 t = queries.get_trial(database, study, p.trial_number)
                 configs[p.trial_number] = t.config if t else None
             cfg = configs[p.trial_number]
-            return [p.trial_number, p.concurrency, *(getattr(p, c) for c in _METRIC_COLS), p.gpus,
+            return [p.trial_number, p.measurement.label(), *(getattr(p, c) for c in _METRIC_COLS), p.gpus,
                     cfg.short() if cfg else p.config_text]
 
         if job.objective.mode is ObjectiveMode.PARETO:
@@ -216,6 +228,7 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
                 rep.best_text = f"trial {best.trial_number}: {best.config_text}"
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
+        rep.notes = verdict_lines(job, queries.list_trials(database, study))
         return rep
     finally:
         database.close()

@@ -82,6 +82,15 @@ def _print_rows(title: str, columns: list[str], rows: list[list[Any]], fmt: str 
 
 
 # ----------------------------------------------------------------------------------------------- jobs
+def _levels_text(job: Any) -> str:
+    wl = job.workload
+    fixed = f"{len(wl.load_levels)} fixed load level{'s' if len(wl.load_levels) != 1 else ''}"
+    if wl.knee_search and any(s.metric != "error_rate" for s in job.slos):
+        return (f"knee search by {wl.load_by} (≤ {wl.max_levels} levels, tolerance {wl.knee_tolerance:.0%}, "
+                f"≤ {wl.max_load:g}) + {fixed}")
+    return fixed
+
+
 @app.command()
 @friendly
 def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")]) -> None:
@@ -90,7 +99,7 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")]) ->
     info = api.space_summary(job)
     console.print(f"[green]ok[/] {job_file}: study {job.name!r}, {job.model_profile().name} on "
                   f"{job.cluster.describe()}; {info['candidates']} candidates, {info['valid']} valid, "
-                  f"{len(job.workload.load_levels)} load levels, executor {job.executor.kind.value}")
+                  f"{_levels_text(job)}, executor {job.executor.kind.value}")
     for rule, n in sorted(info["broken_rules"].items(), key=lambda kv: -kv[1]):
         console.print(f"  {n:>7} candidates break {rule}")
 
@@ -132,9 +141,14 @@ def tune(
         progress.update(task, completed=done[0])
         summary = api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
                                ray_address=ray_address)
+    extra = ""
+    if summary.baseline is not None:
+        extra += f", vLLM's defaults measured as trial {summary.baseline}"
+    if summary.repeated:
+        extra += f", {len(summary.repeated)} deployment(s) measured again ({', '.join(map(str, summary.repeated))})"
     console.print(f"study {summary.study!r} in {summary.storage}: {summary.executed} trials run this time "
                   f"({summary.failed} failed), {summary.invalid} invalid candidates skipped, {summary.repeats} "
-                  f"repeats reused; {summary.stopped_because}")
+                  f"repeats reused{extra}; {summary.stopped_because}")
     if summary.interrupted_found:
         console.print(f"closed {summary.interrupted_found} trial(s) left running by an earlier tuner")
     _best(summary.study, url, top=10)
@@ -174,6 +188,8 @@ def _best(study: str, url: str, top: int) -> None:
     _print_rows("", report.columns, report.rows)
     if report.best_text:
         console.print(f"[green]best:[/] {report.best_text}")
+    for line in report.notes:
+        console.print(line)
 
 
 @app.command()

@@ -15,6 +15,15 @@ hand (start from what the roofline says, correct with what the run says):
 3. From then on turns alternate: TPE proposes, then the re-fitted model proposes its best candidate not yet
    measured or running. TPE keeps the search honest where the model is structurally wrong (a wrong model
    can only cost every other trial); the model keeps TPE from locking in where it is right.
+4. The model earns its turns. Every executed trial stores what the model predicted for it *before* it ran
+   (``predicted``); the relative error of those predictions against the measured values is the model's
+   out-of-sample ("prequential", forward-chaining cross-validated) error on this study. While its mean over
+   the last ``JUDGE_WINDOW`` trials exceeds ``MAX_CV_ERROR`` (30%), model turns go to the sampler, and resume
+   once re-fits predict well again. And a model pick it predicts worse than the best measured value is no
+   pick at all: the turn goes to the sampler (on a real GPU the first two model picks were the study's worst).
+
+Candidates are ranked by the model's *knee* (the same knee search the executors run, on the model), so the
+model is asked the question a trial answers.
 
 Ranking is exhaustive on spaces of up to ``EXHAUSTIVE_MAX`` valid candidates; larger spaces are ranked on a
 seeded random sample plus hill-climbing (one knob at a time) from the sample's best, so a model turn costs
@@ -34,7 +43,9 @@ from advisor.calibrate import Sample, _Problem, _sensitive, fit, fitted_values
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
-from executors.perf_model import CALIBRATABLE, PerfParams, predict
+from executors.measure import MeasurePlan
+from executors.perf_model import CALIBRATABLE, PerfParams
+from executors.simulated import simulate_levels
 from search_spaces import DeploymentConfig, Measurement, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
@@ -46,6 +57,10 @@ CLIMB_STARTS = 6
 MAX_FIT_TRIALS = 24
 #: Trial user attribute saying who proposed a trial ("model" or "sampler").
 PROPOSER_ATTR = "advisor_proposer"
+#: Model turns yield to the sampler while the mean relative error of the last ``JUDGE_WINDOW`` predictions
+#: exceeds this.
+MAX_CV_ERROR = 0.30
+JUDGE_WINDOW = 6
 
 Params = dict[str, Any]
 
@@ -60,6 +75,8 @@ class ModelGuide:
         self.model = job.model_profile()
         self.space = job.space
         self.samples: list[Sample] = []
+        self.errors: list[float] = []  # |predicted / measured − 1| of the first objective, trial by trial
+        self.plan = MeasurePlan(tuple(job.slos))
         self.rng = random.Random(job.sampler.seed)
         self.turns = 0
         self._choices: dict[str, list[Any]] = {}
@@ -68,15 +85,35 @@ class ModelGuide:
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
-        """Model turns: one per deployment mode first, then every other trial, up to ``guided_trials``."""
-        if self.done:
+        """Model turns: one per deployment mode first, then every other trial, up to ``guided_trials`` — and
+        none while the model's out-of-sample error exceeds ``MAX_CV_ERROR``."""
+        if self.done or not self.trusted:
             return False
         lead = len(self.space.modes)
         return executed < lead or (executed - lead) % 2 == 1
 
-    def propose(self, taken: set[str]) -> Params | None:
+    def judge(self, predicted: dict[str, float | None], measured: dict[str, float | None]) -> None:
+        """Keep the model's error on one trial: its prediction made before the trial ran vs the measurement."""
+        name = next(iter(measured), None)
+        p, m = predicted.get(name) if name else None, measured.get(name) if name else None
+        if p is not None and m:
+            self.errors.append(abs(p / m - 1.0))
+
+    @property
+    def cv_error(self) -> float | None:
+        """Mean relative error of the last ``JUDGE_WINDOW`` out-of-sample predictions (None: fewer than two)."""
+        recent = self.errors[-JUDGE_WINDOW:]
+        return sum(recent) / len(recent) if len(recent) >= 2 else None
+
+    @property
+    def trusted(self) -> bool:
+        err = self.cv_error
+        return err is None or err <= MAX_CV_ERROR
+
+    def propose(self, taken: set[str], best_measured: float | None = None) -> Params | None:
         """The parameters of the best candidate under the current parameters that is not in ``taken`` (config
-        keys measured or running); a mode nobody has tried yet comes first. None when nothing is left."""
+        keys measured or running); a mode nobody has tried yet comes first. None when nothing is left, or
+        (max_under_slo) when the best the model can offer is predicted no better than ``best_measured``."""
         self.turns += 1
         weight = self.rng.random() if self.job.objective.mode is ObjectiveMode.PARETO else 1.0
         tried_modes = {self._mode_of_key(k) for k in taken}
@@ -95,6 +132,9 @@ class ModelGuide:
                 cand = self._climb(p, c, o, rank, taken, modes)
                 if rank(cand[2]) > rank(best[2]):
                     best = cand
+        if (best_measured is not None and self.job.objective.mode is ObjectiveMode.MAX_UNDER_SLO
+                and not fresh and (not best[2].feasible or best[2].values[0] <= best_measured)):
+            return None  # the model expects nothing better than what is measured: the sampler explores
         return best[0]
 
     @property
@@ -121,7 +161,7 @@ class ModelGuide:
 
     # ---------------------------------------------------------------------------------------- ranking
     def _outcome(self, cfg: DeploymentConfig) -> Outcome:
-        return score(self.job, predict(place(cfg, self.job.cluster), self.model, self.job.workload, self.params))
+        return predicted_outcome(self.job, cfg, self.params, self.plan)
 
     def _ranker(self, weight: float, outcomes: Iterable[Outcome]) -> Any:
         """A sort key over predicted outcomes: feasible first; then the objective (max_under_slo) or a
@@ -211,11 +251,36 @@ class ModelGuide:
         return DeploymentConfig.model_validate_json(key).mode.value
 
 
+def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,
+                      plan: MeasurePlan | None = None) -> Outcome:
+    """What a trial of ``cfg`` would be told, with the model as the deployment (its knee search included; the
+    fixed levels only where there is no knee to search, since a trial's values come from its knee)."""
+    plan = plan or MeasurePlan(tuple(job.slos))
+    wl = job.workload
+    if plan.searchable and wl.knee_search and wl.load_levels:
+        wl = _knee_only(wl)
+    return score(job, simulate_levels(place(cfg, job.cluster), job.model_profile(), wl, plan, params))
+
+
+_KNEE_ONLY: dict[int, Any] = {}
+
+
+def _knee_only(wl: Any) -> Any:
+    """The workload without its fixed levels (one copy per workload object: the model caches by identity)."""
+    hit = _KNEE_ONLY.get(id(wl))
+    if hit is None or hit[0] is not wl:
+        if len(_KNEE_ONLY) > 64:
+            _KNEE_ONLY.clear()
+        hit = _KNEE_ONLY[id(wl)] = (wl, wl.model_copy(update={"load_levels": []}))
+    return hit[1]
+
+
 def exhaustive(job: TuningJob, params: PerfParams) -> dict[str, Outcome]:
     """Every valid candidate of the job's space scored with ``params`` (config key → outcome): the ground truth
     of the search-efficiency benchmark and of the guide's tests."""
     model, wl = job.model_profile(), job.workload
-    return {cfg.key(): score(job, predict(place(cfg, job.cluster), model, wl, params))
+    plan = MeasurePlan(tuple(job.slos))
+    return {cfg.key(): predicted_outcome(job, cfg, params, plan)
             for _, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)}
 
 
@@ -227,12 +292,12 @@ def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
 
 
 def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
-                 taken: Callable[[], set[str]]) -> bool:
+                 taken: Callable[[], set[str]], best_measured: float | None = None) -> bool:
     """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it. True if it did.
     ``taken`` (the config keys not to propose) is asked for only on a model turn."""
     if guide is None or not guide.wants_turn(executed):
         return False
-    params = guide.propose(taken())
+    params = guide.propose(taken(), best_measured)
     if params is None:
         return False
     study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})

@@ -220,6 +220,14 @@ class TuningJob(BaseModel):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _levels_to_measure(self) -> TuningJob:
+        searchable = self.workload.knee_search and any(s.metric != "error_rate" for s in self.slos)
+        if not self.workload.load_levels and not searchable:
+            raise ValueError("workload.load_levels is empty and there is no knee to search (knee_search is off or "
+                             "no SLO but the error rate): give load levels or an SLO such as p90_ttft_ms <= 2000")
+        return self
+
     def model_profile(self) -> ModelProfile:
         return self.model.profile(Path(self._base_dir) if self._base_dir else None)
 

@@ -60,4 +60,6 @@ def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:
             f"objective.mode: study {name!r} was created with {len(study.directions)} objective(s); "
             f"this job asks for {len(directions)} — use another --study name"
         )
+    if study.metric_names != objective_names(job):  # optuna-dashboard and the DB name the objectives
+        study.set_metric_names(objective_names(job))
     return study

@@ -22,6 +22,7 @@ import optuna
 
 import db
 from advisor.errors import BadInput
+from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
 from advisor.guide import MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide
 from advisor.job import SamplerKind, TuningJob
@@ -29,10 +30,16 @@ from advisor.objectives import INFEASIBLE, Outcome, score, worst
 from advisor.study import open_study, redact_url
 from executors import Executor, RunResult, place
 from executors.cleanup import cleanup_resources
+from executors.measure import MeasurePlan, knee_of
+from executors.perf_model import PerfParams
+from executors.simulated import simulate_levels
 from search_spaces import DeploymentConfig, TrialState, check
 
 CONFIG_KEY_ATTR = "advisor_config_key"
 STATE_ATTR = "advisor_state"
+#: "baseline" or "repeat": a measured trial outside the search (not counted in ``budget.trials``).
+EXTRA_ATTR = "advisor_extra"
+REPEAT_OF_ATTR = "advisor_repeat_of"
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0
 
@@ -59,6 +66,8 @@ class TuneSummary:
     failed: int = 0
     repeats: int = 0
     interrupted_found: int = 0
+    baseline: int | None = None  # the trial measuring vLLM's defaults, when this run measured it
+    repeated: list[int] = field(default_factory=list)  # trials measured again this run (their repeats' numbers)
     stopped_because: str = "budget reached"
     reports: list[TrialReport] = field(default_factory=list)
 
@@ -125,7 +134,13 @@ def tune(
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
         summary.interrupted_found = _close_stale(database, study, name, ray_address or job.executor.ray_address)
-        _loop(job, study, database, executor, name, budget, summary, on_trial)
+        ctx = _Context(job, study, database, executor, name, summary, on_trial, _resume_guide(job, study, database, name))
+        real = executor.kind != "simulated"
+        if real and job.baseline.enabled:
+            _baseline(ctx)
+        _loop(ctx, budget)
+        if real and job.budget.repeat_top and summary.stopped_because in ("budget reached", "grid exhausted"):
+            _repeats(ctx)
         return summary
     finally:
         database.close()
@@ -137,26 +152,46 @@ def _executed(study: optuna.Study) -> int:
     """Trials that ran (or are running, in any worker): the study's budget counts them, so several
     workers sharing a study stop together instead of each running a whole budget."""
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    ran = sum(1 for t in study.get_trials(deepcopy=False, states=done) if t.user_attrs.get("advisor_executed"))
-    return ran + len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)))
+    ran = sum(1 for t in study.get_trials(deepcopy=False, states=done)
+              if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR))
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return ran + sum(1 for t in running if not t.user_attrs.get(EXTRA_ATTR))
 
 
-def _loop(
-    job: TuningJob, study: optuna.Study, database: db.Database, executor: Executor, name: str, budget: int,
-    summary: TuneSummary, on_trial: Callable[[TrialReport], None] | None,
-) -> None:
+@dataclass
+class _Context:
+    """What one tuner run carries through its trials."""
+
+    job: TuningJob
+    study: optuna.Study
+    database: db.Database
+    executor: Executor
+    name: str
+    summary: TuneSummary
+    on_trial: Callable[[TrialReport], None] | None
+    guide: ModelGuide | None
+    worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+
+    @property
+    def params(self) -> PerfParams:
+        """The model's current parameters: the guide's re-fit, else the job's (calibrated) profile."""
+        return self.guide.params if self.guide is not None else model_params(self.job)
+
+
+def _loop(ctx: _Context, budget: int) -> None:
+    job, study, database, name, summary = ctx.job, ctx.study, ctx.database, ctx.name, ctx.summary
     model, cluster, wl = job.model_profile(), job.cluster, job.workload
     seen = {
         t.user_attrs[CONFIG_KEY_ATTR]: t
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
+        and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value
     }
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
-    guide = _resume_guide(job, study, database, name)
+    guide = ctx.guide
     started = time.monotonic()
     asks, max_asks = 0, 50 * budget
     consecutive_failures = 0
-    worker = f"{socket.gethostname()}:{os.getpid()}"
     while (executed := _executed(study)) < budget:
         if job.budget.wall_time_s and time.monotonic() - started > job.budget.wall_time_s:
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
@@ -171,7 +206,7 @@ def _loop(
                 return
             study.enqueue_trial(point, skip_if_exists=True)
         else:
-            enqueue_turn(guide, study, executed, lambda: _taken(guide, study))
+            enqueue_turn(guide, study, executed, lambda: _taken(guide, study), _best_value(study))
         asks += 1
         t0 = time.monotonic()
         trial = study.ask()
@@ -184,8 +219,8 @@ def _loop(
                                     proposer=proposer)
             _tell(study, trial, cfg, worst(job), TrialState.INVALID)
             summary.invalid += 1
-            _report(summary, on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
-                                                   wall_s=time.monotonic() - t0))
+            _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
+                                                       wall_s=time.monotonic() - t0))
             continue
         key = cfg.key()
         if key in seen:
@@ -193,44 +228,129 @@ def _loop(
             outcome = Outcome(list(prev.values), _constraint(prev), None)
             reason = f"same configuration as trial {prev.number}; its measurements stand"
             tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
-                                       worker=worker, proposer=proposer)
+                                       worker=ctx.worker, proposer=proposer)
             database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
                                   violation=outcome.violation, reason=reason)
             _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
             summary.repeats += 1
-            _report(summary, on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
-                                                   wall_s=time.monotonic() - t0))
+            _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
+                                                       wall_s=time.monotonic() - t0))
             continue
-        topo = place(cfg, cluster)
-        tid = database.start_trial(name, trial.number, params=trial.params, config=cfg,
-                                   topology=topo.to_dict(), worker=worker, proposer=proposer)
-        try:
-            with _Heartbeat(database, tid):
-                run = executor.evaluate(topo, wl, on_started=lambda res, tid=tid: database.record_resources(tid, res))
-        except KeyboardInterrupt:
-            database.finish_trial(tid, TrialState.INTERRUPTED, reason="interrupted by the user (Ctrl-C)")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
-            raise
-        state, outcome = _record(job, database, tid, run)
-        _tell(study, trial, cfg, outcome, state)
+        state, outcome, run = _run_trial(ctx, trial, cfg, proposer)
         summary.executed += 1
         if state is TrialState.COMPLETE:
             seen[key] = _frozen(study, trial.number)
             consecutive_failures = 0
-            if guide is not None:
-                guide.observe(cfg, run.measurements)
         else:
             summary.failed += 1
             consecutive_failures += 1
-        _report(summary, on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason, executed=True,
-                                               wall_s=time.monotonic() - t0))
         if consecutive_failures >= job.budget.max_consecutive_failures:
             summary.stopped_because = (
                 f"{consecutive_failures} trials failed in a row (budget.max_consecutive_failures); "
                 f"last: {run.reason}"
             )
             return
+
+
+def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:
+    """The measure plan of one trial (its SLOs, and the knee the model predicts, where the search starts) and
+    the model's objective values for it (stored with the trial: the guide's honest, out-of-sample error)."""
+    job = ctx.job
+    plan = MeasurePlan(tuple(job.slos))
+    if not plan.searchable and not job.workload.load_levels:
+        return plan, None
+    wl = job.workload.model_copy(update={"knee_tolerance": min(job.workload.knee_tolerance, 0.05),
+                                         "max_levels": 16, "load_levels": [] if plan.searchable
+                                         else job.workload.load_levels})
+    try:
+        levels = simulate_levels(place(cfg, job.cluster), job.model_profile(), wl, plan, ctx.params)
+    except Exception:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
+        return plan, None
+    knee = knee_of(levels)
+    outcome = score(job, levels)
+    predicted = outcome.as_dict(job) if outcome.feasible else None
+    return MeasurePlan(plan.slos, knee.load if knee is not None else None), predicted
+
+
+def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str, *,
+               extra: str | None = None, repeat_of: int | None = None) -> tuple[TrialState, Outcome, RunResult]:
+    """Deploy, measure (knee search from the model's prediction), tear down, record, tell — one trial."""
+    t0 = time.monotonic()
+    job, database = ctx.job, ctx.database
+    if extra:
+        trial.set_user_attr(EXTRA_ATTR, extra)
+    if repeat_of is not None:
+        trial.set_user_attr(REPEAT_OF_ATTR, repeat_of)
+    topo = place(cfg, job.cluster)
+    plan, predicted = _predict(ctx, cfg)
+    tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
+                               worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of)
+    try:
+        with _Heartbeat(database, tid):
+            run = ctx.executor.evaluate(topo, job.workload, plan=plan,
+                                        on_started=lambda res, tid=tid: database.record_resources(tid, res))
+    except KeyboardInterrupt:
+        database.finish_trial(tid, TrialState.INTERRUPTED, reason="interrupted by the user (Ctrl-C)")
+        ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
+        raise
+    state, outcome = _record(job, database, tid, run)
+    _tell(ctx.study, trial, cfg, outcome, state)
+    if ctx.guide is not None and state is TrialState.COMPLETE:
+        if predicted and outcome.feasible:
+            ctx.guide.judge(predicted, outcome.as_dict(job))
+        ctx.guide.observe(cfg, run.measurements)
+    _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason,
+                                                   executed=extra is None, wall_s=time.monotonic() - t0))
+    return state, outcome, run
+
+
+def _extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(EXTRA_ATTR) == kind
+            and t.state is optuna.trial.TrialState.COMPLETE]
+
+
+def _baseline(ctx: _Context) -> None:
+    """Measure vLLM's defaults on the deployment a user would start with, once per study, before the search."""
+    if _extras(ctx.study, "baseline"):
+        return
+    cfg = baseline_config(ctx.job)
+    if cfg is None:
+        return
+    trial = ctx.study.ask()  # no parameters: the baseline need not lie in the search space
+    ctx.summary.baseline = trial.number
+    _run_trial(ctx, trial, cfg, "baseline", extra="baseline")
+
+
+def _repeats(ctx: _Context) -> None:
+    """Deploy the best ``budget.repeat_top`` deployments and the baseline again (fresh deploys, fresh prompts):
+    ``advisor best`` reports the run-to-run spread from these. Each is repeated once per study."""
+    study, job = ctx.study, ctx.job
+    done = {t.user_attrs.get(REPEAT_OF_ATTR) for t in _extras(study, "repeat")}
+    search = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+              if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR)
+              and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value and _constraint(t) <= 0]
+    top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
+    todo = [t for t in [*top, *_extras(study, "baseline")] if t.number not in done]
+    for original in todo:
+        row = db.queries.get_trial(ctx.database, ctx.name, original.number)
+        if row is None or row.config is None:
+            continue
+        if original.params:
+            study.enqueue_trial(original.params, user_attrs={PROPOSER_ATTR: "repeat"})
+        trial = study.ask()
+        cfg = job.space.suggest(trial) if original.params else row.config
+        if cfg.key() != row.config.key():  # the space changed since: measure what was measured
+            cfg = row.config
+        ctx.summary.repeated.append(trial.number)
+        _run_trial(ctx, trial, cfg, "repeat", extra="repeat", repeat_of=original.number)
+
+
+def _best_value(study: optuna.Study) -> float | None:
+    """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
+    vals = [t.values[0] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            if t.user_attrs.get("advisor_executed") and t.values and _constraint(t) <= 0]
+    return max(vals) if vals else None
 
 
 def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
@@ -247,6 +367,8 @@ def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, na
         t = db.queries.get_trial(database, name, number)
         if t is not None and t.config is not None:
             guide.observe(t.config, list(t.measurements), refit=False)
+            if t.predicted and t.objectives and (t.violation or 0.0) <= 0:
+                guide.judge(t.predicted, t.objectives)
     guide.refit()
     return guide
 

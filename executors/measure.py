@@ -80,6 +80,12 @@ class _Search:
             return float(fixed[len(fixed) // 2])
         return 16.0 if self.integer else 1.0
 
+    def within(self, lo: float) -> float:
+        """The highest load whose bracket with ``lo`` is closed: ``lo × (1 + tol)``, rounded as loads are (an
+        integer load one request above ``lo`` always closes it)."""
+        top = lo * (1.0 + self.wl.knee_tolerance) * (1.0 + 1e-9)
+        return max(float(round(top)), lo + 1.0) if self.integer else top
+
     def step(self, x: float, k: int, up: bool) -> float:
         """The k-th step away from the start: factor (1 + tol)^(2^k), at least one unit on an integer load."""
         f = (1.0 + self.wl.knee_tolerance) ** (2 ** k)
@@ -102,7 +108,7 @@ class _Search:
             else:
                 hi = x if hi is None else min(hi, x)
             if lo is not None and hi is not None and lo < hi:
-                if hi <= lo * (1 + self.wl.knee_tolerance) or (self.integer and hi - lo <= 1):
+                if hi <= self.within(lo):
                     closed = True
                     break
                 mid = self.snap(math.sqrt(lo * hi))

@@ -669,6 +669,8 @@ def _finish(c: int, wl: Workload, wd: _WorkloadDerived, gpus: int, X: float, ttf
         achieved_concurrency=float(c), client_saturated=False, dp_imbalance=imbalance, error_rate=0.0,
         prefix_cache_hit_rate=wd.reuse, kv_transfer_tokens=float(n * wd.isl) if kv_transfer else None,
         preemptions=0.0, eplb_balancedness=expert_balance, raw=raw,
+        # every field given: model_construct's default factories inspect signatures (half its time)
+        request_rate=None, purpose="fixed", intervals={}, flags=[],
     )
 
 

@@ -52,8 +52,8 @@ def predicted_knee(topology: Topology, model: ModelProfile, workload: Workload, 
                    params: PerfParams) -> float | None:
     """Where the model puts the knee of ``topology`` under ``plan``'s SLOs: where a real knee search starts.
 
-    The model's own search (start at the middle fixed level, no fixed levels) to a tight tolerance; None when
-    no load meets the SLOs in the model or the plan has no SLO that load can break."""
+    The model's own search (from ``plan.start``, else 16 requests / 1 req/s; no fixed levels; up to 16 levels) to a
+    5% tolerance; None when no load meets the SLOs in the model or the plan has no SLO that load can break."""
     if not plan.searchable:
         return None
     wl = workload.model_copy(update={"load_levels": [], "knee_search": True, "knee_tolerance": 0.05,

@@ -87,3 +87,12 @@ def gpu_spec(kind: str) -> GPUSpec:
         return GPU_TABLE[kind]
     except KeyError:
         raise KeyError(f"unknown GPU kind {kind!r}; allowed: {', '.join(GPU_TABLE)}") from None
+
+
+def vllm_default_batch(spec: GPUSpec) -> tuple[int, int]:
+    """(max-num-seqs, max-num-batched-tokens) ``vllm serve`` picks by itself on this kind (vLLM's
+    ``EngineArgs._set_default_args``, OpenAI server): GPUs of ≥ 70 GiB get 1024 / 8192; smaller GPUs 256 / 2048;
+    the CPU build 128 / 2048 (per DP rank; a P/D role renders them the same way)."""
+    if spec.name == "CPU":
+        return 128, 2048
+    return (1024, 8192) if spec.memory_gib >= 70 else (256, 2048)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from executors import procs
-from executors.local import vllm_cache_root
+from executors.serving import vllm_cache_root
 
 _IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 _CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -45,5 +45,26 @@ def test_vllm_cache_root_is_kept_per_slot_and_seeded_with_the_model_inspection(t
     (first / "modelinfos" / "x.json").write_text("{}")
     assert vllm_cache_root(tmp_path, "mixed-0") == first  # the next trial's server reuses it
     second = vllm_cache_root(tmp_path, "decode-0")
-    assert second != first and second.name == f"{os.getpid()}-decode-0"
+    assert second != first and second.name == "decode-0"  # not per process: the next tuner run starts warm
     assert (second / "modelinfos" / "x.json").read_text() == "{}"
+    keyed = vllm_cache_root(tmp_path, "mixed-0", "abc123")
+    assert keyed.name == "abc123-mixed-0"
+
+
+def test_vllm_cache_slot_held_by_another_process_is_not_shared(tmp_path: Path) -> None:
+    """Two tuner workers at once never write one compile cache: the second takes the next free slot."""
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from pathlib import Path; from executors.serving import vllm_cache_root; "
+            "print(vllm_cache_root(Path(sys.argv[1]), 'mixed-0', 'k'), flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[1])
+    try:
+        held = Path(holder.stdout.readline().strip())
+        assert held.name == "k-mixed-0"
+        mine = vllm_cache_root(tmp_path, "mixed-0", "k")
+        assert mine.name == "k-mixed-0-2"
+    finally:
+        holder.kill()
+        holder.wait()

@@ -75,7 +75,10 @@ def ray_head(tmp_path_factory):
 def study(tmp_path_factory, ray_head):
     work = tmp_path_factory.mktemp("study")
     url = f"sqlite:///{work / 'real.db'}"
+    # the fixed levels only, no baseline, no repeats: this study is about the Ray path (tests/test_knee_real.py
+    # covers the measurement protocol)
     base = {"name": "real", "preset": "cpu-tiny-moe", "sampler": {"kind": "grid", "seed": 0},
+            "workload": {"knee_search": False}, "baseline": {"enabled": False}, "budget": {"repeat_top": 0},
             "executor": {"kind": "ray", "run_dir": str(work / "runs"), "timeouts": {"health_s": 240}}}
     broken = json.loads(json.dumps(base))
     broken["executor"]["extra_serve_args"] = ["--max-num-seqs", "notanumber"]

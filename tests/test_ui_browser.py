@@ -242,12 +242,13 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
     try:
         other = next(t.number for t in queries.list_trials(database, STUDY, states=["complete"])
                      if t.number != best and not (t.reason or "").startswith("same configuration"))
+        n_levels = [len(queries.get_trial(database, STUDY, n).measurements) for n in (best, other)]
     finally:
         database.close()
     pg.goto(f"{dashboard}/compare?study={STUDY}&trials={best},{other}")
     _settle(pg, "Compare trials")
     compare = next(p for p in _plots(pg) if p["meta"] == "compare")
-    assert [t["n"] for t in compare["traces"][1:]] == [3, 3]  # each trial's three load levels
+    assert [t["n"] for t in compare["traces"][1:]] == n_levels  # each trial's measured levels
     _screenshot(pg, "compare")
 
     # New study: read-only by default, and says how to change that

@@ -1,0 +1,159 @@
+"""The measurement protocol on real deployments (CPU build of vLLM, the tiny dummy-weight MoE, vllm-router,
+`vllm bench serve`, the local executor): knee search, warm-up, fresh prompts, intervals, the baseline of vLLM's
+defaults, repeats, and a Pareto front made only of measured points. Nothing mocked.
+
+The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
+machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
+so P90 TTFT jumps — and the SLO bound is the geometric mean of the two P90 TTFTs. One study then runs (about
+6 minutes on 2 cores): the baseline, the search's one candidate, and both measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import db
+from advisor.job import job_from_dict
+from advisor.study import open_study
+from db import queries
+from search_spaces import PREFIX_REUSE_LIMIT, TrialState
+
+pytestmark = [pytest.mark.vllm]
+
+SEARCH_SEQS = 4
+BASE = {
+    "name": "knee",
+    "preset": "cpu-tiny-moe",
+    "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+    "workload": {"dataset": "random", "isl": {"mean": 256, "range_ratio": 0.2}, "osl": {"mean": 32, "range_ratio": 0.2},
+                 "load_levels": [1, 8], "prompts_per_concurrency": 3, "min_prompts": 8, "warmups_per_concurrency": 1,
+                 "max_load": 8, "max_levels": 6, "knee_tolerance": 0.15},
+    "space": {"modes": ["aggregated"],
+              "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEARCH_SEQS],
+                        "max_num_batched_tokens": [2048]}},
+    "sampler": {"kind": "grid", "seed": 0},
+    "budget": {"trials": 1, "repeat_top": 1},
+}
+
+
+def advisor(*args: str, cwd: Path, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    from advisor.executor_factory import make_executor
+    from executors import place
+    from search_spaces import DeploymentConfig
+
+    work = tmp_path_factory.mktemp("knee")
+    run_dir = str(work / "runs")
+    probe_job = job_from_dict({**BASE, "name": "knee-probe",
+                               "workload": {**BASE["workload"], "knee_search": False},
+                               "executor": {"kind": "local", "run_dir": run_dir}})
+    ex = make_executor(probe_job)
+    cfg = DeploymentConfig.model_validate(
+        {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": SEARCH_SEQS,
+                                          "max_num_batched_tokens": 2048}})
+    run = ex.evaluate(place(cfg, probe_job.cluster), probe_job.workload)
+    ex.close()
+    assert run.ok, (run.reason, run.log_tail)
+    ttft = {m.concurrency: m.p90_ttft_ms for m in run.measurements}
+    assert ttft[8] > 1.5 * ttft[1], f"P90 TTFT does not grow with queueing here: {ttft}"
+    bound = math.sqrt(ttft[1] * ttft[8])
+    job = {**BASE, "objective": {"mode": "pareto"},
+           "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": round(bound, 1)}],
+           "executor": {"kind": "local", "run_dir": run_dir, "timeouts": {"health_s": 240}}}
+    (work / "job.yaml").write_text(json.dumps(job))
+    url = f"sqlite:///{work / 'knee.db'}"
+    tuned = advisor("tune", "job.yaml", "--storage", url, cwd=work)
+    database = db.connect(url)
+    try:
+        trials = [queries.get_trial(database, "knee", t.number) for t in queries.list_trials(database, "knee")]
+    finally:
+        database.close()
+    return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": ttft,
+            "job": job_from_dict(job)}
+
+
+def _search_trial(study):
+    done = [t for t in study["trials"] if t.proposer == "grid" and t.state is TrialState.COMPLETE]
+    assert len(done) == 1, [(t.number, t.proposer, t.state, t.reason) for t in study["trials"]]
+    return done[0]
+
+
+def test_knee_is_bracketed_within_the_tolerance(study) -> None:
+    assert study["tuned"].returncode == 0, study["tuned"].stdout + study["tuned"].stderr
+    t = _search_trial(study)
+    slo = study["job"].slos
+    ok = sorted(m.concurrency for m in t.measurements if all(s.met(m) for s in slo))
+    bad = sorted(m.concurrency for m in t.measurements if not all(s.met(m) for s in slo))
+    knee = [m for m in t.measurements if m.purpose == "knee"]
+    assert len(knee) == 1 and ok and bad, (study["probe"], [(m.concurrency, m.p90_ttft_ms, m.purpose)
+                                                             for m in t.measurements])
+    k = knee[0].concurrency
+    assert k == max(ok)  # the knee is a measured level: the highest meeting the SLO
+    above = min(c for c in bad if c > k)  # the level just outside, within the tolerance (or one step)
+    assert above <= max(k * 1.15, k + 1), (k, above)
+    assert 1 <= k < 8  # between the two initial levels (the SLO was chosen to put it there)
+    assert len([m for m in t.measurements if m.purpose != "fixed"]) <= 6
+    assert "bracket-open" not in knee[0].flags
+
+
+def test_levels_use_fresh_prompts_and_carry_intervals(study) -> None:
+    for t in study["trials"]:
+        if t.state is not TrialState.COMPLETE or not t.measurements:
+            continue
+        seeds = [m.raw.get("seed") for m in t.measurements]
+        assert len(set(seeds)) == len(seeds), seeds  # every level its own prompts
+        for m in t.measurements:
+            # read from the servers' /metrics over the level: random prompts must not hit the prefix cache
+            assert m.prefix_cache_hit_rate is not None and m.prefix_cache_hit_rate <= PREFIX_REUSE_LIMIT, m
+            assert "prefix-cache-reuse" not in m.flags and "counters-unknown" not in m.flags
+            assert m.error_rate == 0.0
+            lo, hi = m.intervals["p90_ttft_ms"]
+            assert lo <= m.p90_ttft_ms <= hi or "remeasured" in m.flags
+            assert m.intervals["throughput_per_gpu"][0] <= m.intervals["throughput_per_gpu"][1]
+        assert t.warmup_s and t.warmup_s > 0
+
+
+def test_baseline_and_repeats_are_measured(study) -> None:
+    by = {t.proposer for t in study["trials"]}
+    assert "baseline" in by and "repeat" in by, [(t.number, t.proposer) for t in study["trials"]]
+    base = next(t for t in study["trials"] if t.proposer == "baseline")
+    assert base.state is TrialState.COMPLETE and base.config is not None
+    assert base.config.decode.max_num_seqs == 128 and base.config.decode.max_num_batched_tokens == 2048
+    search = _search_trial(study)
+    repeats = {t.repeat_of for t in study["trials"] if t.proposer == "repeat" and t.state is TrialState.COMPLETE}
+    assert repeats == {base.number, search.number}
+    best = advisor("best", "knee", "--storage", study["url"], cwd=study["work"])
+    assert best.returncode == 0, best.stderr
+    assert "run to run:" in best.stdout and "vs vLLM's defaults" in best.stdout, best.stdout
+
+
+def test_pareto_values_are_one_measured_level(study) -> None:
+    """Optuna's values for every measured trial are the (x, y) of one stored level, and the study's front is
+    made only of stored (trial, level) points."""
+    job = study["job"]
+    x, y = job.objective.metric, job.objective.pareto_y
+    optuna_study = open_study(job, study["url"], "knee")
+    assert optuna_study.metric_names == [x, y]
+    levels = {(t.number, getattr(m, x), getattr(m, y)) for t in study["trials"] for m in t.measurements}
+    for ft in optuna_study.get_trials(deepcopy=False):
+        if ft.user_attrs.get("advisor_executed") and ft.values and ft.values[0] > 0:
+            assert (ft.number, ft.values[0], ft.values[1]) in levels, ft.values
+    database = db.connect(study["url"])
+    try:
+        front = queries.pareto_front(database, "knee", x=x, y=y, slos=job.slos)
+    finally:
+        database.close()
+    assert front
+    for p in front:
+        assert (p.trial_number, p.metric(x), p.metric(y)) in levels
