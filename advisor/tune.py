@@ -171,6 +171,12 @@ class _Context:
     on_trial: Callable[[TrialReport], None] | None
     guide: ModelGuide | None
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    started: float = field(default_factory=time.monotonic)
+
+    def out_of_time(self) -> bool:
+        """``budget.wall_time_s`` has passed since this run started (no new trial starts then)."""
+        wall = self.job.budget.wall_time_s
+        return bool(wall) and time.monotonic() - self.started > wall
 
     @property
     def params(self) -> PerfParams:
@@ -189,11 +195,10 @@ def _loop(ctx: _Context, budget: int) -> None:
     }
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     guide = ctx.guide
-    started = time.monotonic()
     asks, max_asks = 0, 50 * budget
     consecutive_failures = 0
     while (executed := _executed(study)) < budget:
-        if job.budget.wall_time_s and time.monotonic() - started > job.budget.wall_time_s:
+        if ctx.out_of_time():
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
             return
         if asks >= max_asks:
@@ -333,6 +338,10 @@ def _repeats(ctx: _Context) -> None:
     top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
     todo = [t for t in [*top, *_extras(study, "baseline")] if t.number not in done]
     for original in todo:
+        if ctx.out_of_time():  # a later run repeats what is left
+            ctx.summary.stopped_because = f"budget reached; wall time of {job.budget.wall_time_s:g} s reached " \
+                "before every repeat ran (run the same command again to repeat the rest)"
+            return
         row = db.queries.get_trial(ctx.database, ctx.name, original.number)
         if row is None or row.config is None:
             continue

@@ -121,7 +121,7 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
             lines.append(text)
     err, n = model_error(trials, job)
     if err is not None:
-        state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns allowed"
+        state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns go on"
         lines.append(f"performance model: {err:.0%} mean error on the last {n} trial(s), predicted before each ran "
-                     f"({state} above {MAX_CV_ERROR:.0%})")
+                     f"({state}; they yield above {MAX_CV_ERROR:.0%})")
     return lines
