@@ -33,7 +33,8 @@ BASE = {
     "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
     "workload": {"dataset": "random", "isl": {"mean": 256, "range_ratio": 0.2}, "osl": {"mean": 32, "range_ratio": 0.2},
                  "load_levels": [1, 8], "prompts_per_concurrency": 3, "min_prompts": 16, "warmups_per_concurrency": 1,
-                 "max_load": 8, "max_levels": 6, "knee_tolerance": 0.15},
+                 "max_load": 8, "max_levels": 6, "knee_tolerance": 0.15, "knee_search": True},
+    "baseline": {"enabled": True},  # the preset is a quick look without them
     "space": {"modes": ["aggregated"],
               "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEARCH_SEQS],
                         "max_num_batched_tokens": [2048]}},
