@@ -92,10 +92,13 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     lines: list[str] = []
     base = next((r for r in runs.values() if r.proposer == "baseline"), None)
     search = sorted((r for r in runs.values() if r.proposer != "baseline"), key=lambda r: r.mean, reverse=True)
+    simulated = job.executor.kind.value == "simulated"  # the model has no run-to-run spread and no baseline
     if search:
         best = search[0]
         vals = " / ".join(f"{v:,.1f}" for v in best.values)
-        if len(best.values) > 1:
+        if simulated:
+            pass
+        elif len(best.values) > 1:
             lines.append(f"run to run: trial {best.trial} measured {len(best.values)}× on fresh deploys: {vals} "
                          f"{name} (spread {best.spread:.1%})")
         else:
