@@ -14,7 +14,7 @@ from advisor.job import ObjectiveMode, TuningJob, job_from_dict
 from advisor.objectives import objective_names, operating_point
 from advisor.study import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
-from advisor.verdict import verdict_lines
+from advisor.verdict import model_error, verdict_lines
 from db import queries
 from executors import place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
@@ -184,6 +184,20 @@ def trials_table(url: str, study: str, state: str | None = None) -> tuple[list[s
         return cols, rows
     finally:
         database.close()
+
+
+def model_error_text(url: str, study: str) -> str | None:
+    """The performance model's out-of-sample error on the study, in words (None before any prediction)."""
+    database = _open(url)
+    try:
+        job = job_of_study(database, study)
+        err, n = model_error(queries.list_trials(database, study), job)
+    finally:
+        database.close()
+    if err is None:
+        return None
+    return (f"performance model: {err:.0%} mean |predicted / measured − 1| on the last {n} trial(s), each predicted "
+            f"before it ran (column 'predicted'); model turns yield to the sampler above 30%")
 
 
 @dataclass

@@ -113,8 +113,11 @@ class Calibration:
 
 # ----------------------------------------------------------------------------------------------- data
 def fitted_values(m: Measurement) -> dict[str, float]:
-    """The values of one level that the fit compares (``METRICS``), where the level has them."""
-    return {k: float(v) for k in METRICS if (v := getattr(m, k)) is not None and v > 0} if m.completed else {}
+    """The values of one level that the fit compares (``METRICS``), where the level has them. Rate levels are
+    left out: the fit compares the model at the level's concurrency, which a rate level does not set."""
+    if not m.completed or m.request_rate is not None:
+        return {}
+    return {k: float(v) for k in METRICS if (v := getattr(m, k)) is not None and v > 0}
 
 
 def measured_samples(database: db.Database, study: str, job: TuningJob,
@@ -155,7 +158,9 @@ class _Problem:
         """(metric, log(predicted / measured)) for every measured value."""
         out: list[tuple[str, float]] = []
         for topo, model, s in zip(self.topos, self.models, self.samples, strict=True):
-            pred = {m.concurrency: m for m in predict(topo, model, s.job.workload, params)}
+            # at the concurrencies measured (knee-search levels differ from trial to trial and from the job's
+            # fixed levels; a job may have none)
+            pred = {m.concurrency: m for m in predict(topo, model, s.job.workload, params, sorted(s.measured))}
             for c, vals in s.measured.items():
                 pm = pred.get(c)
                 for k, v in vals.items():

@@ -177,6 +177,8 @@ def trials(study: str, storage: StorageOpt = None,
     else:
         cols, rows = api.query(url, "trials", [study, *([f"states={state}"] if state else [])])
     _print_rows(f"trials of {study}", cols, rows, fmt)
+    if fmt == "table" and (text := api.model_error_text(url, study)):
+        console.print(text)
 
 
 def _best(study: str, url: str, top: int) -> None:

@@ -278,8 +278,9 @@ def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[st
 
 
 def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str, *,
-               extra: str | None = None, repeat_of: int | None = None) -> tuple[TrialState, Outcome, RunResult]:
-    """Deploy, measure (knee search from the model's prediction), tear down, record, tell — one trial."""
+               extra: str | None = None, repeat_of: int | None = None,
+               start: float | None = None) -> tuple[TrialState, Outcome, RunResult]:
+    """Deploy, measure (knee search from the model's prediction, or from ``start``), tear down, record, tell."""
     t0 = time.monotonic()
     job, database = ctx.job, ctx.database
     if extra:
@@ -288,6 +289,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         trial.set_user_attr(REPEAT_OF_ATTR, repeat_of)
     topo = place(cfg, job.cluster)
     plan, predicted = _predict(ctx, cfg)
+    if start is not None:
+        plan = MeasurePlan(plan.slos, start)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
                                worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of)
     try:
@@ -352,7 +355,9 @@ def _repeats(ctx: _Context) -> None:
         if cfg.key() != row.config.key():  # the space changed since: measure what was measured
             cfg = row.config
         ctx.summary.repeated.append(trial.number)
-        _run_trial(ctx, trial, cfg, "repeat", extra="repeat", repeat_of=original.number)
+        knee = knee_of(list(row.measurements))  # the repeat starts where the first run found the knee
+        _run_trial(ctx, trial, cfg, "repeat", extra="repeat", repeat_of=original.number,
+                   start=knee.load if knee is not None else None)
 
 
 def _best_value(study: optuna.Study) -> float | None:

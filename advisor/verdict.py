@@ -106,6 +106,12 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
         if len(search) > 1 and best.ties(search[1]) and len(best.values) > 1:
             lines.append(f"tie: trial {search[1].trial} ({search[1].mean:,.1f}) is within trial {best.trial}'s "
                          f"run-to-run range ({best.low:,.1f}–{best.high:,.1f})")
+        if base is None and not simulated:
+            missed = [t for t in trials if t.proposer == "baseline" or (t.repeat_of is not None and any(
+                b.number == t.repeat_of and b.proposer == "baseline" for b in trials))]
+            if missed:
+                lines.append(f"vs vLLM's defaults: no gain can be stated — no level of the baseline's {len(missed)} "
+                             f"run(s) (trial {', '.join(str(t.number) for t in missed)}) met the SLOs")
         if base is not None:
             lo, hi = best.low / base.high, best.high / base.low
             word = "a tie" if best.ties(base) else ("a gain" if lo > 1 else "a loss")
@@ -126,5 +132,5 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     if err is not None:
         state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns go on"
         lines.append(f"performance model: {err:.0%} mean error on the last {n} trial(s), predicted before each ran "
-                     f"({state}; they yield above {MAX_CV_ERROR:.0%})")
+                     f"({state}; the limit is {MAX_CV_ERROR:.0%})")
     return lines

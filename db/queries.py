@@ -517,11 +517,12 @@ def _q_trials(db: Database, study: str, states: str) -> Table:
     for t in trials:
         objs += [k for k in (t.objectives or {}) if k not in objs]
     cols = ["trial", "state", "gpus", "config", *objs, "violation", "failure_kind", "reason",
-            "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "proposer", "started_at", "finished_at"]
+            "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "proposer", "repeat_of",
+            *[f"predicted_{k}" for k in objs], "started_at", "finished_at"]
     rows = [
         [t.number, t.state, t.gpus, t.config_text, *[(t.objectives or {}).get(k) for k in objs], t.violation,
          t.failure_kind, t.reason, t.deploy_s, t.warmup_s, t.measure_s, t.teardown_s, t.worker, t.proposer,
-         t.started_at, t.finished_at]
+         t.repeat_of, *[(t.predicted or {}).get(k) for k in objs], t.started_at, t.finished_at]
         for t in trials
     ]
     return cols, [[_cell(v) for v in r] for r in rows]

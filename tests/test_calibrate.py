@@ -101,3 +101,25 @@ def test_calibrate_bad_input_is_one_line(tmp_path: Path, args: list[str], says: 
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+def test_fit_reads_the_levels_a_knee_search_measured(tmp_path: Path) -> None:
+    """A knee-only job (no fixed levels): the model is compared at each trial's own measured concurrencies.
+    (Before, calibrate predicted only the job's fixed levels: here none, so every level was a 10× miss and
+    nothing was fitted — what the first 30B run on an H200 showed.)"""
+    truth = default_params("H200").model_copy(update=TRUTH)
+    truth.save(tmp_path / "truth.json")
+    doc = {"name": "knee-only", "preset": "h200-qwen3-235b", "budget": {"trials": 6}, "sampler": {"seed": 1},
+           "workload": {"load_levels": []}, "storage": f"sqlite:///{tmp_path / 'k.db'}",
+           "executor": {"kind": "simulated", "perf_params": str(tmp_path / "truth.json")}}
+    job = job_from_dict(doc)
+    tune(job)
+    database = db.connect(job.storage)
+    try:
+        samples = measured_samples(database, "knee-only", job, sources=("simulated",))
+    finally:
+        database.close()
+    assert samples and all(len(s.measured) >= 2 for s in samples)
+    cal = calibrate(samples, folds=3)
+    assert cal.before["in_sample"].overall < 2.0  # every level predicted (a 10× miss each would read 900%)
+    assert cal.after["in_sample"].overall < 0.5 * cal.before["in_sample"].overall
