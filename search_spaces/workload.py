@@ -51,7 +51,8 @@ class Workload(BaseModel):
     max_load_concurrency: int = Field(4096, ge=1, description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
                                            "(× req/s for rate levels).")
-    min_prompts: int = Field(8, ge=1, description="Prompts per level ≥ this (a P90 needs tens of samples).")
+    min_prompts: int = Field(40, ge=1, description="Prompts per level ≥ this: a P90 of 40 requests rests on its 4 "
+                             "slowest; fewer make the percentile SLOs a coin toss (the CPU preset trims it to 8).")
     min_level_s: float = Field(0.0, ge=0, description="Prompts per level ≥ what the deployment serves in this many "
                                "seconds at the load (estimated from the levels measured before).")
     warmups_per_concurrency: float = Field(2.0, ge=0, description="Warm-up before a deployment's first level: this "
@@ -156,6 +157,13 @@ class Measurement(BaseModel):
     flags: list[str] = Field(default_factory=list, description="What to distrust or know about the level: "
                              "see ``LEVEL_FLAGS``.")
     raw: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _error_rate(self) -> Measurement:
+        """Levels recorded before ``error_rate`` existed (or built without it) get it from their counts."""
+        if self.error_rate is None and self.num_requests > 0:
+            self.error_rate = self.failed / self.num_requests
+        return self
 
     @property
     def load(self) -> float:

@@ -122,7 +122,8 @@ def test_client_saturation_is_flagged():
 
 def test_bench_args_random_prefix_and_custom():
     wl = Workload(isl=LengthDist(mean=64, range_ratio=0.5), osl=LengthDist(mean=16, range_ratio=0.25),
-                  load_levels=[1, 4], prompts_per_concurrency=4, warmups_per_concurrency=1, seed=7)
+                  load_levels=[1, 4], prompts_per_concurrency=4, warmups_per_concurrency=1, seed=7,
+                  min_prompts=8)
     spec = bench.LevelSpec.for_load(wl, 4)
     a = bench.bench_args(wl, spec, base_url="http://h:1", model="m", tokenizer="/t", result_dir="/r",
                          result_filename="c4.json")

@@ -31,7 +31,7 @@ from search_spaces import (
 CLUSTER = ClusterSpec(gpu="CPU", nodes=1, gpus_per_node=2)
 # the cpu-tiny-moe preset's shape: small ISL/OSL, two load levels
 WORKLOAD = Workload(isl=LengthDist(mean=64, range_ratio=0.5), osl=LengthDist(mean=16, range_ratio=0.5),
-                    load_levels=[1, 4], prompts_per_concurrency=4, warmups_per_concurrency=1)
+                    load_levels=[1, 4], prompts_per_concurrency=4, warmups_per_concurrency=1, min_prompts=8)
 AGGREGATED = DeploymentConfig(mode=Mode.AGGREGATED,
                               decode=RoleConfig(role=Role.MIXED, max_num_seqs=4, max_num_batched_tokens=512))
 
@@ -129,7 +129,7 @@ def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path):
         decode=RoleConfig(role=Role.DECODE, max_num_seqs=4, max_num_batched_tokens=2048),
     )
     wl = Workload(isl=LengthDist(mean=200, range_ratio=0.25), osl=LengthDist(mean=8), load_levels=[2],
-                  prompts_per_concurrency=3, warmups_per_concurrency=0)
+                  prompts_per_concurrency=3, warmups_per_concurrency=0, min_prompts=8)
     ex = _executor("local", tiny_model, tmp_path)
     t0 = time.monotonic()
     r = ex.evaluate(place(cfg, CLUSTER), wl)
@@ -166,9 +166,10 @@ def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_model, tmp
     ex = _executor("local", tiny_model, tmp_path)
     agentic = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),
                        prefix_reuse=0.5, turns=3, load_levels=[2], prompts_per_concurrency=6,
-                       warmups_per_concurrency=0)
+                       warmups_per_concurrency=0, min_prompts=8)
     prefix = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0.25), osl=LengthDist(mean=8),
-                      prefix_reuse=0.75, load_levels=[2], prompts_per_concurrency=4, warmups_per_concurrency=0)
+                      prefix_reuse=0.75, load_levels=[2], prompts_per_concurrency=4, warmups_per_concurrency=0,
+                      min_prompts=8)
     dep = ex.deploy(place(AGGREGATED, CLUSTER))
     try:
         (a,) = ex.measure(dep, agentic)
