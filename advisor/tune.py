@@ -191,7 +191,6 @@ def _loop(ctx: _Context, budget: int) -> None:
         t.user_attrs[CONFIG_KEY_ATTR]: t
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
-        and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value
     }
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     guide = ctx.guide
