@@ -45,7 +45,7 @@ from advisor.objectives import Outcome, score
 from executors import place
 from executors.measure import MeasurePlan
 from executors.perf_model import CALIBRATABLE, PerfParams
-from executors.simulated import simulate_levels
+from executors.simulated import model_levels
 from search_spaces import DeploymentConfig, Measurement, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
@@ -253,26 +253,10 @@ class ModelGuide:
 
 def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,
                       plan: MeasurePlan | None = None) -> Outcome:
-    """What a trial of ``cfg`` would be told, with the model as the deployment (its knee search included; the
-    fixed levels only where there is no knee to search, since a trial's values come from its knee)."""
-    plan = plan or MeasurePlan(tuple(job.slos))
-    wl = job.workload
-    if plan.searchable and wl.knee_search and wl.load_levels:
-        wl = _knee_only(wl)
-    return score(job, simulate_levels(place(cfg, job.cluster), job.model_profile(), wl, plan, params))
-
-
-_KNEE_ONLY: dict[int, Any] = {}
-
-
-def _knee_only(wl: Any) -> Any:
-    """The workload without its fixed levels (one copy per workload object: the model caches by identity)."""
-    hit = _KNEE_ONLY.get(id(wl))
-    if hit is None or hit[0] is not wl:
-        if len(_KNEE_ONLY) > 64:
-            _KNEE_ONLY.clear()
-        hit = _KNEE_ONLY[id(wl)] = (wl, wl.model_copy(update={"load_levels": []}))
-    return hit[1]
+    """What a trial of ``cfg`` would be told, with the model as the deployment: its knee (to 15%, started from
+    the fixed levels' verdicts) or, without a knee to search, its fixed levels."""
+    return score(job, model_levels(place(cfg, job.cluster), job.model_profile(), job.workload,
+                                   plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10))
 
 
 def exhaustive(job: TuningJob, params: PerfParams) -> dict[str, Outcome]:

@@ -32,7 +32,7 @@ from executors import Executor, RunResult, place
 from executors.cleanup import cleanup_resources
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
-from executors.simulated import simulate_levels
+from executors.simulated import model_levels
 from search_spaces import DeploymentConfig, TrialState, check
 
 CONFIG_KEY_ATTR = "advisor_config_key"
@@ -261,13 +261,8 @@ def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[st
     the model's objective values for it (stored with the trial: the guide's honest, out-of-sample error)."""
     job = ctx.job
     plan = MeasurePlan(tuple(job.slos))
-    if not plan.searchable and not job.workload.load_levels:
-        return plan, None
-    wl = job.workload.model_copy(update={"knee_tolerance": min(job.workload.knee_tolerance, 0.05),
-                                         "max_levels": 16, "load_levels": [] if plan.searchable
-                                         else job.workload.load_levels})
     try:
-        levels = simulate_levels(place(cfg, job.cluster), job.model_profile(), wl, plan, ctx.params)
+        levels = model_levels(place(cfg, job.cluster), job.model_profile(), job.workload, plan, ctx.params)
     except Exception:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
         return plan, None
     knee = knee_of(levels)

@@ -94,37 +94,40 @@ class _Search:
             y = self.snap(x + 1 if up else x - 1)
         return y
 
-    def knee(self) -> None:
+    def knee(self, known: list[Measurement] | None = None) -> None:
+        """Search the knee. ``known`` levels (already measured, e.g. the model's fixed levels) bracket it for
+        free: the search starts between them and they do not count against ``max_levels``."""
         ok = lambda m: feasible(self.plan.slos, m)  # noqa: E731
-        x = self.snap(self.plan.start if self.plan.start else self.default_start())
         lo: float | None = None
         hi: float | None = None
+        for m in known or []:
+            self.levels.setdefault(m.load, m)
+            if ok(m):
+                lo = m.load if lo is None else max(lo, m.load)
+        for m in known or []:
+            if not ok(m) and (lo is None or m.load > lo):
+                hi = m.load if hi is None else min(hi, m.load)
         k_up = k_down = 0
-        closed = False
-        for _ in range(self.wl.max_levels):
+        closed = lo is not None and hi is not None and hi <= self.within(lo)
+        x: float | None = None
+        if lo is None and hi is None:
+            x = self.snap(self.plan.start if self.plan.start else self.default_start())
+        elif not closed:
+            x, k_up, k_down = self._next(lo, hi, None, 0, 0)
+        for _ in range(0 if closed or x is None else self.wl.max_levels):
+            assert x is not None
             m = self.measure(x, "search")
             if ok(m):
                 lo = x if lo is None else max(lo, x)
             else:
                 hi = x if hi is None else min(hi, x)
-            if lo is not None and hi is not None and lo < hi:
-                if hi <= self.within(lo):
-                    closed = True
-                    break
-                mid = self.snap(math.sqrt(lo * hi))
-                if self.integer and mid in (lo, hi):
-                    mid = lo + 1
-                x = mid
-            elif lo is None:  # nothing meets the SLOs yet: go down
-                if x <= self.low:
-                    break
-                x, k_down = self.step(x, k_down, up=False), k_down + 1
-            else:  # everything met so far: go up
-                if x >= self.wl.max_load:
-                    break
-                x, k_up = self.step(x, k_up, up=True), k_up + 1
-            if x in self.levels:  # noisy levels can send the search back to a measured load: it ends there
+            if lo is not None and hi is not None and lo < hi and hi <= self.within(lo):
+                closed = True
                 break
+            nxt, k_up, k_down = self._next(lo, hi, x, k_up, k_down)
+            if nxt is None or nxt in self.levels:  # at a bound, or noise sent the search back: it ends there
+                break
+            x = nxt
         if lo is None:
             lowest = min(self.levels)
             self._flag(lowest, "no-level-meets-slo")
@@ -135,19 +138,42 @@ class _Search:
         elif not closed:
             self._flag(lo, "bracket-open")
 
+    def _next(self, lo: float | None, hi: float | None, x: float | None, k_up: int,
+              k_down: int) -> tuple[float | None, int, int]:
+        """The next load to measure, and the step counters: bisect a bracket, else step away from the last
+        load (``x``, or the bracket's one end) — None at a bound or with nothing to go from."""
+        if lo is not None and hi is not None and lo < hi:
+            mid = self.snap(math.sqrt(lo * hi))
+            if self.integer and mid in (lo, hi):
+                mid = lo + 1
+            return mid, k_up, k_down
+        if lo is None and hi is not None:  # nothing meets the SLOs yet: go down
+            base = x if x is not None else hi
+            if base <= self.low:
+                return None, k_up, k_down
+            return self.step(base, k_down, up=False), k_up, k_down + 1
+        if lo is not None:  # everything met so far: go up
+            base = x if x is not None else lo
+            if base >= self.wl.max_load:
+                return None, k_up, k_down
+            return self.step(base, k_up, up=True), k_up + 1, k_down
+        return None, k_up, k_down
+
     def _flag(self, load: float, flag: str) -> None:
         m = self.levels[load]
         self.levels[load] = m.model_copy(update={"flags": [*m.flags, flag]})
 
 
-def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan) -> list[Measurement]:
+def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan,
+                  known: list[Measurement] | None = None) -> list[Measurement]:
     """The knee search (when the workload asks and an SLO can be broken by load), then the fixed levels not
-    yet measured; measured levels in the order they were measured. Exceptions from ``probe`` propagate
-    with the levels measured so far as ``.measurements`` (a crash at the fourth level keeps three)."""
+    yet measured; measured levels in the order they were measured (``known`` ones first). Exceptions from
+    ``probe`` propagate with the levels measured so far as ``.measurements`` (a crash at the fourth level
+    keeps three)."""
     s = _Search(probe, workload, plan)
     try:
         if workload.knee_search and plan.searchable:
-            s.knee()
+            s.knee(known)
         for load in workload.load_levels:
             s.measure(s.snap(float(load)) if workload.load_by == "rate" else float(load), "fixed")
     except DeploymentFailed as e:

@@ -9,8 +9,8 @@ and the prior that ranks candidates before real trials.
 from __future__ import annotations
 
 from executors.base import Deployment, Executor
-from executors.measure import MeasurePlan, knee_of, search_levels
-from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict_load
+from executors.measure import MeasurePlan, feasible, knee_of, search_levels
+from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict, predict_load
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload
 
@@ -48,15 +48,44 @@ def simulate_levels(topology: Topology, model: ModelProfile, workload: Workload,
     return search_levels(lambda load: predict_load(topology, model, workload, load, params), workload, plan)
 
 
+def model_levels(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
+                 params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16) -> list[Measurement]:
+    """The model's own answer for a candidate, as a trial would get it: its fixed levels, then a knee search
+    (to ``tolerance``, at most ``max_levels``) that starts at ``plan.start`` or, without one, inside the bracket
+    the fixed levels already give (they cost nothing more and do not count against ``max_levels``), which keeps
+    the search short and its answer close — a ranking of thousands of candidates runs this."""
+    fixed: list[Measurement] = []
+    if workload.load_levels and workload.load_by == "concurrency":
+        fixed = predict(topology, model, workload, params)
+    if not (plan.searchable and workload.knee_search):
+        return fixed or simulate_levels(topology, model, workload, plan, params)
+    wl = _search_only(workload, tolerance, max_levels)
+    if plan.start or not fixed:
+        return fixed + simulate_levels(topology, model, wl, plan, params)
+    return search_levels(lambda load: predict_load(topology, model, wl, load, params), wl, plan, known=fixed)
+
+
+_SEARCH_ONLY: dict[tuple[int, float, int], tuple[Workload, Workload]] = {}
+
+
+def _search_only(wl: Workload, tolerance: float, max_levels: int) -> Workload:
+    """``wl`` without fixed levels and with the given search bounds; one copy per workload object (the model's
+    derived-quantity cache is keyed by identity)."""
+    key = (id(wl), tolerance, max_levels)
+    hit = _SEARCH_ONLY.get(key)
+    if hit is None or hit[0] is not wl:
+        if len(_SEARCH_ONLY) > 64:
+            _SEARCH_ONLY.clear()
+        hit = _SEARCH_ONLY[key] = (wl, wl.model_copy(update={"load_levels": [], "knee_search": True,
+                                                             "knee_tolerance": tolerance, "max_levels": max_levels}))
+    return hit[1]
+
+
 def predicted_knee(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
                    params: PerfParams) -> float | None:
-    """Where the model puts the knee of ``topology`` under ``plan``'s SLOs: where a real knee search starts.
-
-    The model's own search (from ``plan.start``, else 16 requests / 1 req/s; no fixed levels; up to 16 levels) to a
-    5% tolerance; None when no load meets the SLOs in the model or the plan has no SLO that load can break."""
+    """Where the model puts the knee of ``topology`` under ``plan``'s SLOs (to 5%): where a real knee search
+    starts. None when no load meets the SLOs in the model or the plan has no SLO that load can break."""
     if not plan.searchable:
         return None
-    wl = workload.model_copy(update={"load_levels": [], "knee_search": True, "knee_tolerance": 0.05,
-                                     "max_levels": 16})
-    knee = knee_of(simulate_levels(topology, model, wl, MeasurePlan(plan.slos, plan.start), params))
+    knee = knee_of(model_levels(topology, model, workload, plan, params))
     return knee.load if knee is not None else None
