@@ -40,10 +40,10 @@ def _proposers(url: str, name: str, job) -> list[str]:
 
 
 def test_guided_study_finds_an_unknown_machines_optimum(tmp_path: Path) -> None:
-    """Under truth seed 2 the defaults' best candidate (by its knee) reaches only 0.79 of the truth's optimum:
+    """Under truth seed 0 the defaults' best candidate (by its knee) reaches only 0.72 of the truth's optimum:
     the guide must measure, re-fit and move to the truth's optimum within the 8-trial budget."""
     job = _job()
-    truth = _truth(job, seed=2)
+    truth = _truth(job, seed=0)
     truth_table = exhaustive(job, truth.params)
     opt = max(o.values[0] for o in truth_table.values() if o.feasible)
     prior = exhaustive(job, default_params("H200"))

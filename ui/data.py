@@ -249,6 +249,18 @@ def _slos(url: str, name: str) -> list[Any]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def verdict(url: str, name: str, stamp: Stamp) -> list[str]:
+    """What `advisor best` says under its table: run-to-run spread, gain over vLLM's defaults, ties, the whole
+    cluster, the performance model's out-of-sample error."""
+    d = database(url)
+    try:
+        job = api.job_of_study(d, name)
+    except BadInput:
+        return []
+    return api.verdict_lines(job, queries.list_trials(d, name))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     """Every trial × load level (``queries.level_table``: one column-only read), with ``meets_slo`` and
     ``pareto`` flags.

@@ -70,6 +70,8 @@ def progress() -> None:
 
 
 progress()
+for line in data.verdict(url, name, info.stamp):
+    st.caption(line)
 if info.best_trial is not None:
     common.trial_link(name, info.best_trial, f"Open the best trial ({info.best_trial})")
 
