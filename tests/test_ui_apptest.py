@@ -158,6 +158,7 @@ def test_study_page_shows_every_point_failures_and_importance(env: Path, url: st
     text = _texts(at)
     assert f"{_measured_points(url)} trial × load-level points" in text
     assert "Optuna's get_param_importances" in text
+    assert "whole cluster:" in text  # the verdict `advisor best` prints, under the progress panel
     fails = _df(at, {"trial", "state", "kind", "reason"})
     failed = fails[fails["trial"] == FAILED_TRIAL].iloc[0]
     assert failed["state"] == "failed" and "CUDA OOM" in failed["reason"]
