@@ -32,7 +32,7 @@ from executors import Executor, RunResult, place
 from executors.cleanup import cleanup_resources
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
-from executors.simulated import model_levels
+from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
 
 CONFIG_KEY_ATTR = "advisor_config_key"
@@ -135,7 +135,7 @@ def tune(
         )
         summary.interrupted_found = _close_stale(database, study, name, ray_address or job.executor.ray_address)
         ctx = _Context(job, study, database, executor, name, summary, on_trial, _resume_guide(job, study, database, name))
-        real = executor.kind != "simulated"
+        real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
         if real and job.baseline.enabled:
             _baseline(ctx)
         _loop(ctx, budget)

@@ -92,7 +92,7 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     lines: list[str] = []
     base = next((r for r in runs.values() if r.proposer == "baseline"), None)
     search = sorted((r for r in runs.values() if r.proposer != "baseline"), key=lambda r: r.mean, reverse=True)
-    simulated = job.executor.kind.value == "simulated"  # the model has no run-to-run spread and no baseline
+    simulated = job.executor.kind.value == "simulated"  # the model (reserving GPUs or not): no spread, no baseline
     if search:
         best = search[0]
         vals = " / ".join(f"{v:,.1f}" for v in best.values)

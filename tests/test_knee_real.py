@@ -5,7 +5,7 @@ defaults, repeats, and a Pareto front made only of measured points. Nothing mock
 The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
 machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
 so P90 TTFT jumps — and the SLO bound is the geometric mean of the two P90 TTFTs. One study then runs (about
-6 minutes on 2 cores): the baseline, the search's one candidate, and both measured again.
+15 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
 """
 
 from __future__ import annotations
@@ -115,9 +115,13 @@ def test_levels_use_fresh_prompts_and_carry_intervals(study) -> None:
         seeds = [m.raw.get("seed") for m in t.measurements]
         assert len(set(seeds)) == len(seeds), seeds  # every level its own prompts
         for m in t.measurements:
-            # read from the servers' /metrics over the level: random prompts must not hit the prefix cache
-            assert m.prefix_cache_hit_rate is not None and m.prefix_cache_hit_rate <= PREFIX_REUSE_LIMIT, m
-            assert "prefix-cache-reuse" not in m.flags and "counters-unknown" not in m.flags
+            # read from the servers' /metrics over the level. Fresh prompts keep repeats out (the same seed
+            # for every level read 93% on a GPU); what remains on this tiny tokenizer is `vllm bench`'s random
+            # prompts that start in the byte tokens and decode to the same run of U+FFFD (seen: up to 12% of a
+            # 16-prompt level) — so a level above 5% must carry the flag that says so, and none may be near 93%.
+            assert m.prefix_cache_hit_rate is not None and m.prefix_cache_hit_rate <= 0.25, m
+            assert (m.prefix_cache_hit_rate > PREFIX_REUSE_LIMIT) == ("prefix-cache-reuse" in m.flags), m
+            assert "counters-unknown" not in m.flags
             assert m.error_rate == 0.0
             lo, hi = m.intervals["p90_ttft_ms"]
             assert lo <= m.p90_ttft_ms <= hi or "remeasured" in m.flags
