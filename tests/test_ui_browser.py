@@ -192,6 +192,7 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
     # Studies
     pg.goto(dashboard)
     _settle(pg, "Studies")
+    pg.get_by_text("Open ui").first.wait_for(timeout=60_000)  # the list redraws while it refreshes: wait for it
     assert pg.get_by_text("Open ui").count() >= 1
     _screenshot(pg, "studies")
     pg.locator("a", has_text="Open ui").first.click()
@@ -204,7 +205,7 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
     assert {"pareto", "curves", "parcoords", "importance"} <= set(plots)
     levels = sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "levels")
     expected = _measured_points(study_url)
-    assert expected == 15 * 3 and levels == expected
+    assert expected >= 15 * 3 and levels == expected  # every trial's 3 fixed levels and its knee search
     assert sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "pareto") >= 1
     assert pg.get_by_text(f"{expected} trial × load-level points", exact=False).count() >= 1
     shot = _screenshot(pg, "study")
