@@ -10,13 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from advisor.objectives import copies, objective_names
+from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
 from advisor.job import TuningJob
+from advisor.objectives import copies, objective_names
 from db import Trial
 from search_spaces import TrialState
-
-#: The guide's window and limit, restated for readers of the results (``advisor.guide`` owns them).
-from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR
 
 
 @dataclass
@@ -107,8 +105,8 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
             lines.append(f"tie: trial {search[1].trial} ({search[1].mean:,.1f}) is within trial {best.trial}'s "
                          f"run-to-run range ({best.low:,.1f}–{best.high:,.1f})")
         if base is None and not simulated:
-            missed = [t for t in trials if t.proposer == "baseline" or (t.repeat_of is not None and any(
-                b.number == t.repeat_of and b.proposer == "baseline" for b in trials))]
+            bases = {t.number for t in trials if t.proposer == "baseline"}
+            missed = [t for t in trials if t.number in bases or t.repeat_of in bases]
             if missed:
                 lines.append(f"vs vLLM's defaults: no gain can be stated — no level of the baseline's {len(missed)} "
                              f"run(s) (trial {', '.join(str(t.number) for t in missed)}) met the SLOs")
