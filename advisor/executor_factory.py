@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from executors.perf_model import PerfParams
 
 
-def platform_for(job: TuningJob) -> Platform:
+def platform_for(job: TuningJob, *, resolve_env: bool = False) -> Platform:
+    """The job's platform with ``executor.env`` on top of the platform's own environment: resolved (``${NAME}``
+    read from this process) for the processes a tuner starts, as written for the exports."""
     spec = job.executor
     kind = spec.platform
     if kind == "auto":
@@ -25,7 +27,11 @@ def platform_for(job: TuningJob) -> Platform:
         platform = cpu_platform(kv_storage_path=str((run_dir / "kv").resolve()), engine_cmd=spec.engine_cmd)
     else:
         platform = gpu_platform(engine_cmd=spec.engine_cmd)
-    return platform.model_copy(update={"router_cmd": spec.router_cmd}) if spec.router_cmd else platform
+    env = resolved_env(job) if resolve_env else dict(spec.env)
+    update: dict[str, object] = {"env": {**platform.env, **env}}
+    if spec.router_cmd:
+        update["router_cmd"] = spec.router_cmd
+    return platform.model_copy(update=update)
 
 
 def model_path_for(job: TuningJob) -> Path:
@@ -44,6 +50,39 @@ def model_path_for(job: TuningJob) -> Path:
         f"model.preset: {job.model.preset!r} has no weights here; real executors need model.path "
         "(a folder with config.json and a tokenizer), or the 'tiny-moe' preset"
     )
+
+
+def health_timeout_for(job: TuningJob) -> float:
+    """``executor.timeouts.health_s``, else 300 s plus 60 s per 100 GB of weights: a full-size model reads
+    its weights and compiles for minutes, a tiny one answers in seconds (the default is only a ceiling)."""
+    t = job.executor.timeouts
+    if t.health_s is not None:
+        return t.health_s
+    try:
+        weights_gb = job.model_profile().total_params * job.model_profile().weight_bytes / 1e9
+    except Exception:  # noqa: BLE001 — a model the profile cannot size gets the base timeout
+        weights_gb = 0.0
+    return 300.0 + 60.0 * weights_gb / 100.0
+
+
+def resolved_env(job: TuningJob) -> dict[str, str]:
+    """``executor.env`` with every ``${NAME}`` read from this process's environment (a missing one is bad input).
+
+    Only the tuner's processes see the resolved values; the job document, the database and the exports keep
+    the ``${NAME}`` form, so a token given this way is never stored."""
+    import os
+    import re
+
+    out: dict[str, str] = {}
+    for key, value in job.executor.env.items():
+        def sub(m: re.Match[str], key: str = key) -> str:
+            name = m.group(1)
+            if name not in os.environ:
+                raise BadInput(f"executor.env.{key}: ${{{name}}} is not set in the tuner's environment")
+            return os.environ[name]
+
+        out[key] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", sub, value)
+    return out
 
 
 def _check_ray_address(address: str | None) -> None:
@@ -97,11 +136,11 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
     model_path = model_path_for(job)
     t = spec.timeouts
     common = dict(
-        platform=platform_for(job),
+        platform=platform_for(job, resolve_env=True),
         served_model_name=spec.served_model_name or job.name,
         max_model_len=job.workload.max_model_len,
         run_dir=job.resolve_path(spec.run_dir) / job.name,
-        health_timeout_s=t.health_s,
+        health_timeout_s=health_timeout_for(job),
         bench_timeout_s=t.benchmark_s,
         teardown_timeout_s=t.teardown_s,
         router_timeout_s=t.router_s,
@@ -114,4 +153,5 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         return LocalExecutor(model_path, **common)
     from executors.ray_executor import RayExecutor
 
-    return RayExecutor(model_path, ray_address=ray_address or spec.ray_address, **common)
+    return RayExecutor(model_path, ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
+                       **common)

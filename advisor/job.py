@@ -130,10 +130,13 @@ class ExecutorKind(StrEnum):
 class Timeouts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    health_s: float = Field(300, gt=0)
+    health_s: float | None = Field(None, gt=0, description="How long a server may take to answer /health. Default: "
+                                   "by model size (300 s plus 60 s per 100 GB of weights), see health_timeout_for.")
     benchmark_s: float = Field(900, gt=0)
     teardown_s: float = Field(30, gt=0)
     router_s: float = Field(60, gt=0)
+    placement_s: float = Field(120, gt=0, description="How long Ray may take to place an instance's GPUs; past it "
+                               "the trial failed for the environment (retried), not for its configuration.")
 
 
 class ExecutorSpec(BaseModel):
@@ -155,6 +158,11 @@ class ExecutorSpec(BaseModel):
     timeouts: Timeouts = Timeouts()
     host: str = Field("127.0.0.1", description="Where servers bind; 127.0.0.1 unless the job says otherwise.")
     extra_serve_args: list[str] = Field(default_factory=list, description="Appended to every `vllm serve`.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment of every process a trial starts "
+                                "(vLLM servers, router, benchmark) on every node, and of the exports — e.g. "
+                                "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME. A value written "
+                                "${NAME} is read from the tuner's environment at run time and never stored or "
+                                "exported as a value (tokens, passwords).")
 
 
 class Baseline(BaseModel):

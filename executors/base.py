@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 
 class FailureKind(StrEnum):
-    """Why a deployment produced no (or not all) measurements; told to the sampler as infeasible."""
+    """Why a deployment produced no (or not all) measurements; told to the sampler as infeasible — except
+    ``ENVIRONMENT``, which says nothing about the configuration (retried once, then told as FAIL)."""
 
     START = "start"  # vLLM refused its flags or died while starting
     OOM = "oom"
@@ -40,6 +41,7 @@ class FailureKind(StrEnum):
     PLATFORM = "platform"  # the executor cannot run this candidate here (e.g. EPLB on CPU)
     INTERNAL = "internal"  # the executor itself raised: a bug or an environment problem, kept with its trace
     INTERRUPTED = "interrupted"  # Ctrl-C or a killed tuner
+    ENVIRONMENT = "environment"  # the cluster, not the configuration: placement timeout, a port taken, a node lost
 
 
 class DeploymentFailed(Exception):
