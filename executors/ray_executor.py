@@ -343,7 +343,8 @@ class RayExecutor(Executor):
                                                        else self.host, port=rport, prometheus_port=prom)]
             r = _get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
             dep.resources["pgids"].append(r["pgid"])
-            dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "pgid": r["pgid"]})
+            dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "node_id": sinfo["node_id"],
+                                               "pgid": r["pgid"], "log_path": r["log_path"]})
             dep.resources["ports"] += [rport, prom]
             dep.resources["log_paths"]["router"] = r["log_path"]
             dep.resources["nodes"]["router"] = {"ip": sinfo["ip"], "node_id": sinfo["node_id"]}
@@ -382,7 +383,8 @@ class RayExecutor(Executor):
         if "shared_storage_path" in platform.kv_connector_extra and pd:
             _get(sh.agent.own_dir.remote(str(h.kv_dir)))
         dep.resources["pgids"].append(r["pgid"])
-        dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "pgid": r["pgid"]})
+        dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "node_id": sh.info["node_id"],
+                                           "pgid": r["pgid"], "log_path": r["log_path"]})
         dep.resources["log_paths"][sh.proc_name] = r["log_path"]
         self._save(dep)
 
