@@ -128,7 +128,12 @@ def query(url: str, name: str, args: list[str]) -> tuple[list[str], list[list[An
 
 
 def cleanup(url: str, study: str, *, stale_after_s: float, ray_address: str | None) -> list[tuple[int, list[str]]]:
-    """``advisor cleanup``: close the study's trials whose tuner died, stopping what they left running."""
+    """``advisor cleanup``: close the study's trials whose tuner died, stopping what they left running.
+
+    (trial number, action lines) per closed trial; the lines are ``cleanup_resources``'s, those about a node
+    start with ``node <IP>: ``. Needs the Ray cluster (``ray_address``, else the one each trial recorded) to
+    reach the processes of other nodes.
+    """
     from advisor.tune import close_interrupted
 
     database = _open(url)

@@ -265,16 +265,21 @@ def cleanup(
     storage: StorageOpt = None,
     stale_after: Annotated[float, typer.Option(min=0, help="Seconds without a heartbeat that make a trial stale.")]
     = 60.0,
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster holding the trials' placement groups.")]
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster of the trials' nodes and placement groups (default: the one each trial recorded).")]
     = None,
 ) -> None:
-    """Close trials whose tuner died and stop what they left running (process groups, KV files, placement
-    groups). `advisor tune` does the same when it resumes a study."""
+    """Close trials whose tuner died and stop what they left running (process groups on every recorded node,
+    their engine processes whose leader died, KV files, placement groups). `advisor tune` does the same when it
+    resumes a study."""
     closed = api.cleanup(_storage(storage), study, stale_after_s=stale_after, ray_address=ray_address)
     if not closed:
         console.print(f"study {study!r}: no running trial without a live tuner")
     for number, actions in closed:
-        console.print(f"trial {number}: interrupted; " + ("; ".join(actions) if actions else "nothing left running"))
+        console.print(f"trial {number}: interrupted; "
+                      + ("what it left running:" if actions else "nothing left running"))
+        for line in actions:  # one a line, each naming its node: which host still needs a look is plain
+            console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

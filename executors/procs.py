@@ -371,3 +371,107 @@ def remove_shm(names: Iterable[str]) -> list[str]:
         except OSError:
             pass
     return removed
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (None: no such process)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs. A zombie counts as gone: an orphan's zombie is collected by pid 1 only, and
+    some container inits never do, so waiting for it to vanish would wait forever."""
+    return _state(pid) not in (None, "Z")
+
+
+def live_group_pids(pgid: int) -> list[int]:
+    """``group_pids`` without zombies: what is left to stop of a group whose leader may have died."""
+    return [p for p in group_pids(pgid) if pid_alive(p)]
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A live process carrying our owner mark (``OWNER_ENV``)."""
+
+    pid: int
+    pgid: int
+    mark: str
+
+
+def _netns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def marked_processes(marks: Iterable[str], prefix: str | Path | None = None) -> list[Marked]:
+    """Live processes whose ``OWNER_ENV`` is one of ``marks`` or a path under ``prefix``, found by reading
+    every /proc/PID/environ — the way to find the engine processes of a group whose leader died, since
+    only the mark (inherited by every child) ties them to us; a name would also match strangers.
+
+    Only processes of this network namespace count: nodes that are namespaces of one machine share the pid
+    space, and each node's cleanup must stop its own processes only. Marks compare as given, so pass the
+    resolved paths ``start`` wrote (it resolves the log path).
+    """
+    wanted = set(marks)
+    under = str(prefix).rstrip("/") + "/" if prefix else None
+    here = _netns("self")
+    me = os.getpid()
+    out: list[Marked] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        mark = owner_mark(pid)
+        if mark is None or not (mark in wanted or (under and (mark + "/").startswith(under))):
+            continue
+        if here is not None and _netns(pid) != here:
+            continue
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if pid_alive(pid):
+            out.append(Marked(pid, pgid, mark))
+    return out
+
+
+def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeout: float = 30.0, *,
+                kill_timeout: float = 10.0) -> set[int]:
+    """TERM process groups and single processes that are not children of ours (what a dead tuner left),
+    wait up to ``term_timeout``, KILL what is left, wait ``kill_timeout``. Returns the group ids and pids
+    still running.
+
+    Unlike ``stop_groups`` a zombie counts as gone (``pid_alive``): nobody here can reap an orphan.
+    Ids ≤ 1, our own group and our own pid are never signalled (``ValueError``).
+    """
+    groups, pids = sorted(set(groups)), sorted(set(pids))
+    bad = [g for g in groups if _refused(g)] + [p for p in pids if p <= 1 or p == os.getpid()]
+    if bad:
+        raise ValueError(f"refusing to signal {bad}")
+
+    def alive() -> set[int]:
+        return {g for g in groups if live_group_pids(g)} | {p for p in pids if pid_alive(p)}
+
+    def send(sig: int, which: set[int]) -> None:
+        for kill, ids in ((os.killpg, groups), (os.kill, pids)):
+            for i in ids:
+                if i in which:
+                    try:
+                        kill(i, sig)
+                    except (ProcessLookupError, PermissionError):  # gone, or not ours: reported as left
+                        pass
+
+    left = alive()
+    for sig, timeout in ((signal.SIGTERM, term_timeout), (signal.SIGKILL, kill_timeout)):
+        send(sig, left)
+        deadline = time.monotonic() + timeout
+        while (left := alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not left:
+            break
+    return left

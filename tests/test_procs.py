@@ -68,3 +68,30 @@ def test_vllm_cache_slot_held_by_another_process_is_not_shared(tmp_path: Path) -
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_group_whose_leader_died_is_found_by_its_mark_and_stopped(tmp_path: Path) -> None:
+    """The engine processes of a server whose leader was KILLed live on in its group: only the mark finds them."""
+    import signal
+
+    log = tmp_path / "run" / "decode-0.log"
+    p = procs.start(["bash", "-c", "sleep 300 & echo up; wait"], name="decode-0", log_path=log)
+    _wait_up(p)
+    stranger = procs.start(["bash", "-c", "sleep 300 & echo up; wait"], name="other", log_path=tmp_path / "x.log")
+    try:
+        _wait_up(stranger)
+        (child,) = [q for q in procs.group_pids(p.pgid) if q != p.pid]
+        os.kill(p.pid, signal.SIGKILL)
+        p.popen.wait()
+        assert procs.live_group_pids(p.pgid) == [child]  # the sleep lives on, its leader is gone
+
+        by_log = procs.marked_processes([str(log.resolve())])
+        by_dir = procs.marked_processes([], tmp_path / "run")
+        assert [(m.pid, m.pgid) for m in by_log] == [(child, p.pgid)] == [(m.pid, m.pgid) for m in by_dir]
+        assert not procs.marked_processes([], tmp_path / "ru")  # a prefix is a folder, not a string start
+
+        assert procs.stop_strays(groups=[p.pgid], term_timeout=2.0) == set()
+        assert procs.live_group_pids(p.pgid) == [] and not procs.pid_alive(child)
+        assert procs.live_group_pids(stranger.pgid)  # an unmarked group is never touched
+    finally:
+        procs.stop_all([p, stranger], term_timeout=1.0)
