@@ -151,7 +151,17 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         from executors.local import LocalExecutor
 
         return LocalExecutor(model_path, **common)
+    from executors import PreflightFailed
     from executors.ray_executor import RayExecutor
 
-    return RayExecutor(model_path, ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
-                       **common)
+    ex = RayExecutor(model_path, ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
+                     port_base=spec.port_base, **common)
+    try:
+        ex.preflight(job.cluster)  # a cluster that cannot run the job: one line, exit 2, before any write
+    except PreflightFailed as e:
+        ex.close()
+        raise BadInput(str(e)) from None
+    except BaseException:
+        ex.close()
+        raise
+    return ex

@@ -158,6 +158,10 @@ class ExecutorSpec(BaseModel):
     timeouts: Timeouts = Timeouts()
     host: str = Field("127.0.0.1", description="Where servers bind; 127.0.0.1 unless the job says otherwise.")
     extra_serve_args: list[str] = Field(default_factory=list, description="Appended to every `vllm serve`.")
+    port_base: int | None = Field(None, ge=1100, le=64000, description="Ray executor: fixed ports as the launch "
+                                  "script uses them (instance k's API on port_base + k, DP RPC 29550 + k, router "
+                                  "port_base - 100), checked on the node that binds them; default: free ports "
+                                  "picked on each node. Fixed ports suit firewalled clusters and one tuner worker.")
     env: dict[str, str] = Field(default_factory=dict, description="Environment of every process a trial starts "
                                 "(vLLM servers, router, benchmark) on every node, and of the exports — e.g. "
                                 "NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, NCCL_IB_HCA, HF_HOME. A value written "

@@ -1,6 +1,14 @@
 """Turning a DeploymentConfig into numbers: placement, command lines, and the executors."""
 
-from executors.base import Deployment, DeploymentFailed, Executor, FailureKind, RunResult, Timings
+from executors.base import (
+    Deployment,
+    DeploymentFailed,
+    Executor,
+    FailureKind,
+    PreflightFailed,
+    RunResult,
+    Timings,
+)
 from executors.platform import Platform, cpu_platform, gpu_platform
 from executors.render import Endpoint, launch_script, role_flags, router_args, serve_args, serve_command
 from executors.topology import Instance, NodeShard, Topology, place
@@ -12,6 +20,7 @@ from executors.simulated import SimulatedExecutor  # noqa: E402
 from executors.test_model import make_tiny_moe  # noqa: E402
 
 __all__ = [
+    "PreflightFailed",
     "Deployment", "DeploymentFailed", "LocalExecutor", "RayExecutor", "SimulatedExecutor", "make_tiny_moe", "Endpoint", "Executor", "FailureKind", "Instance", "NodeShard", "Platform",
     "RunResult", "Timings", "Topology", "cpu_platform", "gpu_platform", "launch_script", "place", "role_flags",
     "router_args", "serve_args", "serve_command",

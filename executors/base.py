@@ -23,7 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from executors.topology import Topology
-from search_spaces import Measurement, Workload
+from search_spaces import ClusterSpec, Measurement, Workload
 
 if TYPE_CHECKING:
     from executors.measure import MeasurePlan
@@ -42,6 +42,10 @@ class FailureKind(StrEnum):
     INTERNAL = "internal"  # the executor itself raised: a bug or an environment problem, kept with its trace
     INTERRUPTED = "interrupted"  # Ctrl-C or a killed tuner
     ENVIRONMENT = "environment"  # the cluster, not the configuration: placement timeout, a port taken, a node lost
+
+
+class PreflightFailed(Exception):
+    """The cluster an executor reaches cannot run the job at all (checked before the first trial): one line."""
 
 
 class DeploymentFailed(Exception):
@@ -123,6 +127,11 @@ class Executor(ABC):
 
     def close(self) -> None:
         """Release what the executor holds across trials (a Ray connection, say)."""
+
+    def preflight(self, cluster: ClusterSpec) -> list[str]:
+        """Check, before the first trial, that the machines this executor reaches can run ``cluster``'s job;
+        raise ``PreflightFailed`` (one line) when not. Returns what was checked, for the user."""
+        return []
 
     def evaluate(
         self,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from executors import bench, metrics, procs
-from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
+from executors.base import Deployment, DeploymentFailed, Executor, FailureKind, PreflightFailed
 from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
 from executors.platform import Platform
 from executors.serving import (
@@ -49,7 +49,7 @@ from executors.serving import (
 )
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, router_args, serve_args, serve_command
 from executors.topology import Instance, Topology
-from search_spaces import Measurement, Mode, Workload
+from search_spaces import ClusterSpec, Measurement, Mode, Workload
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,20 @@ class _NodeAgent:
         for _ in range(n):
             out.append(procs.free_port(host, out))
         return out
+
+    def taken_ports(self, ports: list[int], host: str) -> list[int]:
+        """Which of ``ports`` cannot be bound on this node now (checked where the server will bind them)."""
+        return [p for p in ports if not _bindable(host, p)]
+
+    def free_block(self, n: int, host: str, first: int = 5600) -> int:
+        """The first port ``p >= first`` with ``p .. p+n-1`` all bindable on this node (NIXL's per-rank range)."""
+        p = first
+        while p + n < 65536:
+            bad = self.taken_ports(list(range(p, p + n)), host)
+            if not bad:
+                return p
+            p = max(bad) + 1
+        raise RuntimeError(f"no {n} consecutive free ports from {first}")
 
     def start(self, name: str, argv: list[str], env: dict[str, str], log_path: str, cwd: str,
               unset: Sequence[str] = ()) -> dict[str, Any]:
@@ -203,6 +217,7 @@ class RayExecutor(Executor):
         ray_address: str | None = None,
         placement_timeout_s: float = 60,
         extra_serve_args: Sequence[str] = (),
+        port_base: int | None = None,
     ) -> None:
         self.model_path = Path(model_path).resolve()
         self.platform = platform
@@ -217,6 +232,7 @@ class RayExecutor(Executor):
         self.ray_address = ray_address
         self.placement_timeout_s = placement_timeout_s
         self.extra_serve_args = list(extra_serve_args)
+        self.port_base = port_base
         self.engine_version = engine_version()
         self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._started_ray = False
@@ -224,7 +240,7 @@ class RayExecutor(Executor):
         self._bench_fn: Any = None
 
     # ---------------------------------------------------------------- Ray connection
-    def _ray(self, topology: Topology) -> Any:
+    def _ray(self, topology: Topology | None) -> Any:
         import ray
 
         if not ray.is_initialized():
@@ -235,6 +251,7 @@ class RayExecutor(Executor):
             else:
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
                 # no GPUs here (or the CPU build): the cluster's GPU slots become logical GPUs, one core each
+                assert topology is not None, "a private local cluster is sized by the first topology"
                 gpus = topology.cluster.total_gpus if self.platform.cpu_per_gpu_slot or not _has_gpus() else None
                 # address="local": always a new cluster of our own, never a stale ray_current_cluster file's
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=gpus, **kw)
@@ -243,6 +260,33 @@ class RayExecutor(Executor):
             self._agent_cls = ray.remote(max_concurrency=16)(_NodeAgent)
             self._bench_fn = ray.remote(max_retries=0)(_bench_task)
         return ray
+
+    def preflight(self, cluster: ClusterSpec) -> list[str]:
+        """Before the first trial: the Ray cluster we connect to holds the job's cluster (``nodes`` alive nodes
+        with ``gpus_per_node`` GPUs each) and every such node sees the model folder. Raises ``PreflightFailed``
+        with one line; returns what it checked. A private local cluster is built from the job: nothing to check."""
+        address = self.ray_address or os.environ.get("RAY_ADDRESS")
+        if not address:
+            return []
+        ray = self._ray(None)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        gpu_nodes = sorted(((n["NodeManagerAddress"], int(n.get("Resources", {}).get("GPU", 0)), n["NodeID"])
+                            for n in nodes if n.get("Resources", {}).get("GPU", 0) >= 1), key=lambda t: t[0])
+        fit = [g for g in gpu_nodes if g[1] >= cluster.gpus_per_node]
+        seen = ", ".join(f"{ip}: {g} GPU{'s' if g != 1 else ''}" for ip, g, _ in gpu_nodes) or "no node with GPUs"
+        if len(fit) < cluster.nodes:
+            raise PreflightFailed(f"cluster: the job asks for {cluster.nodes} node(s) × {cluster.gpus_per_node} "
+                                  f"GPUs; the Ray cluster at {address} has {seen}")
+        check = ray.remote(num_cpus=0, max_retries=0)(_model_on_node)
+        found = _get([check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False))
+                      .remote(str(self.model_path)) for _, _, nid in fit], timeout=120)
+        missing = [ip for (ip, _, _), ok in zip(fit, found, strict=True) if not ok]
+        if missing:
+            raise PreflightFailed(f"model: {self.model_path} (a folder with config.json) is not on node(s) "
+                                  f"{', '.join(missing)}; every node that may run a server must see it")
+        return [f"Ray cluster at {address}: {seen}; model found on {len(fit)} node(s)"]
 
     def close(self) -> None:
         import ray
@@ -279,20 +323,20 @@ class RayExecutor(Executor):
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
             "ray_address": None if self._started_ray else (self.ray_address or os.environ.get("RAY_ADDRESS"))})
         pd = topology.config.mode is Mode.DISAGGREGATED
-        # servers on several nodes, or a cluster we only connected to: bind every interface, address by node IP
+        # servers on several nodes, or a cluster we only connected to: each binds its own node's address
         multi_node_cluster = topology.cluster.nodes > 1 or not self._started_ray
         try:
-            # 1. placement groups and one agent per node shard
+            # 1. placement groups and one agent per node shard (a shard per node: STRICT_SPREAD, never two on one)
             for inst in topology.instances:
                 bundles = [{"GPU": float(len(s.gpus)), "CPU": BUNDLE_CPU} for s in inst.shards]
-                pg = placement_group(bundles, strategy="SPREAD" if inst.multi_node else "STRICT_PACK",
+                pg = placement_group(bundles, strategy="STRICT_SPREAD" if inst.multi_node else "STRICT_PACK",
                                      name=f"{dep_id}-{inst.name}")
                 h.pgs.append(pg)
                 dep.resources["placement_groups"].append(pg.id.hex())
                 self._save(dep)
             for pg, inst in zip(h.pgs, topology.instances, strict=True):
                 if not pg.wait(self.placement_timeout_s):
-                    raise DeploymentFailed(FailureKind.PLATFORM, f"{inst.name}: placement group of "
+                    raise DeploymentFailed(FailureKind.ENVIRONMENT, f"{inst.name}: placement group of "
                                            f"{[len(s.gpus) for s in inst.shards]} GPUs per node not placed within "
                                            f"{self.placement_timeout_s:.0f} s (cluster: {ray.cluster_resources()})")
             for pg, inst in zip(h.pgs, topology.instances, strict=True):
@@ -316,31 +360,36 @@ class RayExecutor(Executor):
             # 2. servers: every shard of every instance, then wait for each head's /health
             by_inst = {inst.name: [s for s in h.shards if s.instance == inst.name] for inst in topology.instances}
             heads: dict[str, _Shard] = {}
-            for inst in topology.instances:
+            nixl_on = pd and (topology.config.kv_connector or platform.kv_connector) == "NixlConnector"
+            for k, inst in enumerate(topology.instances):
                 shards = by_inst[inst.name]
                 head_sh = shards[0]
-                port, rpc = _get(head_sh.agent.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
-                host = head_sh.info["ip"] if multi_node_cluster else self.host
-                head = Endpoint(host=host, port=port, dp_rpc_port=rpc if inst.multi_node else DEFAULT_DP_RPC_PORT,
-                                bind_host="0.0.0.0" if multi_node_cluster else self.host)
+                bind = head_sh.info["ip"] if multi_node_cluster else self.host
+                port, rpc = self._ports(head_sh, bind, k, inst)
+                head = Endpoint(host=bind, port=port, dp_rpc_port=rpc, bind_host=bind)
                 h.urls[inst.name] = head.url
                 heads[inst.name] = head_sh
                 dep.resources["ports"] += [port] + ([rpc] if inst.multi_node else [])
-                # NixlConnector's side channel defaults to port 5600 on every instance: P/D instances sharing
-                # a node would collide, so each instance gets a free one (VLLM_NIXL_SIDE_CHANNEL_PORT)
-                nixl = (pd and (topology.config.kv_connector or platform.kv_connector) == "NixlConnector"
-                        and _get(head_sh.agent.free_ports.remote(1, "0.0.0.0"))[0])
                 for sh, node_shard in zip(shards, inst.shards, strict=True):
-                    self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd, nixl or None)
+                    # NIXL listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank of each local engine, on each
+                    # node: a base whose range is free *on that node* (checked there), so instances sharing
+                    # a node never collide and a rank on a worker node never finds its port taken
+                    nixl = (_get(sh.agent.free_block.remote(node_shard.local_ranks, sh.info["ip"])) -
+                            node_shard.start_rank) if nixl_on else None
+                    self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd, nixl)
             self._wait_servers(h, heads, t0)
             # 3. router on a service agent (no GPUs), bench tasks pinned to its node
             h.service = self._agent_cls.options(num_cpus=0).remote()
             h.agents.append(h.service)
             sinfo = _get(h.service.info.remote())
-            rport, prom = _get(h.service.free_ports.remote(2, "0.0.0.0" if multi_node_cluster else self.host))
             rhost = sinfo["ip"] if multi_node_cluster else self.host
-            argv = [*platform.router_cmd, *router_args(topology, h.urls, host="0.0.0.0" if multi_node_cluster
-                                                       else self.host, port=rport, prometheus_port=prom)]
+            if self.port_base is None:
+                rport, prom = _get(h.service.free_ports.remote(2, rhost))
+            else:
+                rport, prom = self.port_base - 100, self.port_base + 900  # the launch script's 8000 / 9000
+                self._check_ports(h.service, rhost, [rport, prom], "router")
+            argv = [*platform.router_cmd, *router_args(topology, h.urls, host=rhost, port=rport,
+                                                       prometheus_port=prom)]
             r = _get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
             dep.resources["pgids"].append(r["pgid"])
             dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "node_id": sinfo["node_id"],
@@ -359,12 +408,31 @@ class RayExecutor(Executor):
                     raise DeploymentFailed(kind, f"router: {res['reason']}", res["tail"])
             h.service_affinity = NodeAffinitySchedulingStrategy(node_id=sinfo["node_id"], soft=False)
             dep.url = router_url
-        except BaseException:
+        except BaseException as e:
             self.teardown(dep)
+            env_failure = _environment(e)
+            if env_failure is not None:
+                raise env_failure from None
             raise
         dep.timings.deploy_s = time.monotonic() - t0
         self._save(dep)
         return dep
+
+    def _ports(self, head: _Shard, bind: str, k: int, inst: Instance) -> tuple[int, int]:
+        """(API port, DP RPC port) of the k-th instance: free ports picked on its head's node, or with
+        ``port_base`` the launch script's fixed ones (``port_base + k``, ``29550 + k``) checked there."""
+        if self.port_base is None:
+            port, rpc = _get(head.agent.free_ports.remote(2, bind))
+            return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
+        port, rpc = self.port_base + k, DEFAULT_DP_RPC_PORT + k
+        self._check_ports(head.agent, bind, [port] + ([rpc] if inst.multi_node else []), head.proc_name)
+        return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
+
+    def _check_ports(self, agent: Any, bind: str, ports: list[int], who: str) -> None:
+        taken = _get(agent.taken_ports.remote(ports, bind))
+        if taken:
+            raise DeploymentFailed(FailureKind.ENVIRONMENT, f"{who}: port {', '.join(map(str, taken))} is taken on "
+                                   f"{bind} (executor.port_base fixes the ports; something else holds this one)")
 
     def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
                       head: Endpoint, platform: Platform, topology: Topology, pd: bool,
@@ -374,10 +442,12 @@ class RayExecutor(Executor):
                           extra=self.extra_serve_args)
         env, unset = self._slot_env(platform, sh.info)
         env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
-        if nixl_port:
+        if nixl_port is not None:
+            # vLLM's default side-channel host is localhost, which the prefill side advertises to decode
+            env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = sh.info["ip"]
             env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(nixl_port)
-        if inst.multi_node:
-            env["VLLM_HOST_IP"] = sh.info["ip"]
+        if head.bind_host not in ("127.0.0.1", "localhost"):
+            env["VLLM_HOST_IP"] = sh.info["ip"]  # this node's address for vLLM's own connections
         log_path = str(h.dir / f"{sh.proc_name}.log")
         r = _get(sh.agent.start.remote(sh.proc_name, serve_command(platform, args), env, log_path, str(h.dir), unset))
         if "shared_storage_path" in platform.kv_connector_extra and pd:
@@ -468,9 +538,15 @@ class RayExecutor(Executor):
 
         servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
         runner = LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
-        return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
-                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                  timings=deployment.timings)
+        try:
+            return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
+                                      disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
+                                      timings=deployment.timings)
+        except Exception as e:
+            env_failure = _environment(e)
+            if env_failure is not None:
+                raise env_failure from None
+            raise
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:
@@ -530,6 +606,35 @@ def _get(refs: Any, timeout: float | None = None) -> Any:
         except ray.exceptions.GetTimeoutError:
             if deadline is not None and time.monotonic() >= deadline:
                 raise
+
+
+def _model_on_node(path: str) -> bool:
+    """A Ray task on one node: does this node see the model folder?"""
+    return (Path(path) / "config.json").is_file()
+
+
+def _bindable(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT does not count
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _environment(e: BaseException) -> DeploymentFailed | None:
+    """A Ray error that says the cluster failed (an agent's node or process died), not the configuration."""
+    import ray
+
+    lost = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "NodeDiedError", "ActorUnavailableError",
+                                                      "ObjectLostError", "RaySystemError") if hasattr(ray.exceptions, n))
+    if isinstance(e, lost):
+        return DeploymentFailed(FailureKind.ENVIRONMENT, f"the Ray cluster lost a node or agent: "
+                                f"{str(e).splitlines()[0][:300]}")
+    return None
 
 
 def _has_gpus() -> bool:

@@ -17,6 +17,8 @@ from executors.base import DeploymentFailed, FailureKind
 from executors.platform import Platform
 
 _OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")
+#: A server that could not bind its port failed for the machine it ran on, not for its configuration.
+_PORT_MARKS = ("address already in use", "errno 98")
 
 
 def engine_version() -> str:
@@ -29,8 +31,11 @@ def engine_version() -> str:
 
 
 def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> DeploymentFailed:
-    """A process that died while starting: OOM when the kernel killed it or it says so, START otherwise."""
+    """A process that died while starting: OOM when the kernel killed it or it says so, ENVIRONMENT when its
+    port was taken, START otherwise."""
     text = f"{reason}\n{tail}".lower()
+    if any(m in text for m in _PORT_MARKS):
+        return DeploymentFailed(FailureKind.ENVIRONMENT, f"{name}: {reason} (a port was taken)", tail)
     kind = FailureKind.OOM if returncode == -9 or any(m in text for m in _OOM_MARKS) else FailureKind.START
     return DeploymentFailed(kind, f"{name}: {reason}", tail)
 
