@@ -463,10 +463,31 @@ class RayExecutor(Executor):
         for name, sh in heads.items():
             res = _get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name], max(1.0, deadline - time.monotonic())))
             if not res["ok"]:
+                # the cause is often on another node (a headless rank that died first): every shard's error
+                # line and log tail, read by the agent on its node, come back with the failure
+                reason, tail = self._shard_report(h, name, res["reason"], res["tail"])
                 if res["kind"] == "exited":
-                    raise start_failure(sh.proc_name, res.get("returncode"), res["reason"], res["tail"])
-                raise DeploymentFailed(FailureKind.HEALTH_TIMEOUT, f"{sh.proc_name}: {res['reason']}", res["tail"])
+                    raise start_failure(sh.proc_name, res.get("returncode"), reason, tail)
+                raise DeploymentFailed(FailureKind.HEALTH_TIMEOUT, f"{sh.proc_name}: {reason}", tail)
             self._check_shards(h, FailureKind.START)
+
+    def _shard_report(self, h: _RayHandle, instance: str, reason: str, tail: str) -> tuple[str, str]:
+        """``reason`` and ``tail`` of an instance's head, with the error lines and log tails of its other
+        shards (their nodes' logs, fetched by their agents) when the instance spans nodes."""
+        others = [s for s in h.shards if s.instance == instance][1:]
+        if not others:
+            return reason, tail
+        parts, tails = [reason], [tail]
+        for s in others:
+            try:
+                d = _get(s.agent.diagnose.remote(s.proc_name, 40), timeout=30)
+            except Exception as e:  # noqa: BLE001 — an agent on a lost node: say so, keep the head's report
+                parts.append(f"{s.proc_name} on {s.info.get('ip')}: no report ({str(e).splitlines()[0][:120]})")
+                continue
+            if d["error"]:
+                parts.append(f"{s.proc_name} on {s.info.get('ip')}: {d['error']}")
+            tails.append(f"===== {s.proc_name} on {s.info.get('ip')} =====\n{d['tail']}")
+        return "; ".join(parts), "\n".join(tails)
 
     def _check_shards(self, h: _RayHandle, kind: FailureKind) -> None:
         """Raise ``kind`` when any server process of the deployment has exited."""
@@ -477,7 +498,7 @@ class RayExecutor(Executor):
             rc = statuses[id(s.agent)].get(s.proc_name)
             if rc is not None:
                 d = _get(s.agent.diagnose.remote(s.proc_name))
-                reason = d["error"] or f"exited with code {rc}"
+                reason = f"{d['error'] or f'exited with code {rc}'} (on {s.info.get('ip')})"
                 if kind is FailureKind.START:
                     raise start_failure(s.proc_name, rc, reason, d["tail"])
                 raise DeploymentFailed(kind, f"{s.proc_name} died while serving: {reason}", d["tail"])

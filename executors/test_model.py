@@ -62,11 +62,11 @@ def _corpus(seed: int = 0, sentences: int = 30000) -> list[str]:
     return lines
 
 
-def _config(vocab_size: int) -> dict[str, Any]:
+def _config(vocab_size: int, dense: bool = False) -> dict[str, Any]:
     p = model_preset("tiny-moe")
     return {
-        "architectures": ["Qwen3MoeForCausalLM"],
-        "model_type": "qwen3_moe",
+        "architectures": ["Qwen3ForCausalLM"] if dense else ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3" if dense else "qwen3_moe",
         "hidden_size": p.hidden_size,
         "num_hidden_layers": p.num_layers,
         "num_attention_heads": p.num_heads,
@@ -119,7 +119,7 @@ def _train_tokenizer(vocab_size: int) -> str:
     return tok.to_str(pretty=True)
 
 
-def _small_files(vocab_size: int) -> dict[str, str]:
+def _small_files(vocab_size: int, dense: bool = False) -> dict[str, str]:
     tok_cfg = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 4096,
@@ -134,7 +134,7 @@ def _small_files(vocab_size: int) -> dict[str, str]:
     }
     gen_cfg = {"bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}
     return {
-        "config.json": json.dumps(_config(vocab_size), indent=2) + "\n",
+        "config.json": json.dumps(_config(vocab_size, dense), indent=2) + "\n",
         "tokenizer_config.json": json.dumps(tok_cfg, indent=2) + "\n",
         "generation_config.json": json.dumps(gen_cfg, indent=2) + "\n",
         "special_tokens_map.json": json.dumps(
@@ -147,8 +147,13 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def make_tiny_moe(path: str | Path) -> Path:
+def make_tiny_moe(path: str | Path, *, dense: bool = False) -> Path:
     """Write (or confirm) the tiny Qwen3-MoE folder at ``path`` and return it.
+
+    ``dense``: the same sizes as a dense Qwen3 (``Qwen3ForCausalLM``; vLLM's Qwen3-MoE refuses a config
+    without MoE layers) — what data parallelism across nodes runs on the CPU build, where MoE with DP dies
+    on the first request (its CPU communicator lacks ``all_gatherv``). The expert fields stay in config.json,
+    which vLLM's dense Qwen3 ignores, so the performance model still reads it as the tiny MoE.
 
     Files: ``config.json``, ``tokenizer.json``, ``tokenizer_config.json``, ``generation_config.json``,
     ``special_tokens_map.json`` and a stamp naming the recipe and each file's hash. When the stamp and
@@ -156,7 +161,7 @@ def make_tiny_moe(path: str | Path) -> Path:
     """
     out = Path(path)
     vocab_size = model_preset("tiny-moe").vocab_size
-    small = _small_files(vocab_size)
+    small = _small_files(vocab_size, dense)
     stamp_path = out / STAMP
     if stamp_path.is_file():
         try:

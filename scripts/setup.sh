@@ -7,6 +7,7 @@
 # unchanged; the import checks at the end always run.
 #   --with-postgres  install Debian's `postgresql` (apt-get) unless /usr/lib/postgresql/*/bin/pg_ctl exists
 #   --with-browser   install Debian's `chromium` and the `playwright` Python package (dashboard tests)
+#   --with-netns     install Debian's `iproute2` unless `ip` exists (the two-host tests: network namespaces, root)
 #   --force          run the pip install even when nothing changed
 # Environment: PYTHON=/path/to/python3.11 picks the interpreter; SETUP_VERBOSE=1 streams pip's output.
 #
@@ -23,15 +24,17 @@ STAMP="$VENV/.deploy-advisor-setup"
 LOGS="$VENV/setup-logs"
 
 WITH_POSTGRES=0
+WITH_NETNS=0
 WITH_BROWSER=0
 FORCE=0
 for arg in "$@"; do
     case "$arg" in
         --with-postgres) WITH_POSTGRES=1 ;;
+        --with-netns) WITH_NETNS=1 ;;
         --with-browser) WITH_BROWSER=1 ;;
         --force) FORCE=1 ;;
         -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup.sh: unknown option '$arg'; allowed: --with-postgres, --with-browser, --force, --help" >&2; exit 2 ;;
+        *) echo "setup.sh: unknown option '$arg'; allowed: --with-postgres, --with-browser, --with-netns, --force, --help" >&2; exit 2 ;;
     esac
 done
 
@@ -171,6 +174,14 @@ if [[ $WITH_BROWSER == 1 ]]; then
         logged pip-playwright "$VPY" -m pip install --progress-bar off playwright
     fi
     say "playwright $("$VPY" -c 'import importlib.metadata as m; print(m.version("playwright"))'): launch with executable_path=$chromium_path"
+fi
+
+if [[ $WITH_NETNS == 1 ]]; then
+    if ! command -v ip >/dev/null 2>&1; then
+        say "installing Debian's iproute2 (apt-get)"
+        apt_install iproute2
+    fi
+    say "iproute2: $(ip -V 2>/dev/null || echo '?')"
 fi
 
 say "done: $VENV ($((SECONDS - T_START))s)"
