@@ -17,6 +17,10 @@ The router (a Deployment) reaches each instance at its leader's stable name ``<l
 headless Service the LWS controller creates), one URL per instance as ``render.router_args`` wants, so the
 router's own policy balances over instances; the per-role Services select the leaders of a role for clients
 and monitoring. Secrets are references only: HF_TOKEN comes from a Secret (``valueFrom.secretKeyRef``).
+
+Every container gets the job's environment (``executor.env`` over the platform's, ``env_entries``): plain
+values as values, ``${NAME}`` values from the same Secret (key NAME; HF_TOKEN's key is ``token``). With a
+NIXL P/D deployment each vLLM pod advertises its own IP as the NIXL side channel (``status.podIP``).
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ import yaml
 
 from advisor.executor_factory import platform_for
 from executors import Endpoint, Instance, Platform, Topology, place, serve_args, serve_command
-from executors.render import DEFAULT_DP_RPC_PORT, router_args
-from search_spaces import DeploymentConfig, Mode, Role
+from executors.render import DEFAULT_DP_RPC_PORT, ENV_REF, router_args, uses_nixl
+from search_spaces import DeploymentConfig, Role
 
 if TYPE_CHECKING:
     from advisor.exports import Evidence, ExportOptions
@@ -146,12 +150,58 @@ def evidence_annotations(cfg: DeploymentConfig, ev: Evidence) -> dict[str, str]:
             f"{a}/deployment": cfg.describe(), f"{a}/measurements": json.dumps(numbers, separators=(",", ":"))}
 
 
+HF_TOKEN_KEY = "token"  # the key of HF_TOKEN in the Secret (``ExportOptions.hf_token_secret``)
+
+
+def secret_key(name: str) -> str:
+    """The Secret key an environment reference ``${NAME}`` is read from: ``token`` for HF_TOKEN, else NAME."""
+    return HF_TOKEN_KEY if name == "HF_TOKEN" else name
+
+
+def secret_refs(env: dict[str, str]) -> list[str]:
+    """The ``${NAME}`` references of a written environment: what the Secret must hold."""
+    return sorted({m.group(1) for v in env.values() for m in ENV_REF.finditer(v)})
+
+
+def env_entries(env: dict[str, str], secret: str) -> list[dict[str, Any]]:
+    """A written environment (``executor.env`` over the platform's) as container env entries.
+
+    A value written ``${NAME}`` is read from the environment at run time, so it must never become a value
+    here: in a pod that environment is the Secret ``secret`` (``secretKeyRef``, key ``secret_key(NAME)``). A
+    value with references inside text (``${HOME}/hf``) gets each NAME from the Secret first and then the
+    kubelet's ``$(NAME)`` expansion, which sees only entries defined before it; a literal ``$(`` is escaped
+    (``$$(``) so the kubelet leaves it alone.
+    """
+    def ref(name: str) -> dict[str, Any]:
+        return {"secretKeyRef": {"name": secret, "key": secret_key(name), "optional": False}}
+
+    out: list[dict[str, Any]] = []
+    defined: set[str] = set()
+    for key, value in env.items():
+        whole = ENV_REF.fullmatch(value)
+        if whole:
+            out.append({"name": key, "valueFrom": ref(whole.group(1))})
+        else:
+            for name in dict.fromkeys(m.group(1) for m in ENV_REF.finditer(value)):
+                if name not in defined and name not in env:
+                    out.append({"name": name, "valueFrom": ref(name)})
+                    defined.add(name)
+            escaped = value.replace("$(", "$$(")
+            out.append({"name": key, "value": ENV_REF.sub(lambda m: f"$({m.group(1)})", escaped)})
+        defined.add(key)
+    return out
+
+
 def _env(platform: Platform, cfg: DeploymentConfig, secret: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in platform.env.items()]
-    env.append({"name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": secret, "key": "token", "optional": True}}})
-    if cfg.mode is Mode.DISAGGREGATED and (cfg.kv_connector or platform.kv_connector) == "NixlConnector":
-        # NIXL's side channel must be reachable from the other role's pods: the pod's own IP
+    nixl = uses_nixl(cfg, platform)
+    own = {"VLLM_NIXL_SIDE_CHANNEL_HOST"} if nixl else set()  # per pod below: one value for all pods is wrong
+    env = env_entries({k: v for k, v in platform.env.items() if k not in own}, secret)
+    if "HF_TOKEN" not in platform.env:
+        env.append({"name": "HF_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": secret, "key": HF_TOKEN_KEY, "optional": True}}})
+    if nixl:
+        # the prefill side advertises this host to decode (vLLM's default is localhost): the pod's own IP.
+        # Each pod has its own IP, so the default port (5600 + DP rank) never collides.
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
     return env
 
@@ -272,6 +322,7 @@ def router_objects(topo: Topology, *, prefix: str, platform: Platform, options: 
                         "name": "router",
                         "image": options.router_image or options.image,
                         "command": [*platform.router_cmd, *args],
+                        **({"env": env_entries(platform.env, options.hf_token_secret)} if platform.env else {}),
                         "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
                                   {"name": "metrics", "containerPort": ROUTER_METRICS_PORT, "protocol": "TCP"}],
                     }],
@@ -378,8 +429,7 @@ def readme(job: TuningJob, cfg: DeploymentConfig, topo: Topology, ev: Evidence, 
         "cluster: `kubectl get crd leaderworkersets.leaderworkerset.x-k8s.io` must find it.",
         "- GPU nodes advertising `nvidia.com/gpu` (NVIDIA device plugin or GPU Operator); where a row above says "
         f"RDMA, an RDMA device plugin advertising `{RDMA_RESOURCE}`.",
-        f"- A Secret with your Hugging Face token, read as `HF_TOKEN` (optional for public models): "
-        f"`kubectl create secret generic {options.hf_token_secret} --from-literal=token=hf_...`",
+        *secret_lines(k8s_platform(job).env, options.hf_token_secret),
         "- An image with `vllm-router` for the router, e.g. `FROM " + options.image + "` plus "
         "`RUN pip install vllm-router==0.1.17`.",
         "- Where the model is a path, it must exist at that path inside the pods (mount it).",
@@ -406,6 +456,20 @@ def readme(job: TuningJob, cfg: DeploymentConfig, topo: Topology, ev: Evidence, 
         "",
     ]
     return "\n".join(lines)
+
+
+def secret_lines(env: dict[str, str], secret: str) -> list[str]:
+    """The README's Secret step: HF_TOKEN (optional unless the job names it) and every ``${NAME}`` of the
+    job's environment, which the pods read from the Secret instead of a value written here."""
+    refs = secret_refs(env)
+    others = [r for r in refs if r != "HF_TOKEN"]
+    need = "required" if "HF_TOKEN" in refs else "optional for public models"
+    what = f"your Hugging Face token, read as `HF_TOKEN` ({need})"
+    if others:
+        what += f", and {', '.join(f'`{r}`' for r in others)} (the job's `executor.env` reads them at run time)"
+    literals = "".join(f" --from-literal={secret_key(r)}=..." for r in others)
+    return [f"- A Secret `{secret}` with {what}: "
+            f"`kubectl create secret generic {secret} --from-literal={HF_TOKEN_KEY}=hf_...{literals}`"]
 
 
 def _n(v: float | None) -> str:

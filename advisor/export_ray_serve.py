@@ -25,6 +25,7 @@ import yaml
 
 from advisor.executor_factory import platform_for
 from executors import Endpoint, Instance, Platform, place, serve_args
+from executors.render import uses_nixl
 from search_spaces import DeploymentConfig, Mode, Role
 
 if TYPE_CHECKING:
@@ -37,6 +38,10 @@ RAY_OWNED = frozenset({
     "host", "port", "served_model_name", "headless", "data_parallel_size_local", "data_parallel_start_rank",
     "data_parallel_address", "data_parallel_rpc_port", "data_parallel_rank",
 })
+#: Set by Ray Serve LLM's NixlConnector backend in each replica, when unset: the host to the replica's node IP
+#: (``ray.util.get_node_ip_address()``), the port to a base (prefill 20000, decode 22000) + the replica's
+#: offset. One value written here would be the same on every node: wrong across nodes.
+RAY_SETS_NIXL = frozenset({"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"})
 APP_NAME = "deploy-advisor"
 _INT = re.compile(r"^-?\d+$")
 _FLOAT = re.compile(r"^-?\d+\.\d*(e-?\d+)?$")
@@ -87,8 +92,11 @@ def llm_config(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: str
         out["accelerator_config"] = {"kind": "cpu"}
     else:
         out["accelerator_type"] = job.cluster.gpu
-    if platform.env:
-        out["runtime_env"] = {"env_vars": dict(platform.env)}
+    # ${NAME} values stay references: Ray's workers expand them from their node's environment (os.path.expandvars
+    # when the runtime env is applied). NIXL's host is Ray Serve's to set, per replica, to its node's IP.
+    env = {k: v for k, v in platform.env.items() if not (k in RAY_SETS_NIXL and uses_nixl(cfg, platform))}
+    if env:
+        out["runtime_env"] = {"env_vars": env}
     return out
 
 
@@ -119,7 +127,13 @@ def render(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str, opti
     module, builder = import_path.split(":")
     usage = (f"{cfg.describe()}\n"
              "Ray Serve LLM (Ray 2.60): `serve run serve_config.yaml`, or `serve run llm_app:app` from this folder.\n"
-             "HF_TOKEN, if the model needs one, is read from the environment of `serve run`; it is never written here.")
+             "HF_TOKEN, if the model needs one, is read from the environment of `serve run`; never written here.\n"
+             "env_vars written ${NAME} are references, never values: Ray expands each on the node a replica runs\n"
+             "on, from the environment that node's `ray start` had (unset: empty).")
+    if uses_nixl(cfg, platform_for(job)):
+        usage += ("\nNIXL's side channel (VLLM_NIXL_SIDE_CHANNEL_HOST/PORT) is left to Ray Serve LLM: it sets each "
+                  "replica's\nto its own node's IP and a port of its own (experimental_configs "
+                  "NIXL_SIDE_CHANNEL_PORT_BASE).")
     config = {"applications": [{"name": APP_NAME, "route_prefix": "/", "import_path": import_path, "args": args}]}
     yaml_text = _comment(f"{ev.header()}\n{usage}") + yaml.safe_dump(config, sort_keys=False, width=120)
     literal = pprint.pformat(args, indent=1, width=110, sort_dicts=False)

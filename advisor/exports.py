@@ -4,6 +4,9 @@ Serve LLM application (``ray-serve``: ``advisor.export_ray_serve``). Command lin
 ``executors.render`` — the renderer real runs use.
 
 A format writes one file (``launch.sh``, ``deployment.json``) or a folder of files (``k8s/``, ``ray-serve/``).
+Every format is right across nodes: what differs per node (NIXL's side-channel host, addresses) is each node's
+own, the job's ``executor.env`` is in each, its ``${NAME}`` values as references, and the model is one the
+cluster can load (``model_name``).
 """
 
 from __future__ import annotations
@@ -81,11 +84,24 @@ class ExportOptions:
 
 
 def model_name(job: TuningJob, override: str | None = None) -> str:
+    """The model every node of the export's cluster can load: ``--model``, else the preset's hub id.
+
+    A job's ``model.path`` is a folder on the tuner's machine: written into a launch script or a pod it names
+    nothing on the other hosts, so the export asks for ``--model`` (a hub id, or a path every node has) rather
+    than guess. The ``tiny-moe`` test model is the exception: the tool generates it wherever it runs.
+    """
     if override:
         return override
-    if job.model.path or job.model.preset == "tiny-moe":  # weights that exist here (the test model is generated)
+    if job.model.preset == "tiny-moe":
         return str(model_path_for(job))
-    return HUB_IDS.get(job.model.preset or "", job.model.preset or "MODEL")
+    if job.model.path:
+        raise BadInput(f"--model: the job's model.path {job.resolve_path(job.model.path)} is a folder on this "
+                       "machine, not a model the cluster can load; pass --model with its hub id (org/name) or a "
+                       "path that exists on every node")
+    if job.model.preset not in HUB_IDS:
+        raise BadInput(f"--model: model preset {job.model.preset!r} has no hub id to export; pass --model with "
+                       "the model's hub id (org/name) or a path that exists on every node")
+    return HUB_IDS[job.model.preset]
 
 
 def render_vllm(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str) -> str:
@@ -106,9 +122,10 @@ def render_json(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str)
         "config": cfg.model_dump(mode="json"),
         "topology": topo.to_dict(),
         "model": model,
-        "env": platform.env,
+        "env": platform.env,  # ${NAME}: read from the environment where it runs, never a value here
         "commands": [{"instance": c.instance.name, "role": c.instance.role.value, "node": c.shard.node,
-                      "gpus": list(c.shard.gpus), "env": c.slot_env, "argv": c.argv} for c in plan.commands],
+                      "gpus": list(c.shard.gpus), "env": {**c.slot_env, **c.node_env}, "argv": c.argv}
+                     for c in plan.commands],
         "router": plan.router_argv,
         "evidence": ev.as_dict(),
     }

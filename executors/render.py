@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -22,6 +22,8 @@ from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 _ONLY_WHEN_SET = {"tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "enable_dbo"}
 #: vLLM's default data-parallel RPC port (REFERENCE.md); the same on every node of an instance.
 DEFAULT_DP_RPC_PORT = 29550
+#: vLLM's default ``VLLM_NIXL_SIDE_CHANNEL_PORT`` (vllm/envs.py); a server's rank r listens on it + r.
+DEFAULT_NIXL_PORT = 5600
 
 
 @dataclass(frozen=True)
@@ -138,19 +140,47 @@ def router_args(topology: Topology, urls: dict[str, str], *, host: str, port: in
     return args
 
 
-def _shell_line(argv: list[str]) -> str:
-    """shlex.join, but node-address placeholders (``${NODE0_IP}``) stay expandable."""
-    return re.sub(r"'(\$\{NODE\d+_IP\})'", r'"\1"', shlex.join(argv))
+#: ``${NAME}``: a value read from the environment where the script runs (node addresses, ``executor.env``'s
+#: secrets); the one thing in a rendered line the shell may expand.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_DQ_SPECIAL = re.compile(r'([\\"$`])')  # what a backslash must protect inside double quotes
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word, literal except its ``${NAME}`` references, which the operator's shell expands.
+
+    shlex.quote single-quotes ``$``: ``'http://${NODE1_IP}:8100'`` reaches vllm-router as that very text.
+    Words with references are double-quoted, every other ``$``, backquote, backslash and quote escaped.
+    """
+    if not ENV_REF.search(text):
+        return shlex.quote(text)
+    parts, pos = [], 0
+    for m in ENV_REF.finditer(text):
+        parts += [_DQ_SPECIAL.sub(r"\\\1", text[pos:m.start()]), m.group(0)]
+        pos = m.end()
+    parts.append(_DQ_SPECIAL.sub(r"\\\1", text[pos:]))
+    return '"' + "".join(parts) + '"'
+
+
+def shell_line(argv: list[str]) -> str:
+    return " ".join(shell_word(a) for a in argv)
+
+
+def shell_env(env: dict[str, str]) -> str:
+    """``NAME=word`` assignments, values as ``shell_word`` renders them."""
+    return " ".join(f"{k}={shell_word(v)}" for k, v in env.items())
 
 
 @dataclass(frozen=True)
 class ShardCommand:
-    """One process to start: a node shard of an instance, its argv and the GPU slots it may use."""
+    """One process to start: a node shard of an instance, its argv, the GPU slots it may use and the
+    environment that differs by node (NIXL's side channel, the node's own address)."""
 
     instance: Instance
     shard: NodeShard
     argv: list[str]
     slot_env: dict[str, str]
+    node_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,6 +197,21 @@ def slot_env(platform: Platform, gpus: tuple[int, ...] | list[int]) -> dict[str,
     if platform.cpu_per_gpu_slot:
         return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, gpus))}
     return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+
+
+def uses_nixl(cfg: DeploymentConfig, platform: Platform) -> bool:
+    return cfg.mode is Mode.DISAGGREGATED and (cfg.kv_connector or platform.kv_connector) == "NixlConnector"
+
+
+def nixl_base_ports(topology: Topology, first: int = DEFAULT_NIXL_PORT) -> dict[str, int]:
+    """Instance name → its ``VLLM_NIXL_SIDE_CHANNEL_PORT``. vLLM listens on that port + the global DP rank,
+    on every node of the instance, so each instance gets a range of its DP size and no two ranges overlap —
+    instances sharing a node never collide, whichever node that is."""
+    out, nxt = {}, first
+    for inst in topology.instances:
+        out[inst.name] = nxt
+        nxt += inst.config.data_parallel_size
+    return out
 
 
 def node_placeholders(topology: Topology) -> list[str]:
@@ -186,12 +231,15 @@ def launch_plan(
     router_port: int = 8000,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
+    nixl_port: int = DEFAULT_NIXL_PORT,
 ) -> LaunchPlan:
-    """Ports ``base_port + k`` and DP RPC ports ``29550 + k`` for the k-th instance; node addresses are
-    ``${NODEn_IP}`` placeholders unless ``node_hosts`` names them."""
+    """Ports ``base_port + k`` and DP RPC ports ``29550 + k`` for the k-th instance, NIXL side-channel ranges
+    from ``nixl_port`` (``nixl_base_ports``); node addresses are ``${NODEn_IP}`` placeholders unless
+    ``node_hosts`` names them."""
     cfg = topology.config
     hosts = node_hosts or node_placeholders(topology)
     bind = "0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1"
+    nixl = nixl_base_ports(topology, nixl_port) if uses_nixl(cfg, platform) else {}
     endpoints: dict[str, Endpoint] = {}
     commands: list[ShardCommand] = []
     for k, inst in enumerate(topology.instances):
@@ -201,11 +249,29 @@ def launch_plan(
         for shard in inst.shards:
             args = serve_args(inst, shard, cfg=cfg, model=model, platform=platform, head=head,
                               served_model_name=served_model_name, max_model_len=max_model_len)
-            commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus)))
+            node_env: dict[str, str] = {}
+            if inst.name in nixl:  # the prefill side advertises this host to decode: never the default localhost
+                node_env |= {"VLLM_NIXL_SIDE_CHANNEL_HOST": hosts[shard.node],
+                             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl[inst.name])}
+            if inst.multi_node:  # the address vLLM's ranks give each other: this node's, not a guess
+                node_env["VLLM_HOST_IP"] = hosts[shard.node]
+            commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus),
+                                         node_env))
     urls = {name: e.url for name, e in endpoints.items()}
     router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
                                                 prometheus_port=router_port + 1000)]
     return LaunchPlan(endpoints, commands, router)
+
+
+#: The launch script's command variables: an operator (or a test) replaces the engine or the router.
+ENGINE_VAR, ROUTER_VAR = "VLLM", "VLLM_ROUTER"
+
+
+def _command_default(var: str, cmd: list[str]) -> str:
+    """``VAR=${VAR:-cmd}``: the script expands ``$VAR`` unquoted, so its words are split at spaces."""
+    if any(not w or any(c.isspace() for c in w) for w in cmd):
+        raise ValueError(f"${var}: the command {cmd} has an empty word or one with a space; ${var} splits at spaces")
+    return f"{var}=${{{var}:-{shell_word(' '.join(cmd))}}}"
 
 
 def launch_script(
@@ -220,31 +286,54 @@ def launch_script(
     max_model_len: int | None = None,
     header: str = "",
 ) -> str:
-    """A bash script with one ``vllm serve`` line per instance and node, then the router line.
+    """A bash script run once on each node, ``launch.sh N`` on node N: that node's ``vllm serve`` lines, then
+    on node 0 the router once every API server answers; other nodes wait on their servers. Stopping the
+    script stops what it started.
 
-    Lines are grouped by node: an operator runs the block of node N on node N.
+    ``$VLLM`` and ``$VLLM_ROUTER`` are the engine and router commands (the platform's by default), expanded
+    as words so a command of several words (``python -m …``) can replace them. Node addresses and the
+    environment's ``${NAME}`` values are expanded by the operator's shell, never written here.
     """
     plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, base_port=base_port,
                        router_port=router_port, served_model_name=served_model_name, max_model_len=max_model_len)
     hosts = node_hosts or node_placeholders(topology)
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in platform.env.items())
-    lines = ["#!/usr/bin/env bash", "set -euo pipefail"]
+    nodes = topology.cluster.nodes
+    n_engine, n_router = len(platform.engine_cmd), len(platform.router_cmd)
+    lines = ["#!/usr/bin/env bash",
+             f"# shellcheck disable=SC2086  # ${ENGINE_VAR} and ${ROUTER_VAR} are commands of several words"]
     if header:
         lines += [f"# {h}" if h else "#" for h in header.splitlines()]
-    lines += [f': "{h[:-1]}:?set it to node {n}\'s address}}"' for n, h in enumerate(hosts) if h.startswith("${")]
-    if env:
-        lines.append(f"export {env}")
+    usage = "bash launch.sh" if nodes == 1 else f"bash launch.sh NODE  (0..{nodes - 1}, on that node; NODEn_IP set)"
+    lines += [f"# usage: {usage}",
+              f"# {ENGINE_VAR}, {ROUTER_VAR}: replace the engine and router commands (default: the ones below)",
+              "set -euo pipefail",
+              _command_default(ENGINE_VAR, platform.engine_cmd),
+              _command_default(ROUTER_VAR, platform.router_cmd)]
+    if nodes == 1:
+        lines.append("NODE=${1:-0}")
+    else:
+        lines.append(f'NODE=${{1:?"usage: {usage}"}}')
+    lines.append(f'case "$NODE" in {"|".join(map(str, range(nodes)))}) ;; '
+                 f'*) echo "NODE: $NODE is not a node of this deployment (0..{nodes - 1})" >&2; exit 2 ;; esac')
+    lines += [f': "{h[:-1]}:?set it to the address of node {n}}}"' for n, h in enumerate(hosts) if h.startswith("${")]
+    refs = sorted({m.group(1) for v in platform.env.values() for m in ENV_REF.finditer(v)})
+    lines += [f': "${{{r}?executor.env reads it from the environment}}"' for r in refs]
+    if platform.env:
+        lines.append(f"export {shell_env(platform.env)}")
+    lines.append("trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # the servers end with this script")
     by_node: dict[int, list[str]] = {}
     for c in plan.commands:
-        pin = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.slot_env.items())
-        line = f"{pin} {_shell_line(c.argv)} > {c.instance.name}-node{c.shard.node}.log 2>&1 &"
+        words = [shell_env({**c.slot_env, **c.node_env}), f"${ENGINE_VAR}", shell_line(c.argv[n_engine:])]
+        line = f"{' '.join(w for w in words if w)} > {c.instance.name}-node{c.shard.node}.log 2>&1 &"
         ranks = f"{c.shard.start_rank}..{c.shard.start_rank + c.shard.local_ranks - 1}"
         by_node.setdefault(c.shard.node, []).append(f"# {c.instance.name}, DP ranks {ranks}\n{line}")
     for node in sorted(by_node):
         lines.append(f"\n# ---- node {node} ({hosts[node]}) ----")
-        lines += by_node[node]
-    urls = " ".join(e.url for e in plan.endpoints.values())
+        lines += [f'if [ "$NODE" = {node} ]; then', *by_node[node], "fi"]
+    if nodes > 1:
+        lines.append('\nif [ "$NODE" != 0 ]; then wait; exit 0; fi  # not node 0: keep the servers, no router')
     lines.append("\n# ---- router (node 0), once every /health answers ----")
-    lines.append(f"for u in {urls}; do until curl -sf $u/health >/dev/null; do sleep 2; done; done")
-    lines.append(_shell_line(plan.router_argv))
+    lines += [f"until curl -sf {shell_word(e.url + '/health')} >/dev/null; do sleep 2; done"
+              for e in plan.endpoints.values()]
+    lines.append(f"${ROUTER_VAR} {shell_line(plan.router_argv[n_router:])}")
     return "\n".join(lines) + "\n"

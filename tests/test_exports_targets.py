@@ -15,7 +15,12 @@
     (both from the YAML's import path and args and from ``llm_app.py``) — built, never run — and its
     deployments have the replicas and gangs the roles ask for; the engine kwargs are exactly the non-default
     values vLLM's parser reads from the same rendered ``vllm serve`` arguments, less what Ray Serve owns.
-(e) The ``vllm``/``json`` formats' argument lists parse too; no format inlines HF_TOKEN.
+(e) The ``vllm``/``json`` formats' argument lists parse too; no format inlines HF_TOKEN. The ``launch.sh`` of a
+    P/D deployment across two nodes (NixlConnector), run by bash on each node with stand-ins for the engine
+    and router, gives each server its own node's address as NIXL side-channel host and the router the
+    nodes' addresses; every ``vllm serve`` it starts parses with vLLM's parser.
+(g) The model: a job whose model is a folder on this machine exports only with ``--model`` (the CLI refuses
+    with one line and exit 2); with it, every format names that model.
 (f) ``@pytest.mark.vllm``: the tiny CPU configuration's LeaderWorkerSet command, run by hand here with local
     values, brings the role up and answers a completion.
 """
@@ -36,6 +41,7 @@ import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -46,6 +52,7 @@ import pytest
 import yaml
 
 from advisor.errors import BadInput
+from advisor.executor_factory import platform_for
 from advisor.export_k8s import API_PORT, GPU_RESOURCE, RDMA_RESOURCE
 from advisor.export_ray_serve import RAY_OWNED
 from advisor.exports import (
@@ -59,6 +66,7 @@ from advisor.exports import (
 )
 from advisor.job import TuningJob, job_from_dict
 from executors import cpu_platform, place
+from executors.render import uses_nixl
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import (
     All2AllBackend,
@@ -75,6 +83,7 @@ CRD = Path(__file__).parent / "data" / "lws_crd_v1.yaml"
 NAMESPACE = "inference"
 HF_SENTINEL = "hf_SENTINEL_must_never_be_written_0123456789"
 IMAGE = "registry.example.com/vllm/vllm-openai:v0.33.0"
+TINY_ID = "example-org/tiny-qwen3-moe"
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -83,6 +92,7 @@ class Case:
     name: str
     job: TuningJob
     cfg: DeploymentConfig
+    model: str | None = None  # --model (the tiny model's hub-like id: its weights are generated, not a path here)
 
 
 def _role(role: Role, **kw: Any) -> RoleConfig:
@@ -96,6 +106,11 @@ def cases() -> dict[str, Case]:
     h200_tcp = job_from_dict({"name": "h200-no-rdma", "preset": "h200-qwen3-235b",
                               "cluster": {"gpu": "H200", "nodes": 2, "gpus_per_node": 8, "rdma": False}})
     cpu = job_from_dict({"name": "cpu-tiny", "preset": "cpu-tiny-moe"})
+    # two one-GPU nodes: prefill on one, decode on the other, KV over NIXL between hosts
+    pd2 = job_from_dict({"name": "h200-pd-2x1", "model": {"preset": "tiny-moe"},
+                         "cluster": {"gpu": "H200", "nodes": 2, "gpus_per_node": 1},
+                         "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 2000}],
+                         "space": {r: {"dp_sizes": [1], "tp_sizes": [1]} for r in ("mixed", "prefill", "decode")}})
     dep16 = DeploymentConfig(mode=Mode.AGGREGATED, decode=_role(
         Role.MIXED, data_parallel_size=16, enable_expert_parallel=True, max_num_seqs=128,
         max_num_batched_tokens=8192, all2all_backend=All2AllBackend.DEEPEP_LOW_LATENCY,
@@ -119,6 +134,9 @@ def cases() -> dict[str, Case]:
         Case("cpu-pd", cpu, DeploymentConfig(
             mode=Mode.DISAGGREGATED, prefill=_role(Role.PREFILL, max_num_seqs=16, max_num_batched_tokens=512),
             decode=_role(Role.DECODE, max_num_seqs=4, max_num_batched_tokens=512))),
+        Case("h200-pd-2x1", pd2, DeploymentConfig(
+            mode=Mode.DISAGGREGATED, prefill=_role(Role.PREFILL, max_num_seqs=64, max_num_batched_tokens=4096),
+            decode=_role(Role.DECODE, max_num_seqs=128, max_num_batched_tokens=512)), model=TINY_ID),
     ]
     for c in out:
         broken = check(c.cfg, c.job.model_profile(), c.job.cluster, c.job.workload.max_model_len)
@@ -126,7 +144,7 @@ def cases() -> dict[str, Case]:
     return {c.name: c for c in out}
 
 
-CASE_NAMES = ["gb300-pd", "h200-dep16", "h200-no-rdma", "cpu-agg", "cpu-pd"]
+CASE_NAMES = ["gb300-pd", "h200-dep16", "h200-no-rdma", "cpu-agg", "cpu-pd", "h200-pd-2x1"]
 MULTI_NODE = ["gb300-pd", "h200-dep16", "h200-no-rdma"]
 
 
@@ -150,7 +168,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("HF_TOKEN", HF_SENTINEL)
                 for fmt in FORMATS:
-                    write_export(case.job, case.cfg, evidence(case), fmt, out, options=ExportOptions(image=IMAGE))
+                    write_export(case.job, case.cfg, evidence(case), fmt, out, model=case.model,
+                                 options=ExportOptions(image=IMAGE))
             done[name] = out
         return done[name]
 
@@ -325,6 +344,10 @@ def test_lws_groups_are_the_placement(name: str, exported) -> None:
                 "name": "hf-token", "key": "token", "optional": True}}}
             assert {e["name"] for e in c["env"] if "value" in e} == set(cpu_platform().env if cluster.gpu == "CPU"
                                                                         else {}), name
+            # NIXL across pods: each advertises its own IP (vLLM's default, localhost, reaches nobody)
+            pod_ip = {"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+            nixl = uses_nixl(case.cfg, platform_for(case.job))
+            assert (env.get("VLLM_NIXL_SIDE_CHANNEL_HOST") == pod_ip) == nixl, f"{name}/{role.role}"
         notes = doc["metadata"]["annotations"]
         assert notes["deploy-advisor/study"] == case.job.name and notes["deploy-advisor/trial"] == "7"
         assert notes["deploy-advisor/source"] == "simulated"
@@ -376,6 +399,22 @@ def test_kubelet_expansion_stand_in() -> None:
     env = {"A": "x", "LWS_WORKER_INDEX": "3"}
     assert kubelet_expand("$(A) '$(A)' $(B) $$(A) $((LWS_WORKER_INDEX * 4)) $HOME $", env) == \
         "x 'x' $(B) $(A) $((LWS_WORKER_INDEX * 4)) $HOME $"
+
+
+def test_k8s_environment_references_come_from_the_secret() -> None:
+    """``${NAME}`` in a job's environment is read at run time: in a pod, from the Secret; inside a value, through
+    the kubelet's ``$(NAME)`` after NAME is defined; a literal ``$(`` survives the kubelet."""
+    from advisor.export_k8s import env_entries
+
+    def ref(key: str) -> dict:
+        return {"secretKeyRef": {"name": "s", "key": key, "optional": False}}
+
+    entries = env_entries({"A": "x$(y)", "HF_HOME": "${SCRATCH}/hf", "TOK": "${HF_TOKEN}"}, "s")
+    assert entries == [{"name": "A", "value": "x$$(y)"}, {"name": "SCRATCH", "valueFrom": ref("SCRATCH")},
+                       {"name": "HF_HOME", "value": "$(SCRATCH)/hf"}, {"name": "TOK", "valueFrom": ref("token")}]
+    from_secret = {"SCRATCH": "/scratch"}
+    assert kubelet_expand(entries[2]["value"], from_secret) == "/scratch/hf"
+    assert kubelet_expand(entries[0]["value"], from_secret) == "x$(y)"
 
 
 @pytest.fixture(scope="module")
@@ -623,8 +662,41 @@ def test_launch_script_and_json_argument_lists_parse(name: str, exported) -> Non
     lines = [ln for ln in (out / "launch.sh").read_text().splitlines() if " serve " in ln and not ln.startswith("#")]
     assert len(lines) == len(doc["commands"])
     for ln in lines:
-        argv = shlex.split(ln.split(" > ")[0].replace('"${NODE', "'${NODE").replace('_IP}"', "_IP}'"))
+        argv = shlex.split(ln.split(" > ")[0])
         parse_serve_args(argv[argv.index("serve") + 1:])
+
+
+NODE_IPS = ["10.77.0.1", "10.77.0.2"]
+
+
+def test_cross_node_pd_launch_script_runs_on_each_node(exported, tmp_path: Path) -> None:
+    """The exported script of prefill on node 0 and decode on node 1 (NixlConnector), run as ``launch.sh 0``
+    and ``launch.sh 1`` with NODE0_IP/NODE1_IP set: each server gets its own node's address as NIXL's
+    side-channel host (the prefill side advertises it to decode), the router both nodes' URLs, expanded."""
+    from vllm_router.launch_router import parse_router_args
+
+    from tests.test_render import run_launch_script
+
+    case = cases()["h200-pd-2x1"]
+    script = (exported("h200-pd-2x1") / "launch.sh").read_text()
+    started = run_launch_script(script, tmp_path, nodes=2, node_ips=NODE_IPS, servers=2)
+    servers = [p for p in started if p.name == "vllm"]
+    assert sorted(p.node for p in servers) == [0, 1]
+    role_on = {i.head.node: i.role for i in place(case.cfg, case.job.cluster).instances}
+    assert role_on == {0: Role.PREFILL, 1: Role.DECODE}
+    urls = {}
+    for p in servers:
+        assert p.argv[0] == "serve"
+        ns = parse_serve_args(p.argv[1:])  # vLLM's own parser, with its post-parse validation
+        assert ns.model_tag == TINY_ID and ns.kv_transfer_config.kv_connector == "NixlConnector"
+        assert p.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == NODE_IPS[p.node]
+        urls[role_on[p.node]] = f"http://{NODE_IPS[p.node]}:{ns.port}"
+    assert set(urls) == {Role.PREFILL, Role.DECODE}
+    assert len({p.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] for p in servers}) == 2  # distinct ranges, whatever the node
+    (router,) = [p for p in started if p.name == "vllm-router"]
+    ra = parse_router_args(router.argv)
+    assert router.node == 0 and ra.vllm_pd_disaggregation and ra.policy == case.cfg.router_policy
+    assert [u for u, _ in ra.prefill_urls] == [urls[Role.PREFILL]] and ra.decode_urls == [urls[Role.DECODE]]
 
 
 def test_folder_exports_replace_their_own_folder_only(tmp_path: Path) -> None:
@@ -644,6 +716,60 @@ def test_folder_exports_replace_their_own_folder_only(tmp_path: Path) -> None:
         write_export(case.job, case.cfg, ev, "ray-serve", foreign)
     assert (foreign / "ray-serve" / "mine.txt").read_text() == "keep"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
+
+
+# ------------------------------------------------------------------------------------- (g) the model
+def _local_model_job(tmp_path: Path) -> tuple[TuningJob, Path]:
+    from executors.test_model import make_tiny_moe
+
+    folder = make_tiny_moe(tmp_path / "my-model")
+    job = job_from_dict({"name": "local-model", "preset": "cpu-tiny-moe",
+                         "model": {"preset": None, "path": str(folder)}, "budget": {"trials": 2}})
+    return job, folder
+
+
+def test_a_local_model_folder_is_exported_only_with_model(tmp_path: Path) -> None:
+    """A folder on the tuner's machine names nothing on the cluster's hosts: no format writes it unless asked."""
+    case = cases()["cpu-pd"]
+    job, folder = _local_model_job(tmp_path)
+    for fmt in FORMATS:
+        with pytest.raises(BadInput, match=r"^--model: the job's model.path .* pass --model"):
+            write_export(job, case.cfg, evidence(case), fmt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    for fmt in FORMATS:
+        written, _ = write_export(job, case.cfg, evidence(case), fmt, tmp_path / "out", model=TINY_ID)
+        files = [written] if written.is_file() else [f for f in written.rglob("*") if f.is_file()]
+        text = "".join(f.read_text() for f in files)
+        assert TINY_ID in text and str(folder) not in text, fmt
+
+
+def test_cli_asks_for_model_in_one_line_and_takes_a_path_when_given(tmp_path: Path) -> None:
+    from advisor.tune import tune
+
+    job, folder = _local_model_job(tmp_path)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    tune(job, storage=url)
+    out = tmp_path / "out"
+
+    def export(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "advisor", "export", job.name, "--out", str(out),
+                               "--storage", url, *args], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+
+    p = export("--format", "all")
+    assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert "--model" in line and "model.path" in line and str(folder) in line, line
+    assert not out.exists()
+    # a single-node launch script may serve the local folder: the user said so
+    p = export("--format", "vllm", "--model", str(folder))
+    assert p.returncode == 0, p.stderr
+    serve = [ln for ln in (out / "launch.sh").read_text().splitlines() if " serve " in ln and not ln.startswith("#")]
+    assert serve and all(shlex.split(ln)[shlex.split(ln).index("serve") + 1] == str(folder) for ln in serve)
+    p = export("--format", "k8s", "--model", TINY_ID)
+    assert p.returncode == 0, p.stderr
+    text = "".join(f.read_text() for f in (out / "k8s").glob("*.yaml"))
+    assert f"exec vllm serve {TINY_ID}" in text and str(folder) not in text
 
 
 # ------------------------------------------------------------------------------ (f) real vLLM

@@ -9,7 +9,11 @@
 (c) The launch script has one ``serve`` line per instance × node, under its node's block, and a router line
     that vllm-router's own parser reads back as P/D (``--prefill``/``--decode``) or plain balancing
     (``--worker-urls``) over exactly the servers the script starts; every router flag we render is one
-    that ``vllm-router --help`` lists.
+    that ``vllm-router --help`` lists. NIXL P/D servers advertise their own node's address, on port ranges
+    that never overlap on a node; the scripts are ``bash -n`` and shellcheck clean.
+(d) The script run by bash, once per node (``launch.sh N``), with stand-ins for ``$VLLM``, ``$VLLM_ROUTER``
+    and ``curl`` that record what they get: the router receives the nodes' addresses expanded, each server
+    its node's side-channel host, and no process of another node starts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CPU build of vLLM (CI)
 
 import argparse
 import functools
+import json
 import random
 import re
 import shlex
@@ -28,6 +33,7 @@ import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,6 +51,7 @@ from executors import (
     router_args,
     serve_args,
 )
+from executors.render import DEFAULT_NIXL_PORT, uses_nixl
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,
@@ -362,15 +369,22 @@ _NODE_HEADER = re.compile(r"^# ---- node (\d+) \((.*)\) ----$")
 _LOG = re.compile(r"^(?P<inst>.+)-node(?P<node>\d+)\.log$")
 
 
-def _serve_line(tokens: list[str], platform: Platform) -> tuple[str, str, list[str], str] | None:
-    """``VAR=slots ENGINE… serve ARGS… > inst-nodeN.log 2>&1 &`` → (VAR, slots, ARGS, log name)."""
-    n = len(platform.engine_cmd)
-    if len(tokens) < n + 6 or tokens[-4] != ">" or tokens[-2:] != ["2>&1", "&"] or "=" not in tokens[0]:
+def _serve_line(tokens: list[str]) -> tuple[dict[str, str], list[str], str] | None:
+    """``NAME=value… $VLLM serve ARGS… > inst-nodeN.log 2>&1 &`` → (environment, ARGS, log name)."""
+    env: dict[str, str] = {}
+    while tokens and re.match(r"^[A-Z_][A-Z0-9_]*=", tokens[0]):
+        k, v = tokens.pop(0).split("=", 1)
+        env[k] = v
+    if len(tokens) < 6 or tokens[:2] != ["$VLLM", "serve"] or tokens[-4] != ">" or tokens[-2:] != ["2>&1", "&"]:
         return None
-    if tokens[1:1 + n] != platform.engine_cmd or tokens[1 + n] != "serve":
-        return None
-    var, slots = tokens[0].split("=", 1)
-    return var, slots, tokens[2 + n:-4], tokens[-3]
+    return env, tokens[2:-4], tokens[-3]
+
+
+def shellcheck(script: str, context: str) -> None:
+    if shutil.which("shellcheck") is None:
+        return  # not installed here: bash -n still checks the syntax
+    out = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script, text=True, capture_output=True, check=False)
+    assert out.returncode == 0, f"{context}: shellcheck:\n{out.stdout}\n{script}"
 
 
 @pytest.mark.parametrize("platform_name", PLATFORMS)
@@ -387,10 +401,14 @@ def test_launch_script(name: str, platform_name: str) -> None:
         context = f"{name}/{platform_name}: [{cfg.describe()}]"
         syntax = subprocess.run(["bash", "-n"], check=False, input=script, text=True, capture_output=True)
         assert syntax.returncode == 0, f"{context}: bash -n: {syntax.stderr}\n{script}"
+        if j < 4:
+            shellcheck(script, context)
 
         node, node_host = None, {}
         placed: Counter[tuple[str, int]] = Counter()
         api_url: dict[str, str] = {}
+        nixl_ports: dict[int, list[int]] = {}  # node → every side-channel port its servers listen on
+        nixl = uses_nixl(cfg, platform)
         code = [line for line in script.splitlines() if line.strip()]
         for line in code:
             if m := _NODE_HEADER.match(line):
@@ -399,19 +417,32 @@ def test_launch_script(name: str, platform_name: str) -> None:
                 continue
             if line.startswith("#"):
                 continue
-            serve = _serve_line(shlex.split(line), platform)
+            serve = _serve_line(shlex.split(line))
             if serve is None:
                 continue
-            var, slots, args, log = serve
+            env, args, log = serve
             m = _LOG.match(log)
             assert m, f"{context}: log file {log!r}"
             inst_name, inst_node = m.group("inst"), int(m.group("node"))
             assert inst_node == node, f"{context}: {inst_name}'s node-{inst_node} line is in node {node}'s block"
             placed[(inst_name, inst_node)] += 1
-            shard = next(s for i in topo.instances if i.name == inst_name for s in i.shards if s.node == inst_node)
+            inst = next(i for i in topo.instances if i.name == inst_name)
+            shard = next(s for s in inst.shards if s.node == inst_node)
             want_var, sep = (("VLLM_CPU_OMP_THREADS_BIND", "|") if platform.cpu_per_gpu_slot
                              else ("CUDA_VISIBLE_DEVICES", ","))
-            assert (var, slots) == (want_var, sep.join(map(str, shard.gpus))), context
+            assert env.get(want_var) == sep.join(map(str, shard.gpus)), context
+            if nixl:  # the prefill side advertises this host to decode: this node's, never localhost
+                assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == node_host[inst_node], f"{context}: {line}"
+                base = int(env["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+                assert base >= DEFAULT_NIXL_PORT, context
+                # vLLM: base + the rank's global DP index (vllm/distributed/kv_transfer/.../nixl)
+                nixl_ports.setdefault(inst_node, []).extend(
+                    base + r for r in range(shard.start_rank, shard.start_rank + shard.local_ranks))
+            else:
+                assert not {k for k in env if k.startswith("VLLM_NIXL")}, f"{context}: NIXL without NixlConnector"
+            assert ("VLLM_HOST_IP" in env) == inst.multi_node, context
+            if inst.multi_node:
+                assert env["VLLM_HOST_IP"] == node_host[inst_node], context
             ns = parse_serve(args, f"{context} {inst_name} node {inst_node}")
             if not ns.headless:
                 assert inst_name not in api_url, f"{context}: {inst_name} has two API servers"
@@ -421,12 +452,13 @@ def test_launch_script(name: str, platform_name: str) -> None:
         want = Counter((inst.name, s.node) for inst in topo.instances for s in inst.shards)
         assert placed == want, f"{context}:\n{script}"
         assert set(api_url) == {inst.name for inst in topo.instances}, context
+        for n, ports in nixl_ports.items():
+            assert len(ports) == len(set(ports)), f"{context}: NIXL side-channel ports collide on node {n}: {ports}"
 
         # the router: last line; P/D or plain balancing over the API servers the script starts
         router = shlex.split(code[-1])
-        n = len(platform.router_cmd)
-        assert router[:n] == platform.router_cmd, f"{context}: last line is not the router:\n{code[-1]}"
-        rargs = router[n:]
+        assert router[0] == "$VLLM_ROUTER", f"{context}: last line is not the router:\n{code[-1]}"
+        rargs = router[1:]
         ra = parse_router_args(rargs)  # vllm-router's own parser
         names = {role: [i.name for i in topo.of_role(role)] for role in Role}
         if cfg.mode is Mode.DISAGGREGATED:
@@ -441,8 +473,168 @@ def test_launch_script(name: str, platform_name: str) -> None:
             assert ra.worker_urls == [api_url[i.name] for i in topo.instances], context
         assert ra.policy == cfg.router_policy, context
         # the health wait before the router polls the same servers
-        wait = next(line for line in code if line.startswith("for u in "))
-        assert sorted(wait.split(";")[0].split()[3:]) == sorted(api_url.values()), f"{context}: {wait}"
+        waits = [shlex.split(line)[3] for line in code if line.startswith("until curl -sf ")]
+        assert sorted(waits) == sorted(f"{u}/health" for u in api_url.values()), f"{context}: {waits}"
+        # the default commands are the platform's; $VLLM and $VLLM_ROUTER replace them
+        assert f"VLLM=${{VLLM:-{shlex.quote(' '.join(platform.engine_cmd))}}}" in code, context
+        assert f"VLLM_ROUTER=${{VLLM_ROUTER:-{shlex.quote(' '.join(platform.router_cmd))}}}" in code, context
+
+
+# --------------------------------------------------------------------------------------------- (d)
+#: Stands in for ``vllm`` (``$VLLM``), ``vllm-router`` (``$VLLM_ROUTER``) and ``curl``: writes one JSON record
+#: (its argv, environment and the node the test ran) per call. ``curl URL`` answers once a server with that
+#: port has recorded; the router records only after every expected server has (no race with the script's
+#: end, which stops what it started).
+_STUB = """
+import json, os, sys, time, uuid
+
+rec, name, args = os.environ["STUB_RECORDS"], sys.argv[1], sys.argv[2:]
+deadline = time.monotonic() + 30
+
+
+def wait_for(done):
+    while not done():
+        if time.monotonic() > deadline:
+            sys.exit(7)
+        time.sleep(0.02)
+
+
+if name == "curl":
+    port = args[-1].rsplit(":", 1)[1].split("/")[0]
+    wait_for(lambda: os.path.exists(os.path.join(rec, f"up-{port}")))
+    sys.exit(0)
+if name == "vllm-router":
+    wait_for(lambda: sum(f.startswith("vllm-") for f in os.listdir(rec)) >= int(os.environ["STUB_SERVERS"]))
+doc = {"name": name, "argv": args, "env": dict(os.environ), "node": os.environ["STUB_NODE"]}
+tmp = os.path.join(rec, f".{uuid.uuid4().hex}")
+with open(tmp, "w") as f:
+    json.dump(doc, f)
+os.rename(tmp, os.path.join(rec, f"{name}-{uuid.uuid4().hex}.json"))
+if name == "vllm" and "--port" in args:
+    open(os.path.join(rec, f"up-{args[args.index('--port') + 1]}"), "w").close()
+"""
+
+
+@dataclass(frozen=True)
+class Started:
+    """One process a launch script started, as its stand-in recorded it."""
+
+    name: str  # vllm | vllm-router
+    argv: list[str]
+    env: dict[str, str]
+    node: int  # the N of the `launch.sh N` that started it
+
+
+def run_launch_script(script: str, tmp: Path, *, nodes: int, node_ips: list[str] | None = None,
+                      env: dict[str, str] | None = None, servers: int) -> list[Started]:
+    """Run ``script`` with bash as an operator would: ``launch.sh N`` on each node (the others first, node 0
+    last: it starts the router once every server answers), ``NODEn_IP`` set to ``node_ips``, the engine,
+    router and curl replaced by the recording stand-in. Returns what was started, per node."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    stub, bin_dir, records = tmp / "stub.py", tmp / "bin", tmp / "records"
+    stub.write_text(_STUB)
+    bin_dir.mkdir(exist_ok=True)
+    records.mkdir(exist_ok=True)
+    (bin_dir / "curl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(stub))} curl "$@"\n')
+    (bin_dir / "curl").chmod(0o755)
+    path = tmp / "launch.sh"
+    path.write_text(script)
+    base = {**(env or {}), "PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_RECORDS": str(records),
+            "STUB_SERVERS": str(servers),
+            "VLLM": f"{sys.executable} {stub} vllm", "VLLM_ROUTER": f"{sys.executable} {stub} vllm-router",
+            **{f"NODE{n}_IP": ip for n, ip in enumerate(node_ips or [])}}
+    for n in [*range(1, nodes), 0]:
+        argv = ["bash", str(path)] + ([str(n)] if nodes > 1 else [])
+        p = subprocess.run(argv, cwd=tmp, env={**base, "STUB_NODE": str(n)}, capture_output=True, text=True,
+                           timeout=120, check=False, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, f"launch.sh {n}: exit {p.returncode}\n{p.stderr}\n{script}"
+    out = []
+    for f in sorted(records.glob("*.json")):
+        doc = json.loads(f.read_text())
+        out.append(Started(doc["name"], doc["argv"], doc["env"], int(doc["node"])))
+    return out
+
+
+NODE_IPS = ["10.77.0.1", "10.77.0.2"]
+
+
+def _pd_across_two_nodes() -> Topology:
+    cfg = DeploymentConfig(mode=Mode.DISAGGREGATED, prefill=RoleConfig(role=Role.PREFILL),
+                           decode=RoleConfig(role=Role.DECODE))
+    topo = place(cfg, ClusterSpec(gpu="H200", nodes=2, gpus_per_node=1))
+    assert [(i.name, i.head.node) for i in topo.instances] == [("prefill-0", 0), ("decode-0", 1)]
+    return topo
+
+
+def test_router_and_servers_get_the_nodes_addresses_expanded(tmp_path: Path) -> None:
+    """The router line once sent ``'http://${NODE1_IP}:8101'`` in single quotes: vllm-router got that text.
+    Run by bash on each node, every ``${NODEn_IP}`` reaches the processes expanded."""
+    from vllm_router.launch_router import parse_router_args
+
+    topo = _pd_across_two_nodes()
+    script = launch_script(topo, model=MODEL, platform=gpu_platform(), served_model_name=SERVED_NAME)
+    assert "'http://${" not in script
+    shellcheck(script, "P/D across two nodes")
+    started = run_launch_script(script, tmp_path, nodes=2, node_ips=NODE_IPS, servers=2)
+    (router,) = [p for p in started if p.name == "vllm-router"]
+    assert router.node == 0
+    ra = parse_router_args(router.argv)
+    assert [u for u, _ in ra.prefill_urls] == [f"http://{NODE_IPS[0]}:8100"]
+    assert ra.decode_urls == [f"http://{NODE_IPS[1]}:8101"]
+    servers = {p.node: p for p in started if p.name == "vllm"}
+    assert sorted(servers) == [0, 1] and len([p for p in started if p.name == "vllm"]) == 2  # one per node
+    for n, p in servers.items():
+        assert p.argv[0] == "serve"
+        ns = parse_serve(p.argv[1:], f"node {n}")
+        assert ns.port == 8100 + n and ns.kv_transfer_config.kv_connector == "NixlConnector"
+        assert p.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == NODE_IPS[n]
+        assert p.env["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_multi_node_dp_ranks_reach_the_head_by_its_expanded_address(tmp_path: Path) -> None:
+    """A 16-GPU DEP instance over two nodes: the headless node gets the head's address and its own."""
+    from vllm_router.launch_router import parse_router_args
+
+    cfg = DeploymentConfig(mode=Mode.AGGREGATED, decode=RoleConfig(
+        role=Role.MIXED, data_parallel_size=16, enable_expert_parallel=True))
+    topo = place(cfg, ClusterSpec(gpu="H200", nodes=2, gpus_per_node=8))
+    script = launch_script(topo, model=MODEL, platform=gpu_platform())
+    shellcheck(script, "DEP16 over two nodes")
+    started = run_launch_script(script, tmp_path, nodes=2, node_ips=NODE_IPS, servers=2)
+    servers = {p.node: p for p in started if p.name == "vllm"}
+    assert sorted(servers) == [0, 1]
+    for n, p in servers.items():
+        ns = parse_serve(p.argv[1:], f"node {n}")
+        assert (ns.data_parallel_address, ns.headless, ns.data_parallel_start_rank or 0) == (NODE_IPS[0], n == 1,
+                                                                                              8 * n)
+        assert p.env["VLLM_HOST_IP"] == NODE_IPS[n]
+        assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in p.env  # aggregated: no KV transfer
+    (router,) = [p for p in started if p.name == "vllm-router"]
+    assert parse_router_args(router.argv).worker_urls == [f"http://{NODE_IPS[0]}:8100"]
+
+
+def test_one_node_script_needs_no_argument_and_refuses_another_node(tmp_path: Path) -> None:
+    topo = place(DeploymentConfig(mode=Mode.AGGREGATED, decode=RoleConfig(role=Role.MIXED)),
+                 ClusterSpec(gpu="H200", nodes=1, gpus_per_node=8))
+    script = launch_script(topo, model=MODEL, platform=gpu_platform())
+    started = run_launch_script(script, tmp_path, nodes=1, servers=1)
+    assert sorted(p.name for p in started) == ["vllm", "vllm-router"]
+    p = subprocess.run(["bash", str(tmp_path / "launch.sh"), "1"], capture_output=True, text=True, check=False,
+                       cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2 and "NODE: 1 is not a node" in p.stderr, p.stderr
+
+
+def test_two_node_script_needs_the_node_and_its_addresses(tmp_path: Path) -> None:
+    script = launch_script(_pd_across_two_nodes(), model=MODEL, platform=gpu_platform())
+    path = tmp_path / "launch.sh"
+    path.write_text(script)
+    for argv, env, words in ((["bash", str(path)], {}, "usage: bash launch.sh NODE"),
+                             (["bash", str(path), "1"], {"NODE0_IP": "10.0.0.1"}, "NODE1_IP"),
+                             (["bash", str(path), "2"], {}, "NODE: 2 is not a node")):
+        p = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=tmp_path,
+                           env={"PATH": "/usr/bin:/bin", **env})
+        assert p.returncode != 0 and words in p.stderr, (argv, p.stderr)
+        assert not list(tmp_path.glob("*.log")), "a server started before the script's checks"
 
 
 def _router_help_flags(cmd: list[str]) -> set[str]:
