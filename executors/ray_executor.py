@@ -47,7 +47,15 @@ from executors.serving import (
     start_failure,
     vllm_cache_root,
 )
-from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, router_args, serve_args, serve_command
+from executors.render import (
+    DEFAULT_DP_RPC_PORT,
+    Endpoint,
+    fixed_ports,
+    fixed_router_ports,
+    router_args,
+    serve_args,
+    serve_command,
+)
 from executors.topology import Instance, Topology
 from search_spaces import ClusterSpec, Measurement, Mode, Workload
 
@@ -386,7 +394,7 @@ class RayExecutor(Executor):
             if self.port_base is None:
                 rport, prom = _get(h.service.free_ports.remote(2, rhost))
             else:
-                rport, prom = self.port_base - 100, self.port_base + 900  # the launch script's 8000 / 9000
+                rport, prom = fixed_router_ports(self.port_base)  # the launch script's
                 self._check_ports(h.service, rhost, [rport, prom], "router")
             argv = [*platform.router_cmd, *router_args(topology, h.urls, host=rhost, port=rport,
                                                        prometheus_port=prom)]
@@ -424,7 +432,7 @@ class RayExecutor(Executor):
         if self.port_base is None:
             port, rpc = _get(head.agent.free_ports.remote(2, bind))
             return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
-        port, rpc = self.port_base + k, DEFAULT_DP_RPC_PORT + k
+        port, rpc = fixed_ports(self.port_base, k)
         self._check_ports(head.agent, bind, [port] + ([rpc] if inst.multi_node else []), head.proc_name)
         return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
 

@@ -24,6 +24,19 @@ _ONLY_WHEN_SET = {"tensor_parallel_size", "data_parallel_size", "enable_expert_p
 DEFAULT_DP_RPC_PORT = 29550
 #: vLLM's default ``VLLM_NIXL_SIDE_CHANNEL_PORT`` (vllm/envs.py); a server's rank r listens on it + r.
 DEFAULT_NIXL_PORT = 5600
+#: The launch script's fixed ports (and the Ray executor's with ``executor.port_base``): instance k's API on
+#: ``API_PORT + k``, the router ``API_PORT - ROUTER_BELOW_API``, its Prometheus metrics ``METRICS_ABOVE`` higher.
+API_PORT, ROUTER_BELOW_API, METRICS_ABOVE = 8100, 100, 1000
+
+
+def fixed_ports(base: int, k: int) -> tuple[int, int]:
+    """(API port, DP RPC port) of the k-th instance with fixed ports from ``base``."""
+    return base + k, DEFAULT_DP_RPC_PORT + k
+
+
+def fixed_router_ports(base: int) -> tuple[int, int]:
+    """(router port, router metrics port) with fixed ports from ``base``."""
+    return base - ROUTER_BELOW_API, base - ROUTER_BELOW_API + METRICS_ABOVE
 
 
 @dataclass(frozen=True)
@@ -227,8 +240,7 @@ def launch_plan(
     model: str,
     platform: Platform,
     node_hosts: list[str] | None = None,
-    base_port: int = 8100,
-    router_port: int = 8000,
+    base_port: int = API_PORT,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     nixl_port: int = DEFAULT_NIXL_PORT,
@@ -238,13 +250,16 @@ def launch_plan(
     ``node_hosts`` names them."""
     cfg = topology.config
     hosts = node_hosts or node_placeholders(topology)
-    bind = "0.0.0.0" if topology.cluster.nodes > 1 else "127.0.0.1"
+    # across nodes each server listens on its own node's address (what the others reach it at), not on all
+    # interfaces; on one node on loopback
+    multi = topology.cluster.nodes > 1
     nixl = nixl_base_ports(topology, nixl_port) if uses_nixl(cfg, platform) else {}
     endpoints: dict[str, Endpoint] = {}
     commands: list[ShardCommand] = []
     for k, inst in enumerate(topology.instances):
-        head = Endpoint(host=hosts[inst.head.node], port=base_port + k, dp_rpc_port=DEFAULT_DP_RPC_PORT + k,
-                        bind_host=bind)
+        port, rpc = fixed_ports(base_port, k)
+        head = Endpoint(host=hosts[inst.head.node], port=port, dp_rpc_port=rpc,
+                        bind_host=hosts[inst.head.node] if multi else "127.0.0.1")
         endpoints[inst.name] = head
         for shard in inst.shards:
             args = serve_args(inst, shard, cfg=cfg, model=model, platform=platform, head=head,
@@ -258,8 +273,9 @@ def launch_plan(
             commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus),
                                          node_env))
     urls = {name: e.url for name, e in endpoints.items()}
+    router_port, metrics_port = fixed_router_ports(base_port)
     router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
-                                                prometheus_port=router_port + 1000)]
+                                                prometheus_port=metrics_port)]
     return LaunchPlan(endpoints, commands, router)
 
 
@@ -280,8 +296,7 @@ def launch_script(
     model: str,
     platform: Platform,
     node_hosts: list[str] | None = None,
-    base_port: int = 8100,
-    router_port: int = 8000,
+    base_port: int = API_PORT,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     header: str = "",
@@ -295,7 +310,7 @@ def launch_script(
     environment's ``${NAME}`` values are expanded by the operator's shell, never written here.
     """
     plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, base_port=base_port,
-                       router_port=router_port, served_model_name=served_model_name, max_model_len=max_model_len)
+                       served_model_name=served_model_name, max_model_len=max_model_len)
     hosts = node_hosts or node_placeholders(topology)
     nodes = topology.cluster.nodes
     n_engine, n_router = len(platform.engine_cmd), len(platform.router_cmd)

@@ -265,3 +265,62 @@ def test_port_helper_sees_a_held_port(cluster) -> None:
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+def _in(host: two_hosts.Host, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(host.cmd(PY, "-c", code, *args), capture_output=True, text=True, timeout=timeout)
+
+
+_GET = ("import sys, urllib.request\n"
+        "try:\n    r = urllib.request.urlopen(sys.argv[1], timeout=10); print(r.status); print(r.read().decode())\n"
+        "except Exception as e:\n    print(0); print(e)\n")
+
+
+def test_exported_launch_script_runs_pd_across_the_two_hosts(study, cluster, tmp_path) -> None:
+    """The exported launch.sh of the cross-host P/D trial, run as an operator would: `bash launch.sh 1` on host
+    B, `bash launch.sh 0` on host A (which starts the router once both servers answer). A request through the
+    router is served, and decode's prompt tokens received by KV transfer grow."""
+    pd = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE and t.config.mode is Mode.DISAGGREGATED]
+    assert pd
+    out = tmp_path / "export"
+    r = subprocess.run([PY, "-m", "advisor", "export", "twohost", "--trial", str(pd[0].number), "--out", str(out),
+                        "--model", str(study["model"]), "--storage", study["url"]], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    script = out / "launch.sh"
+    env = {**os.environ, "NODE0_IP": cluster.a.ip, "NODE1_IP": cluster.b.ip}
+    groups = []
+    try:
+        for host, node in ((cluster.b, "1"), (cluster.a, "0")):
+            p = subprocess.Popen(host.cmd("bash", str(script), node), cwd=out, env=env, start_new_session=True,
+                                 stdout=open(out / f"node{node}.out", "w"), stderr=subprocess.STDOUT)
+            groups.append(p)
+        deadline = time.monotonic() + 400
+        while True:
+            g = _in(cluster.a, _GET, "http://127.0.0.1:8000/v1/models")
+            if g.stdout.startswith("200"):
+                break
+            dead = [p for p in groups if p.poll() is not None]
+            assert not dead and time.monotonic() < deadline, (
+                (out / "node0.out").read_text()[-2000:] + "\n".join(
+                    f.read_text(errors="replace")[-3000:] for f in out.glob("*.log")))
+            time.sleep(3)
+        router = (out / "node0.out").read_text() + "".join(f.read_text(errors="replace") for f in out.glob("*.log"))
+        assert f"http://{cluster.b.ip}:8101" in router and "${NODE1_IP}" not in router  # the address was expanded
+        prompt = " ".join(f"word{i}" for i in range(400))  # > 2 KV blocks of 128 tokens
+        post = ("import json, sys, urllib.request\n"
+                "req = urllib.request.Request('http://127.0.0.1:8000/v1/completions', method='POST',"
+                " headers={'Content-Type': 'application/json'}, data=json.dumps({'model': sys.argv[1],"
+                " 'prompt': sys.argv[2], 'max_tokens': 8}).encode())\n"
+                "print(json.loads(urllib.request.urlopen(req, timeout=120).read())['usage']['completion_tokens'])\n")
+        served = _in(cluster.a, post, "twohost", prompt, timeout=200)
+        assert served.returncode == 0 and int(served.stdout.split()[-1]) > 0, served.stderr[-2000:]
+        metrics = _in(cluster.a, _GET, f"http://{cluster.b.ip}:8101/metrics").stdout
+        kv = [ln for ln in metrics.splitlines()
+              if ln.startswith("vllm:prompt_tokens_by_source_total") and 'source="external_kv_transfer"' in ln]
+        assert kv and float(kv[0].split()[-1]) > 0, kv
+    finally:  # each script's whole process group: its servers, their engines, the router
+        for p in groups:
+            procs.stop_group(p.pid, 30)
+            p.wait()
+    assert _servers(cluster.a) == [] and _servers(cluster.b) == []
