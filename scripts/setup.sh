@@ -8,6 +8,7 @@
 #   --with-postgres  install Debian's `postgresql` (apt-get) unless /usr/lib/postgresql/*/bin/pg_ctl exists
 #   --with-browser   install Debian's `chromium` and the `playwright` Python package (dashboard tests)
 #   --with-netns     install Debian's `iproute2` unless `ip` exists (the two-host tests: network namespaces, root)
+#                    and `shellcheck` (the exported launch scripts are checked with it)
 #   --force          run the pip install even when nothing changed
 # Environment: PYTHON=/path/to/python3.11 picks the interpreter; SETUP_VERBOSE=1 streams pip's output.
 #
@@ -182,6 +183,11 @@ if [[ $WITH_NETNS == 1 ]]; then
         apt_install iproute2
     fi
     say "iproute2: $(ip -V 2>/dev/null || echo '?')"
+    if ! command -v shellcheck >/dev/null 2>&1; then
+        say "installing Debian's shellcheck (apt-get)"
+        apt_install shellcheck
+    fi
+    say "shellcheck: $(shellcheck --version 2>/dev/null | sed -n 2p)"
 fi
 
 say "done: $VENV ($((SECONDS - T_START))s)"
