@@ -111,7 +111,11 @@ class TwoHosts:
 
     def _ray(self, python: str, timeout_s: float) -> None:
         ray = str(Path(python).with_name("ray"))
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+        # Ray kills a dead worker's child processes itself by default; clusters that turn this off (and agents
+        # whose raylet died) leave the servers running when the tuner dies. Off here, so that what stops
+        # them after a crash is the tuner's own per-node cleanup — the case the tests are about.
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_kill_child_processes_on_worker_exit": "0"}
         for host in self.hosts:
             role = (["--head", "--port", str(RAY_PORT), "--include-dashboard", "false"] if host is self.a
                     else ["--address", self.ray_address])
