@@ -107,7 +107,8 @@ def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
         if queries.get_study(database, name) is None:
             return 0
         return sum(1 for t in queries.list_trials(database, name) if t.state in ("complete", "failed")
-                   and not (t.reason or "").startswith("same configuration"))
+                   and not (t.reason or "").startswith("same configuration")
+                   and t.failure_kind != "environment")  # as ``tune._executed``: the budget counts configurations
     finally:
         database.close()
 
@@ -182,7 +183,8 @@ def trials_table(url: str, study: str, state: str | None = None) -> tuple[list[s
             point, _ = operating_point(job, ms)
             flags = sorted({f for m in ms for f in m.flags})
             by = f"{t.proposer} of {t.repeat_of}" if t.repeat_of is not None else t.proposer
-            rows.append([t.number, t.state.value, by, t.gpus, t.config.short() if t.config else t.config_text,
+            state = "failed: environment" if t.failure_kind == "environment" else t.state.value
+            rows.append([t.number, state, by, t.gpus, t.config.short() if t.config else t.config_text,
                          point.label() if point is not None and t.objectives else None, len(ms) or None,
                          *(obj.get(n) for n in names), (t.predicted or {}).get(first), t.violation,
                          ", ".join(flags) or None, t.deploy_s, t.warmup_s, t.measure_s,

@@ -1,5 +1,6 @@
 """``advisor``: the headless front end. Every command either works or says in one line what is wrong
-(exit code 2), never a traceback."""
+(exit code 2), never a traceback. ``advisor tune`` exits 3 when it stopped because the cluster kept failing
+(the environment, not the job: fix it and run the same command again)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from advisor import api
 from advisor.errors import BadInput, describe_validation_error
 from advisor.job import DEFAULT_STORAGE, ExecutorKind, load_job
 from advisor.study import redact_url
+from search_spaces import TrialState
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
@@ -31,6 +33,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
+#: ``advisor tune`` stopped because the environment kept failing (not bad input: 2 is for that).
+EXIT_ENVIRONMENT = 3
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
                                                 f"{DEFAULT_STORAGE}).", show_default=False)]
@@ -130,6 +134,11 @@ def tune(
         task = progress.add_task(f"tuning {study or job.name}", total=budget, best="")
 
         def on_trial(r: api.TrialReport) -> None:
+            if r.note:  # now, flushed: a trial may run for minutes after it (a retry on a fresh placement)
+                progress.console.print(r.note, markup=False, highlight=False, soft_wrap=True)
+                sys.stdout.flush()
+            if r.state is TrialState.RUNNING:  # the note was all
+                return
             if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
                 best["value"] = r.outcome.values[0]
                 best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
@@ -142,16 +151,21 @@ def tune(
         summary = api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
                                ray_address=ray_address)
     extra = ""
+    env = (f", {summary.environment_failed} failed twice for the environment (not counted)"
+           if summary.environment_failed else "")
     if summary.baseline is not None:
         extra += f", vLLM's defaults measured as trial {summary.baseline}"
     if summary.repeated:
         extra += f", {len(summary.repeated)} deployment(s) measured again ({', '.join(map(str, summary.repeated))})"
     console.print(f"study {summary.study!r} in {summary.storage}: {summary.executed} trials run this time "
-                  f"({summary.failed} failed), {summary.invalid} invalid candidates skipped, {summary.repeats} "
+                  f"({summary.failed} failed){env}, {summary.invalid} invalid candidates skipped, {summary.repeats} "
                   f"repeats reused{extra}; {summary.stopped_because}")
     if summary.interrupted_found:
         console.print(f"closed {summary.interrupted_found} trial(s) left running by an earlier tuner")
     _best(summary.study, url, top=10)
+    if summary.environment_broken:
+        err.print(f"error: {summary.stopped_because}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_ENVIRONMENT)
 
 
 # ----------------------------------------------------------------------------------------------- results

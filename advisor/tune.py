@@ -8,6 +8,7 @@ a failure is a recorded state, not an exception.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -26,9 +27,9 @@ from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
 from advisor.guide import MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide
 from advisor.job import SamplerKind, TuningJob
-from advisor.objectives import INFEASIBLE, Outcome, score, worst
+from advisor.objectives import INFEASIBLE, Outcome, objective_names, score, worst
 from advisor.study import open_study, redact_url
-from executors import Executor, RunResult, place
+from executors import Executor, FailureKind, RunResult, place
 from executors.cleanup import cleanup_resources
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
@@ -36,12 +37,26 @@ from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
 
 CONFIG_KEY_ATTR = "advisor_config_key"
+#: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
+_CONSTRAINT_KEY = "constraints:slo"
 STATE_ATTR = "advisor_state"
 #: "baseline" or "repeat": a measured trial outside the search (not counted in ``budget.trials``).
 EXTRA_ATTR = "advisor_extra"
 REPEAT_OF_ATTR = "advisor_repeat_of"
+#: Set on a trial whose first attempt failed for the environment: that attempt's reason.
+ENVIRONMENT_RETRY_ATTR = "advisor_environment_retry"
+#: "environment" on a trial told FAIL because the cluster failed it twice (its configuration is unjudged).
+FAILURE_ATTR = "advisor_failure"
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0
+#: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
+#: TIME_WAIT or a placement group being removed to clear, short against a deploy.
+ENVIRONMENT_RETRY_PAUSE_S = 5.0
+#: Trials in a row that failed for the environment (each after its retry) before the study stops: by then the
+#: cluster, not the search, needs a person.
+ENVIRONMENT_FAILURES_TO_STOP = 3
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -55,6 +70,8 @@ class TrialReport:
     reason: str | None = None
     executed: bool = False
     wall_s: float = 0.0
+    #: A line to show at once (an environment failure and what the tuner does about it); None otherwise.
+    note: str | None = None
 
 
 @dataclass
@@ -64,22 +81,48 @@ class TuneSummary:
     executed: int = 0
     invalid: int = 0
     failed: int = 0
+    #: Trials that failed twice for the environment this run (in neither ``executed`` nor ``failed``).
+    environment_failed: int = 0
     repeats: int = 0
     interrupted_found: int = 0
     baseline: int | None = None  # the trial measuring vLLM's defaults, when this run measured it
     repeated: list[int] = field(default_factory=list)  # trials measured again this run (their repeats' numbers)
     stopped_because: str = "budget reached"
+    #: The study stopped because the cluster kept failing (the CLI exits non-zero).
+    environment_broken: bool = False
     reports: list[TrialReport] = field(default_factory=list)
+
+
+def _environment_failed(t: optuna.trial.FrozenTrial) -> bool:
+    """Told FAIL because the cluster failed it: its configuration was never judged and may be proposed again."""
+    return t.state is optuna.trial.TrialState.FAIL and t.user_attrs.get(FAILURE_ATTR) == "environment"
+
+
+def _point_key(params: dict[str, Any]) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+def _grid_held(study: optuna.Study) -> set[str]:
+    """Grid points the study holds (asked, enqueued or told), except those the environment failed."""
+    return {_point_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
+            if not _environment_failed(t)}
 
 
 def _grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]:
     """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline), minus those the study
-    already holds — so a continued grid study picks up where it stopped."""
+    already holds — so a continued grid study picks up where it stopped. After a pass, points the environment
+    failed come round again (the loop's stop on repeated environment failures bounds this)."""
     model, wl = job.model_profile(), job.workload
     pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
     random.Random(job.sampler.seed).shuffle(pts)
-    done = {json.dumps(t.params, sort_keys=True, default=str) for t in study.get_trials(deepcopy=False)}
-    yield from (p for p in pts if json.dumps(p, sort_keys=True, default=str) not in done)
+    while True:
+        held = _grid_held(study)
+        todo = [p for p in pts if _point_key(p) not in held]
+        if not todo:
+            return
+        for p in todo:
+            if _point_key(p) not in _grid_held(study):  # another worker may have taken it meanwhile
+                yield p
 
 
 class _Heartbeat:
@@ -133,7 +176,8 @@ def tune(
             name, job.to_document(), description=job.description, executor=executor.kind,
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
-        summary.interrupted_found = _close_stale(database, study, name, ray_address or job.executor.ray_address)
+        summary.interrupted_found = _close_stale(job, database, study, name,
+                                                 ray_address or job.executor.ray_address)
         ctx = _Context(job, study, database, executor, name, summary, on_trial, _resume_guide(job, study, database, name))
         real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
         if real and job.baseline.enabled:
@@ -150,7 +194,11 @@ def tune(
 
 def _executed(study: optuna.Study) -> int:
     """Trials that ran (or are running, in any worker): the study's budget counts them, so several
-    workers sharing a study stop together instead of each running a whole budget."""
+    workers sharing a study stop together instead of each running a whole budget.
+
+    The budget is configurations measured: a trial the environment failed twice is not one (its
+    ``advisor_executed`` is false, as is that of a reused measurement); ``ENVIRONMENT_FAILURES_TO_STOP`` in a
+    row stop the study instead. ``api.executed_trials`` counts the same from the database."""
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     ran = sum(1 for t in study.get_trials(deepcopy=False, states=done)
               if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR))
@@ -195,7 +243,7 @@ def _loop(ctx: _Context, budget: int) -> None:
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     guide = ctx.guide
     asks, max_asks = 0, 50 * budget
-    consecutive_failures = 0
+    consecutive_failures = environment_failures = 0
     while (executed := _executed(study)) < budget:
         if ctx.out_of_time():
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
@@ -208,7 +256,8 @@ def _loop(ctx: _Context, budget: int) -> None:
             if point is None:
                 summary.stopped_because = "grid exhausted"
                 return
-            study.enqueue_trial(point, skip_if_exists=True)
+            # not skip_if_exists: Optuna would skip a point whose only trial the environment failed
+            study.enqueue_trial(point)
         else:
             enqueue_turn(guide, study, executed, lambda: _taken(guide, study), _best_value(study))
         asks += 1
@@ -241,6 +290,17 @@ def _loop(ctx: _Context, budget: int) -> None:
                                                        wall_s=time.monotonic() - t0))
             continue
         state, outcome, run = _run_trial(ctx, trial, cfg, proposer)
+        if _is_environment_failure(state, run):  # not a configuration measured: no budget, no failure streak
+            environment_failures += 1
+            summary.environment_failed += 1
+            if environment_failures >= ENVIRONMENT_FAILURES_TO_STOP:
+                summary.stopped_because = f"the environment keeps failing: {_one_line(run.reason)} " \
+                    f"({environment_failures} trials in a row, each retried once; fix the cluster, then run the " \
+                    "same command again)"
+                summary.environment_broken = True
+                return
+            continue
+        environment_failures = 0
         summary.executed += 1
         if state is TrialState.COMPLETE:
             seen[key] = _frozen(study, trial.number)
@@ -274,7 +334,10 @@ def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[st
 def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str, *,
                extra: str | None = None, repeat_of: int | None = None,
                start: float | None = None) -> tuple[TrialState, Outcome, RunResult]:
-    """Deploy, measure (knee search from the model's prediction, or from ``start``), tear down, record, tell."""
+    """Deploy, measure (knee search from the model's prediction, or from ``start``), tear down, record, tell.
+
+    A run the environment failed (``FailureKind.ENVIRONMENT``) says nothing about ``cfg``: it is deployed once
+    more, fresh, in the same trial; failing the environment again, the trial is told FAIL (not infeasible)."""
     t0 = time.monotonic()
     job, database = ctx.job, ctx.database
     if extra:
@@ -287,24 +350,62 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         plan = MeasurePlan(plan.slos, start)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
                                worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of)
+    first: RunResult | None = None  # the attempt the environment failed, when there was one
+
+    def evaluate() -> RunResult:
+        return ctx.executor.evaluate(topo, job.workload, plan=plan,
+                                     on_started=lambda res, tid=tid: database.record_resources(tid, res))
+
     try:
         with _Heartbeat(database, tid):
-            run = ctx.executor.evaluate(topo, job.workload, plan=plan,
-                                        on_started=lambda res, tid=tid: database.record_resources(tid, res))
+            run = evaluate()
+            if run.failure is FailureKind.ENVIRONMENT:
+                first = run
+                trial.set_user_attr(ENVIRONMENT_RETRY_ATTR, _one_line(run.reason))
+                _notify(ctx, TrialReport(
+                    trial.number, TrialState.RUNNING, cfg, None, run.reason,
+                    note=f"trial {trial.number}: environment failure ({_one_line(run.reason)}): retrying on a fresh "
+                         f"placement in {ENVIRONMENT_RETRY_PAUSE_S:g} s"))
+                time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
+                run = evaluate()
     except KeyboardInterrupt:
         database.finish_trial(tid, TrialState.INTERRUPTED, reason="interrupted by the user (Ctrl-C)")
-        ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
         raise
-    state, outcome = _record(job, database, tid, run)
-    _tell(ctx.study, trial, cfg, outcome, state)
+    state, outcome = _record(job, database, tid, run, first)
+    note = None
+    if _is_environment_failure(state, run):
+        _tell_environment_failure(ctx.study, trial)
+        note = (f"trial {trial.number}: environment failure again ({_one_line(run.reason)}): recorded as "
+                "failed: environment; its configuration is not judged and the budget does not count it")
+    else:
+        _tell(ctx.study, trial, cfg, outcome, state)
     if ctx.guide is not None and state is TrialState.COMPLETE:
         if predicted and outcome.feasible:
             ctx.guide.judge(predicted, outcome.as_dict(job))
         ctx.guide.observe(cfg, run.measurements)
+    executed = extra is None and not _is_environment_failure(state, run)
     _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason,
-                                                   executed=extra is None, wall_s=time.monotonic() - t0))
+                                                   executed=executed, wall_s=time.monotonic() - t0, note=note))
     return state, outcome, run
+
+
+def _is_environment_failure(state: TrialState, run: RunResult) -> bool:
+    return state is TrialState.FAILED and run.failure is FailureKind.ENVIRONMENT
+
+
+def _one_line(text: str | None, limit: int = 300) -> str:
+    """An executor's reason as a progress line can show it (reasons may carry a traceback's lines)."""
+    line = " ".join((text or "no reason given").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _notify(ctx: _Context, r: TrialReport) -> None:
+    """Show a report now without counting it among the trials' results (the trial is still running)."""
+    log.info("%s", r.note)
+    if ctx.on_trial is not None:
+        ctx.on_trial(r)
 
 
 def _extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
@@ -403,29 +504,58 @@ def _constraint(t: optuna.trial.FrozenTrial) -> float:
     return max((v for k, v in t.system_attrs.items() if k.startswith("constraints")), default=0.0)
 
 
-def _record(job: TuningJob, database: db.Database, tid: int, run: RunResult) -> tuple[TrialState, Outcome]:
+def _record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
+            first: RunResult | None = None) -> tuple[TrialState, Outcome]:
+    """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
+    in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
     timings = {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
+    retry = f"the first attempt failed for the environment ({_one_line(first.reason)})" if first else None
     if run.ok and run.measurements:
         outcome = score(job, run.measurements)
         database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
-                              objectives=outcome.as_dict(job), violation=outcome.violation)
+                              objectives=outcome.as_dict(job), violation=outcome.violation,
+                              reason=f"retried on a fresh placement: {retry}" if retry else None,
+                              log_tail=first.log_tail if first else None)
         return TrialState.COMPLETE, outcome
     outcome = worst(job)
+    reason = run.reason or "the executor returned no measurements"
+    if retry:
+        reason += f" (retried on a fresh placement: {retry})"
     database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
                           objectives=None, violation=INFEASIBLE,
                           failure_kind=run.failure.value if run.failure else "no_measurements",
-                          reason=run.reason or "the executor returned no measurements", log_tail=run.log_tail)
+                          reason=reason, log_tail=run.log_tail or (first.log_tail if first else None))
     return TrialState.FAILED, outcome
 
 
-def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig, outcome: Outcome, state: TrialState,
-          *, executed: bool = True) -> None:
-    """Every outcome reaches Optuna as COMPLETE with a constraint, so samplers learn from failures too."""
-    trial.set_user_attr(STATE_ATTR, state.value)
-    trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
-    trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
-    trial.set_constraint("slo", outcome.violation)
-    study.tell(trial, outcome.values)
+def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,
+          state: TrialState, *, executed: bool = True) -> None:
+    """Every outcome reaches Optuna as COMPLETE with a constraint, so samplers learn from failures too.
+
+    Told at most once: a resuming tuner may have told this trial from its record already
+    (``_tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
+    try:
+        trial.set_user_attr(STATE_ATTR, state.value)
+        trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+        if cfg is not None:
+            trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+        if _CONSTRAINT_KEY not in study._storage.get_trial_system_attrs(trial._trial_id):  # set by a killed tuner
+            trial.set_constraint("slo", outcome.violation)
+        study.tell(trial, outcome.values, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was already told (by a resuming tuner)", trial.number)
+
+
+def _tell_environment_failure(study: optuna.Study, trial: optuna.Trial) -> None:
+    """FAIL, not COMPLETE-infeasible: the sampler must not learn that the configuration is bad, and may propose
+    it again. No config key either (``_taken`` and the dedup read it as "measured")."""
+    try:
+        trial.set_user_attr(STATE_ATTR, TrialState.FAILED.value)
+        trial.set_user_attr("advisor_executed", False)
+        trial.set_user_attr(FAILURE_ATTR, FailureKind.ENVIRONMENT.value)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was already told (by a resuming tuner)", trial.number)
 
 
 def _worker_dead(worker: str | None) -> bool:
@@ -458,19 +588,48 @@ def close_interrupted(database: db.Database, name: str, *, stale_after_s: float 
     return out
 
 
-def _close_stale(database: db.Database, study: optuna.Study, name: str, ray_address: str | None) -> int:
-    """Close interrupted trials here and tell Optuna they failed, so the numbers and budget stay right."""
+def _close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name: str,
+                 ray_address: str | None) -> int:
+    """Close interrupted trials here and bring Optuna in line with the database, so the numbers and budget stay
+    right: recording (our database) and telling (Optuna) are two transactions, and a tuner killed between them
+    leaves an Optuna trial RUNNING whose result is already stored — it is told from the record here."""
     closed = {n for n, _ in close_interrupted(database, name, ray_address=ray_address)}
     now = datetime.now(UTC)
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        row = db.queries.get_trial(database, name, t.number)
+        if row is not None and row.state is not TrialState.RUNNING:
+            _tell_from_record(job, study, t, row)
+            continue
         # asked but never recorded by a tuner that died at once: only once it is old (another worker's trial
         # sits in this state for the milliseconds between ask and start_trial)
         started = t.datetime_start.astimezone(UTC) if t.datetime_start else None  # Optuna: naive local time
-        orphan = started is not None and (now - started).total_seconds() > STALE_AFTER_S and \
-            db.queries.get_trial(database, name, t.number) is None
-        if t.number in closed or orphan:
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+        if row is None and started is not None and (now - started).total_seconds() > STALE_AFTER_S:
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(closed)
+
+
+def _tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:
+    """Tell Optuna what ``_tell`` would have told for a trial the database has finished: the recorded objectives
+    in the job's objective order, the recorded violation, the same user attributes. A live worker about to tell
+    the same trial finds it told and drops its own (identical) tell."""
+    trial = optuna.Trial(study, t._trial_id)
+    try:
+        if row.state is TrialState.FAILED and row.failure_kind == FailureKind.ENVIRONMENT.value:
+            _tell_environment_failure(study, trial)
+            return
+        if row.state is TrialState.INTERRUPTED:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            return
+        if row.state is TrialState.COMPLETE and row.objectives:
+            names = objective_names(job)
+            values = [float(v) if (v := row.objectives.get(n)) is not None else 0.0 for n in names]
+            outcome = Outcome(values, row.violation if row.violation is not None else 0.0, None)
+        else:  # FAILED or INVALID: what ``_record``/``record_invalid`` were told with
+            outcome = worst(job)
+        reused = (row.reason or "").startswith("same configuration")
+        _tell(study, trial, row.config, outcome, row.state, executed=not reused)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was told by its own tuner meanwhile", t.number)
 
 
 def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: TrialReport) -> None:
