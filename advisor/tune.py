@@ -93,19 +93,16 @@ class TuneSummary:
     reports: list[TrialReport] = field(default_factory=list)
 
 
-def _environment_failed(t: optuna.trial.FrozenTrial) -> bool:
-    """Told FAIL because the cluster failed it: its configuration was never judged and may be proposed again."""
-    return t.state is optuna.trial.TrialState.FAIL and t.user_attrs.get(FAILURE_ATTR) == "environment"
-
-
 def _point_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
 def _grid_held(study: optuna.Study) -> set[str]:
-    """Grid points the study holds (asked, enqueued or told), except those the environment failed."""
+    """Grid points the study holds (asked, enqueued or told), except those told FAIL: a configuration's own
+    failure is told COMPLETE-infeasible, so FAIL means it was never judged (the environment failed it, or its
+    tuner was interrupted) and the grid measures it again."""
     return {_point_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
-            if not _environment_failed(t)}
+            if t.state is not optuna.trial.TrialState.FAIL}
 
 
 def _grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]:
