@@ -23,7 +23,7 @@ from rich.table import Table
 
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, load_job
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, load_job, require_valid_candidates
 from advisor.study import redact_url
 from search_spaces import TrialState
 
@@ -97,14 +97,29 @@ def _levels_text(job: Any) -> str:
 
 @app.command()
 @friendly
-def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")]) -> None:
-    """Check a job file and its search space; write nothing."""
+def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
+             show: Annotated[bool, typer.Option("--show", help="Also print the resolved job (preset merged, "
+                                                "defaults filled in, passwords redacted) and its search space.")]
+             = False) -> None:
+    """Check a job file and its search space; write nothing. Exit 2 when no candidate of the space is valid."""
     job = load_job(job_file)
-    info = api.space_summary(job)
+    info = require_valid_candidates(job, str(job_file))
+    if show:
+        doc = job.to_document()
+        sys.stdout.write(f"# {job_file}, resolved: preset merged key by key (nested mappings deeply), defaults "
+                         f"filled in\n")
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None))
+        sys.stdout.write(f"# derived: workload.max_model_len = {job.workload.max_model_len} "
+                         f"(isl.max {job.workload.isl.max} + osl.max {job.workload.osl.max})\n")
+        sys.stdout.write("# space: each dimension's choices\n")
+        for name, choices in info.dims.items():
+            sys.stdout.write(f"#   {name}: {', '.join(map(str, choices))}\n")
+        sys.stdout.flush()
+    more = " (enumeration stopped there)" if info.truncated else ""
     console.print(f"[green]ok[/] {job_file}: study {job.name!r}, {job.model_profile().name} on "
-                  f"{job.cluster.describe()}; {info['candidates']} candidates, {info['valid']} valid, "
+                  f"{job.cluster.describe()}; {info.candidates} candidates{more}, {info.valid} valid, "
                   f"{_levels_text(job)}, executor {job.executor.kind.value}")
-    for rule, n in sorted(info["broken_rules"].items(), key=lambda kv: -kv[1]):
+    for rule, n in sorted(info.broken.items(), key=lambda kv: -kv[1]):
         console.print(f"  {n:>7} candidates break {rule}")
 
 

@@ -1,12 +1,16 @@
 """TuningJob: what the user asks for, loaded from YAML and checked before anything runs.
 
 A job may name a preset (``search_spaces/presets/NAME.yaml``); the job's own keys override the
-preset's, key by key. Whatever is wrong comes back as one ``BadInput`` line naming the field.
+preset's, key by key and deeply: a nested mapping overrides only the keys it names (``workload: {isl: {mean:
+1024}}`` keeps the preset's ``isl.range_ratio``), a list or scalar replaces the preset's whole, and derived
+values (``workload.max_model_len``) follow the merged result; ``advisor validate --show`` prints it. Whatever is wrong comes back as one ``BadInput`` line naming the field.
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,7 @@ from search_spaces import (
     ModelProfile,
     SearchSpace,
     Workload,
+    check,
     load_preset,
     model_preset,
 )
@@ -260,7 +265,66 @@ class TuningJob(BaseModel):
         return doc
 
 
+@dataclass(frozen=True)
+class SpaceReport:
+    """What a job's search space holds on its model and cluster: the dimensions and their choices, the
+    candidates, how many pass every validity rule, and per rule how many it removes (with one reason)."""
+
+    candidates: int
+    valid: int
+    truncated: bool
+    dims: dict[str, list[Any]] = field(default_factory=dict)
+    broken: dict[str, int] = field(default_factory=dict)
+    example: dict[str, str] = field(default_factory=dict)
+
+    def rules_line(self) -> str:
+        """The rules by how many candidates each removes: ``2 × memory-fit (mixed: 45.3 GiB …)``."""
+        return "; ".join(f"{n} × {rule} ({self.example[rule]})"
+                         for rule, n in sorted(self.broken.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def space_report(job: TuningJob, limit: int = 250_000) -> SpaceReport:
+    """Enumerate (up to ``limit``) the job's candidates and check each one; write nothing."""
+    model, wl = job.model_profile(), job.workload
+    dims: dict[str, list[Any]] = {}
+    broken: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    n = valid = 0
+    for params, cfg in job.space.enumerate():
+        n += 1
+        for k, v in params.items():
+            seen = dims.setdefault(k, [])
+            if v not in seen:
+                seen.append(v)
+        violations = check(cfg, model, job.cluster, wl.max_model_len)
+        if not violations:
+            valid += 1
+        broken.update({v.rule for v in violations})  # a rule counts once per candidate (not per role)
+        for v in violations:
+            example.setdefault(v.rule, v.reason)
+        if n >= limit:
+            break
+    return SpaceReport(n, valid, n >= limit, dims, dict(broken), example)
+
+
+def require_valid_candidates(job: TuningJob, source: str = "job") -> SpaceReport:
+    """The space report; BadInput with one line naming the rules when no candidate may run."""
+    rep = space_report(job)
+    if rep.valid == 0:
+        of = (f"none of the first {rep.candidates:,} candidates is" if rep.truncated else
+              "the only candidate is not" if rep.candidates == 1 else f"none of the {rep.candidates:,} candidates is")
+        hint = (f"give space.mixed/prefill/decode wider instances (dp_sizes, tp_sizes) or shorter sequences "
+                f"(workload isl + osl: max_model_len {job.workload.max_model_len})" if "memory-fit" in rep.broken
+                else "change space.* so that some candidate passes these rules")
+        raise BadInput(f"{source}: space: {of} valid on {job.cluster.describe()}: "
+                       f"{rep.rules_line()}; {hint}")
+    return rep
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge: a mapping in ``over`` merges into the preset's mapping key by key (so ``workload: {isl:
+    {mean: 1024}}`` keeps the preset's ``isl.range_ratio``); any other value — a list, a scalar, null —
+    replaces the preset's whole. ``advisor validate --show`` prints the merged job."""
     out = copy.deepcopy(base)
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -271,9 +335,16 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -> TuningJob:
-    """Validate a job document (after applying its preset); raise BadInput with one line."""
+    """Validate a job document (after applying its preset); raise BadInput with one line.
+
+    With ``preset: NAME`` the job is the preset's document deep-merged with the job's own keys (see
+    ``_merge``); values derived from the workload (max_model_len) are computed from the merged result."""
+    if doc is None:
+        raise BadInput(f"{source}: the job is empty; a job is a YAML mapping with at least name and a preset "
+                       "(or name, model and cluster)")
     if not isinstance(doc, dict):
-        raise BadInput(f"{source}: the document must be a mapping of fields (got {type(doc).__name__})")
+        raise BadInput(f"{source}: the document must be a mapping of fields such as name, preset, model, cluster "
+                       f"(got {type(doc).__name__})")
     preset = doc.get("preset")
     if preset is not None:
         try:
@@ -291,21 +362,45 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
         job._base_dir = str(base_dir)
     try:
         job.model_profile()
-    except (OSError, ValueError, KeyError) as e:
-        raise BadInput(f"{source}: model: {e}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        field = "model.path" if job.model.path else "model"
+        raise BadInput(f"{source}: {field}: {_one_line(e)}") from None
     return job
 
 
+#: A job file is a few kilobytes; past this it is not a job (and YAML would take long to say so).
+MAX_JOB_BYTES = 4 * 1024 * 1024
+
+
+def _one_line(e: BaseException) -> str:
+    text = e.args[0] if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str) else str(e)
+    return " ".join(text.split())
+
+
 def load_job(path: str | Path) -> TuningJob:
+    """Read, parse and validate a job file; whatever is wrong is one ``BadInput`` line naming the file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        if p.is_file() and p.stat().st_size > MAX_JOB_BYTES:
+            raise BadInput(f"{p}: {p.stat().st_size:,} bytes is too large for a job file (at most "
+                           f"{MAX_JOB_BYTES:,}); a job is a small YAML file")
+        raw = p.read_bytes()
     except OSError as e:
         raise BadInput(f"{p}: cannot read the job file ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a job is a YAML "
+                       "file") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise BadInput(f"{p}: not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+        if isinstance(e, yaml.reader.ReaderError):  # a control character: say which and where
+            where = f" (character #x{e.character:04x} at offset {e.position})" if isinstance(e.character, int) else ""
+        what = getattr(e, "problem", None) or getattr(e, "reason", None) or _one_line(e)
+        raise BadInput(f"{p}: not valid YAML{where}: {what}") from None
+    except RecursionError:
+        raise BadInput(f"{p}: not a job: nested too deeply for YAML to read") from None
     return job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())

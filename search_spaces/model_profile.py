@@ -10,7 +10,7 @@ import json
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class AttentionKind(StrEnum):
@@ -114,18 +114,66 @@ class ModelProfile(BaseModel):
 
     @classmethod
     def from_hf_config(cls, path: str | Path, *, name: str | None = None) -> ModelProfile:
-        """Read an HF ``config.json`` (a file or the folder that holds it)."""
+        """Read an HF ``config.json`` (a file or the folder that holds it). Whatever is wrong with it is a
+        one-line ``ValueError`` naming the file (and the key or the JSON position)."""
         p = Path(path)
         if p.is_dir():
             p = p / "config.json"
         if not p.is_file():
             raise FileNotFoundError(f"no config.json at {p}")
-        cfg = json.loads(p.read_text())
-        return cls.from_hf_dict(cfg, name=name or p.parent.name)
+        raw = p.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a model "
+                             "config.json is JSON") from None
+        try:
+            cfg = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        except RecursionError:
+            raise ValueError(f"{p}: not a model config: JSON nested too deeply") from None
+        return cls.from_hf_dict(cfg, name=name or p.parent.name, source=str(p))
 
     @classmethod
-    def from_hf_dict(cls, cfg: dict, *, name: str) -> ModelProfile:
-        if "n_routed_experts" in cfg or "kv_lora_rank" in cfg:  # DeepSeek-V2/V3 spelling
+    def from_hf_dict(cls, cfg: dict, *, name: str, source: str = "config.json") -> ModelProfile:
+        """A profile from a parsed HF config (DeepSeek-V2/V3 or Qwen-MoE/Mixtral spelling); a key missing or of
+        the wrong kind is a one-line ``ValueError`` naming the key and ``source``."""
+        if not isinstance(cfg, dict):
+            raise ValueError(f"{source}: must be a JSON object of model facts (got {type(cfg).__name__}); "
+                             f"{_MOE_NEEDS}")
+        deepseek = [k for k in _DEEPSEEK_KEYS if k in cfg]
+        family = f"DeepSeek-style config (has {', '.join(deepseek)})" if deepseek else "config"
+        if deepseek:
+            need = ["num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank",
+                    "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"]
+        else:
+            if not (cfg.get("num_experts") or cfg.get("num_local_experts")):
+                raise ValueError(f"{source}: names no routed experts (n_routed_experts / num_experts / "
+                                 f"num_local_experts): not a MoE model; {_MOE_NEEDS}")
+            need = ["num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "num_experts_per_tok"]
+            if not (cfg.get("moe_intermediate_size") or cfg.get("intermediate_size")):
+                need.append("moe_intermediate_size")
+        missing = [k for k in need if cfg.get(k) is None]
+        if missing:
+            keys = ", ".join(missing)
+            raise ValueError(f"{source}: {family} is missing {keys}; {_MOE_NEEDS}")
+        try:
+            return cls._from_hf_dict(cfg, name=name, deepseek=bool(deepseek))
+        except ValidationError as e:
+            err = e.errors(include_url=False)[0]
+            fact = ".".join(map(str, err["loc"]))
+            key = _HF_KEY.get(fact, fact)
+            msg = err["msg"].removeprefix("Value error, ")
+            got = err.get("input")
+            shown = f" (got {got!r})" if fact and not isinstance(got, dict | list) else ""
+            raise ValueError(f"{source}: {key + ': ' if key else ''}{msg}{shown}") from None
+        except (TypeError, AttributeError, ZeroDivisionError) as e:
+            raise ValueError(f"{source}: a value has the wrong type or is zero ({e}); {_MOE_NEEDS}") from None
+
+    @classmethod
+    def _from_hf_dict(cls, cfg: dict, *, name: str, deepseek: bool) -> ModelProfile:
+        if deepseek:  # DeepSeek-V2/V3 spelling
             nope, rope = cfg.get("qk_nope_head_dim", 128), cfg.get("qk_rope_head_dim", 64)
             quant = (cfg.get("quantization_config") or {}).get("quant_method")
             return cls(
@@ -151,8 +199,6 @@ class ModelProfile(BaseModel):
                 mtp_layers=cfg.get("num_nextn_predict_layers", 0) or 0,
             )
         experts = cfg.get("num_experts") or cfg.get("num_local_experts")
-        if not experts:
-            raise ValueError("config.json names no routed experts (num_experts / n_routed_experts): not a MoE model")
         heads = cfg["num_attention_heads"]
         return cls(
             name=name,
@@ -171,6 +217,20 @@ class ModelProfile(BaseModel):
             dense_intermediate_size=cfg.get("intermediate_size", 0),
             weight_bytes=2.0,
         )
+
+
+#: Keys only DeepSeek-V2/V3-style (MLA) configs have: their presence selects that reading.
+_DEEPSEEK_KEYS = ("kv_lora_rank", "n_routed_experts")
+_MOE_NEEDS = ("the model must be a MoE config.json with the routed expert count (n_routed_experts, num_experts "
+              "or num_local_experts), num_experts_per_tok, moe_intermediate_size, num_hidden_layers, hidden_size, "
+              "num_attention_heads and vocab_size (DeepSeek-style also kv_lora_rank)")
+#: Profile field → the config.json key it is read from (for messages).
+_HF_KEY = {"num_layers": "num_hidden_layers", "num_dense_layers": "first_k_dense_replace / mlp_only_layers",
+           "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads",
+           "n_routed_experts": "n_routed_experts / num_experts / num_local_experts", "top_k": "num_experts_per_tok",
+           "head_dim": "head_dim / qk_nope_head_dim + qk_rope_head_dim", "dense_intermediate_size":
+           "intermediate_size", "n_shared_experts": "n_shared_experts / shared_expert_intermediate_size",
+           "mtp_layers": "num_nextn_predict_layers", "moe_intermediate_size": "moe_intermediate_size"}
 
 
 MODEL_PRESETS: dict[str, ModelProfile] = {

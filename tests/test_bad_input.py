@@ -37,7 +37,23 @@ EXPECT = {
     "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
     "real_executor_without_weights.yaml": ["model.preset", "model.path"],
     "negative_guided_trials.yaml": ["sampler.guided_trials", "greater than or equal to 0"],
+    # what the file is, before any field: bytes, emptiness, the document's shape (issue #15)
+    "random_bytes.yaml": ["random_bytes.yaml", "not UTF-8", "0x9f at offset 11", "YAML"],
+    "empty.yaml": ["empty.yaml", "empty", "name"],
+    "only_comment.yaml": ["only_comment.yaml", "empty"],
+    "scalar_document.yaml": ["mapping", "got str"],
+    "control_character.yaml": ["not valid YAML", "#x0000"],
+    # the model's config.json: the file, and the key or the JSON position
+    "broken_model_json.yaml": ["model.path", "broken-json/config.json", "not valid JSON", "line 5, column 3"],
+    "deepseek_config_without_experts.yaml": ["model.path", "deepseek-without-experts/config.json",
+                                             "DeepSeek-style", "kv_lora_rank", "missing n_routed_experts",
+                                             "num_experts_per_tok"],
+    "model_config_not_an_object.yaml": ["list-config/config.json", "JSON object", "got list"],
+    # a space none of whose candidates can run: the rules that removed them, counted
+    "no_valid_candidate.yaml": ["space", "none of the 2 candidates is valid", "2 × memory-fit", "GiB of weights"],
 }
+#: Valid to load, bad only to validate (tune's own check of the space belongs to advisor/tune.py).
+VALIDATE_ONLY = {"no_valid_candidate.yaml"}
 
 
 def advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -62,6 +78,8 @@ def test_corpus_is_complete() -> None:
 def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
     if command == "validate" and name == "real_executor_without_weights.yaml":
         pytest.skip("a valid job: only running it needs weights")
+    if command == "tune" and name in VALIDATE_ONLY:
+        pytest.skip("checked by validate")
     db = tmp_path / "study.db"
     args = [command, str(BAD / name)] + (["--storage", f"sqlite:///{db}"] if command == "tune" else [])
     line = _one_line(advisor(*args, cwd=tmp_path))
@@ -117,3 +135,45 @@ def test_reading_a_missing_database_creates_nothing(tmp_path: Path) -> None:
     dbfile = tmp_path / "none.db"
     line = _one_line(advisor("studies", "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
     assert "no database" in line and not dbfile.exists()
+
+
+def test_no_traceback_for_any_model_config_key_missing(tmp_path: Path) -> None:
+    """Dropping any one required key of a DeepSeek-style config.json names that key and the file."""
+    import json
+
+    full = json.loads((BAD / "models" / "deepseek-without-experts" / "config.json").read_text())
+    full["n_routed_experts"] = 256
+    for key in ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "kv_lora_rank",
+                "num_experts_per_tok", "moe_intermediate_size"):
+        folder = tmp_path / key
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({k: v for k, v in full.items() if k != key}))
+        from search_spaces import ModelProfile
+
+        with pytest.raises(ValueError, match=rf"{key}/config.json: .*missing {key}"):
+            ModelProfile.from_hf_config(folder)
+
+
+def test_validate_show_prints_the_resolved_job(tmp_path: Path) -> None:
+    """A nested override merges into the preset key by key, and --show makes that visible: the preset's
+    isl.range_ratio stays, the derived max_model_len follows the merged lengths, the password is redacted."""
+    import yaml
+
+    job = tmp_path / "job.yaml"
+    job.write_text("name: shown\npreset: cpu-tiny-moe\nworkload: {isl: {mean: 1024}}\n"
+                   "storage: postgresql+psycopg://u:secret@127.0.0.1:1/db\n")
+    plain = advisor("validate", str(job), cwd=tmp_path)
+    assert plain.returncode == 0 and plain.stdout.startswith("ok ") and "storage:" not in plain.stdout
+    p = advisor("validate", str(job), "--show", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "secret" not in p.stdout
+    doc = yaml.safe_load(p.stdout.split("\nok ")[0])
+    assert doc["workload"]["isl"] == {"mean": 1024, "range_ratio": 0.2}  # the preset's range_ratio kept
+    assert doc["workload"]["osl"] == {"mean": 32, "range_ratio": 0.5}
+    assert doc["budget"]["trials"] == 200 and doc["baseline"]["enabled"] is False  # defaults and preset
+    assert doc["storage"] == "postgresql+psycopg://u:***@127.0.0.1:1/db"
+    assert "workload.max_model_len = 1276 (isl.max 1228 + osl.max 48)" in p.stdout  # not the preset's 355
+    assert "#   mode: aggregated, disaggregated" in p.stdout
+    assert "#   mixed_max_num_seqs: 4, 16" in p.stdout
+    assert "4 candidates, 4 valid" in p.stdout
+    assert not list(tmp_path.glob("*.db"))
