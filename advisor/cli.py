@@ -108,9 +108,12 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
         doc = job.to_document()
         sys.stdout.write(f"# {job_file}, resolved: preset merged key by key (nested mappings deeply), defaults "
                          f"filled in\n")
-        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120, default_flow_style=None))
-        sys.stdout.write(f"# derived: workload.max_model_len = {job.workload.max_model_len} "
-                         f"(isl.max {job.workload.isl.max} + osl.max {job.workload.osl.max})\n")
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120,
+                                        default_flow_style=None))
+        wl = job.workload
+        turns = f") × {wl.turns} turns" if wl.dataset.value == "agentic" else ")"
+        sys.stdout.write(f"# derived: workload.max_model_len = {wl.max_model_len} "
+                         f"(isl.max {wl.isl.max} + osl.max {wl.osl.max}{turns}\n")
         sys.stdout.write("# space: each dimension's choices\n")
         for name, choices in info.dims.items():
             sys.stdout.write(f"#   {name}: {', '.join(map(str, choices))}\n")

@@ -3,7 +3,8 @@
 A job may name a preset (``search_spaces/presets/NAME.yaml``); the job's own keys override the
 preset's, key by key and deeply: a nested mapping overrides only the keys it names (``workload: {isl: {mean:
 1024}}`` keeps the preset's ``isl.range_ratio``), a list or scalar replaces the preset's whole, and derived
-values (``workload.max_model_len``) follow the merged result; ``advisor validate --show`` prints it. Whatever is wrong comes back as one ``BadInput`` line naming the field.
+values (``workload.max_model_len``) follow the merged result; ``advisor validate --show`` prints it.
+Whatever is wrong comes back as one ``BadInput`` line naming the field.
 """
 
 from __future__ import annotations
