@@ -23,8 +23,10 @@ from rich.table import Table
 
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, load_job, require_valid_candidates
+from advisor.executor_factory import make_executor
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job, require_valid_candidates
 from advisor.study import redact_url
+from executors import Executor
 from search_spaces import TrialState
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -144,9 +146,22 @@ def tune(
         job = job.model_copy(update={"budget": job.budget.model_copy(update={"wall_time_s": wall_time})})
     if executor is not None:
         job = job.model_copy(update={"executor": job.executor.model_copy(update={"kind": executor})})
+    require_valid_candidates(job, job_file)  # a space with nothing to run: one line, exit 2
     url = storage or job.storage
     budget = trials or job.budget.trials
     best: dict[str, Any] = {"text": "–"}
+    # the executor first: bad executor input, or a Ray cluster that cannot run the job, is one line before any
+    # progress bar (and before anything is written)
+    ex = make_executor(job, ray_address=ray_address)
+    try:
+        summary = _tune_with_progress(job, ex, url, study, budget, best, ray_address)
+    finally:
+        ex.close()
+    _tune_summary(summary, url)
+
+
+def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | None, budget: int,
+                        best: dict[str, Any], ray_address: str | None) -> api.TuneSummary:
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[best]}"), console=console, transient=False) as progress:
         task = progress.add_task(f"tuning {study or job.name}", total=budget, best="")
@@ -166,8 +181,11 @@ def tune(
 
         done = [api.executed_trials(job, url, study)]
         progress.update(task, completed=done[0])
-        summary = api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
-                               ray_address=ray_address)
+        return api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
+                            ray_address=ray_address, executor=ex)
+
+
+def _tune_summary(summary: api.TuneSummary, url: str) -> None:
     extra = ""
     env = (f", {summary.environment_failed} failed twice for the environment (not counted)"
            if summary.environment_failed else "")

@@ -252,7 +252,9 @@ class RayExecutor(Executor):
         import ray
 
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            # Ray's own INFO lines ("Connecting to existing Ray cluster…") would break the CLI's one-line answers
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "logging_level": logging.WARNING}
             address = self.ray_address or os.environ.get("RAY_ADDRESS")
             if address:
                 ray.init(address=address, **kw)

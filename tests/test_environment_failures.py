@@ -207,9 +207,10 @@ class BrokenCluster(SimulatedExecutor):
 
 t.ENVIRONMENT_RETRY_PAUSE_S = 0.0
 t.make_executor = lambda job, ray_address=None: BrokenCluster(job.model_profile(), default_params(job.cluster.gpu))
+import advisor.cli as c
+c.make_executor = t.make_executor  # the CLI builds the executor before its progress bar
 sys.argv = ["advisor", *sys.argv[2:]]
-from advisor.cli import main
-main()
+c.main()
 """.replace("NODE_LOST", NODE_LOST)
 
 

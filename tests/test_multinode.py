@@ -59,7 +59,7 @@ def cluster(tmp_path_factory):
     assert left == {h_: [] for h_ in left}, left
 
 
-def _job(work: Path, model: Path, cluster: two_hosts.TwoHosts, **over: Any) -> dict[str, Any]:
+def _job(work: Path, model: Path, hosts: two_hosts.TwoHosts, **over: Any) -> dict[str, Any]:
     job: dict[str, Any] = {
         "name": "twohost",
         "model": {"path": str(model)},
@@ -78,7 +78,7 @@ def _job(work: Path, model: Path, cluster: two_hosts.TwoHosts, **over: Any) -> d
         "baseline": {"enabled": False},
         "budget": {"trials": 2, "repeat_top": 0},
         # gloo must use the hosts' shared network, not whatever the hostname resolves to
-        "executor": {"kind": "ray", "ray_address": cluster.ray_address, "run_dir": str(work / "runs"),
+        "executor": {"kind": "ray", "ray_address": hosts.ray_address, "run_dir": str(work / "runs"),
                      "env": {"GLOO_SOCKET_IFNAME": "eth0"}, "timeouts": {"health_s": 400}},
     }
     for k, v in over.items():
@@ -198,9 +198,9 @@ def test_nothing_left_on_either_host(study, cluster) -> None:
     assert _optuna_running(study["url"], "twohost") == []
 
 
-def test_cluster_bigger_than_ray_exits_2_with_one_line(study, cluster) -> None:
-    work = study["work"]
-    job = _job(work, study["model"], cluster, name="toobig", cluster={"nodes": 3})
+def test_cluster_bigger_than_ray_exits_2_with_one_line(cluster, tmp_path) -> None:
+    work = tmp_path
+    job = _job(work, make_tiny_moe(work / "tiny-dense", dense=True), cluster, name="toobig", cluster={"nodes": 3})
     (work / "toobig.yaml").write_text(json.dumps(job))
     url = f"sqlite:///{work / 'toobig.db'}"
     p = _tune(cluster, work / "toobig.yaml", url)
@@ -315,7 +315,8 @@ def test_exported_launch_script_runs_pd_across_the_two_hosts(study, cluster, tmp
                 " headers={'Content-Type': 'application/json'}, data=json.dumps({'model': sys.argv[1],"
                 " 'prompt': sys.argv[2], 'max_tokens': 8}).encode())\n"
                 "print(json.loads(urllib.request.urlopen(req, timeout=120).read())['usage']['completion_tokens'])\n")
-        served = _in(cluster.a, post, "twohost", prompt, timeout=200)
+        model_id = json.loads(g.stdout.split("\n", 1)[1])["data"][0]["id"]  # the export serves the model's name
+        served = _in(cluster.a, post, model_id, prompt, timeout=200)
         assert served.returncode == 0 and int(served.stdout.split()[-1]) > 0, served.stderr[-2000:]
         metrics = _in(cluster.a, _GET, f"http://{cluster.b.ip}:8101/metrics").stdout
         kv = [ln for ln in metrics.splitlines()
