@@ -139,7 +139,8 @@ def study(cluster, tmp_path_factory):
         procs_ = [p for t in running for p in (t.resources or {}).get("processes") or []]
         if len({p["node"] for p in procs_}) == 2 and _servers(cluster.a) and _servers(cluster.b):
             time.sleep(5)  # let the servers get going
-            killed_with = {"trial": running[0].number, "processes": procs_}
+            env_b = Path(f"/proc/{_servers(cluster.b)[0].split()[0]}/environ").read_bytes().split(b"\0")
+            killed_with = {"trial": running[0].number, "processes": procs_, "env_b": env_b}
             os.kill(first.pid, signal.SIGKILL)
             break
         time.sleep(2)
@@ -166,6 +167,11 @@ def test_resume_after_sigkill_stops_every_group_on_both_hosts(study, cluster) ->
     for ip in nodes:  # the cleanup reports, per node, what it stopped there
         assert f"node {ip}: stopped" in (killed.reason or ""), killed.reason
     assert _optuna_running(study["url"], "twohost") == []
+
+
+def test_executor_env_reaches_the_servers_on_host_b(study) -> None:
+    assert b"GLOO_SOCKET_IFNAME=eth0" in study["killed"]["env_b"]  # executor.env, on the worker node too
+    assert b"VLLM_HOST_IP=10.77.77.2" in study["killed"]["env_b"]  # its own node's address
 
 
 def test_data_parallel_instance_across_two_hosts(study) -> None:
@@ -309,11 +315,11 @@ def test_exported_launch_script_runs_pd_across_the_two_hosts(study, cluster, tmp
             time.sleep(3)
         router = (out / "node0.out").read_text() + "".join(f.read_text(errors="replace") for f in out.glob("*.log"))
         assert f"http://{cluster.b.ip}:8101" in router and "${NODE1_IP}" not in router  # the address was expanded
-        prompt = " ".join(f"word{i}" for i in range(400))  # > 2 KV blocks of 128 tokens
+        prompt = json.dumps([100 + (i * 37) % 1800 for i in range(300)])  # 300 token ids: 2 whole KV blocks of 128
         post = ("import json, sys, urllib.request\n"
                 "req = urllib.request.Request('http://127.0.0.1:8000/v1/completions', method='POST',"
                 " headers={'Content-Type': 'application/json'}, data=json.dumps({'model': sys.argv[1],"
-                " 'prompt': sys.argv[2], 'max_tokens': 8}).encode())\n"
+                " 'prompt': json.loads(sys.argv[2]), 'max_tokens': 8}).encode())\n"
                 "print(json.loads(urllib.request.urlopen(req, timeout=120).read())['usage']['completion_tokens'])\n")
         model_id = json.loads(g.stdout.split("\n", 1)[1])["data"][0]["id"]  # the export serves the model's name
         served = _in(cluster.a, post, model_id, prompt, timeout=200)
