@@ -7,7 +7,7 @@ connection is kept across trials and ``close()`` shuts it down.
 Per deployment:
 
 * one placement group per instance, one bundle ``{"GPU": n, "CPU": 0.01}`` per node shard
-  (``STRICT_PACK`` for a single-node instance, ``SPREAD`` across nodes otherwise);
+  (``STRICT_PACK`` for a single-node instance, ``STRICT_SPREAD`` across nodes otherwise: one shard a node);
 * one ``_NodeAgent`` actor per shard, scheduled into its bundle and holding the bundle's GPUs, so Ray's
   accounting hands each instance distinct GPU slots. The agent starts ``vllm serve`` (command lines from
   ``executors.render``; multi-node data parallelism as head + ``--headless`` ranks addressed at the head
@@ -17,9 +17,15 @@ Per deployment:
 * a service agent (no GPUs) that runs ``vllm-router``; ``vllm bench serve`` runs as a Ray task pinned
   to that agent's node, and registers its process group with the agent so teardown can stop it too.
 
+Across nodes (docs/multinode.md) every server binds and is addressed by its own node's IP, with that node's
+``VLLM_HOST_IP`` and, for NixlConnector, ``VLLM_NIXL_SIDE_CHANNEL_HOST`` and a side-channel port range checked
+free on that node; ``port_base`` fixes the ports as the launch script does, checked where they are bound.
+What the cluster did wrong — a placement timeout, a taken port, a lost node or agent — is
+``FailureKind.ENVIRONMENT``; ``preflight`` compares the job's cluster with Ray's before the first trial.
+
 Teardown (always; also for a half-started deployment): stop every group through its agent, kill the
-agents, remove the placement groups. Placement-group ids, pgids, ports, nodes and logs go into
-``Deployment.resources`` as they appear.
+agents, remove the placement groups. Placement-group ids, pgids (with each process's node and log), ports,
+nodes and logs go into ``Deployment.resources`` as they appear.
 """
 
 from __future__ import annotations
