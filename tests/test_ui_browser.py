@@ -151,6 +151,13 @@ def _settle(pg: Any, heading: str) -> None:
     assert errors.count() == 0, errors.first.inner_text()
 
 
+def _wait_plot(pg: Any, meta: str) -> None:
+    """Wait until a Plotly figure with ``layout.meta == meta`` is drawn: Streamlit's status widget goes away
+    when the script ends, the chart's JavaScript draws it after (seen: more than the settle's 0.5 s)."""
+    pg.wait_for_function("m => [...document.querySelectorAll('.js-plotly-plot')].some(e => e.layout && "
+                         "e.layout.meta === m)", arg=meta, timeout=60_000)
+
+
 def _screenshot(pg: Any, name: str) -> Path:
     """The whole page (Streamlit scrolls an inner element, so the viewport grows to fit it first)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -199,8 +206,8 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
 
     # Study: the Pareto plot holds every measured trial × load level once
     _settle(pg, f"Study {STUDY}")
-    pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
-                         ".some(el => el.layout && el.layout.meta === 'pareto')", timeout=60_000)
+    for meta in ("pareto", "curves", "parcoords", "importance"):
+        _wait_plot(pg, meta)
     plots = {p["meta"]: p for p in _plots(pg)}
     assert {"pareto", "curves", "parcoords", "importance"} <= set(plots)
     levels = sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "levels")
@@ -221,7 +228,7 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
         database.close()
     pg.locator("a", has_text="Open the best trial").first.click()
     _settle(pg, f"Trial {best} of {STUDY}")
-    assert "topology" in {p["meta"] for p in _plots(pg)}
+    _wait_plot(pg, "topology")
     _screenshot(pg, "trial")
     downloads = {}
     for fmt in FORMATS:
@@ -248,6 +255,7 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
         database.close()
     pg.goto(f"{dashboard}/compare?study={STUDY}&trials={best},{other}")
     _settle(pg, "Compare trials")
+    _wait_plot(pg, "compare")
     compare = next(p for p in _plots(pg) if p["meta"] == "compare")
     assert [t["n"] for t in compare["traces"][1:]] == n_levels  # each trial's measured levels
     _screenshot(pg, "compare")
