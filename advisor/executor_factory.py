@@ -59,7 +59,8 @@ def health_timeout_for(job: TuningJob) -> float:
     if t.health_s is not None:
         return t.health_s
     try:
-        weights_gb = job.model_profile().total_params * job.model_profile().weight_bytes / 1e9
+        profile = job.model_profile()
+        weights_gb = profile.total_params * profile.weight_bytes / 1e9
     except Exception:  # noqa: BLE001 — a model the profile cannot size gets the base timeout
         weights_gb = 0.0
     return 300.0 + 60.0 * weights_gb / 100.0
