@@ -34,20 +34,27 @@ def _nonempty(v: list[Any]) -> list[Any]:
 
 
 class RoleSpace(BaseModel):
-    """Choices for one role. ``dp_sizes`` is the DEP size (prefill) or, with TP1, the EP width (decode)."""
+    """Choices for one role. An instance is TP × DP GPUs; with ``expert_parallel`` true its experts are spread
+    over all TP × DP ranks (DEP/EP: ``dp_sizes`` is the DEP size, or with TP1 the decode EP width), false keeps
+    attention data-parallel and shards every expert tensor-parallel over the TP × DP ranks (vLLM's behaviour
+    without ``--enable-expert-parallel``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     instances: list[int] = Field(default=[1])
     dp_sizes: list[int] = Field(default=[1])
-    tp_sizes: list[int] = Field(default=[1], description="Choices other than 1 add a TP-only candidate (no EP).")
+    tp_sizes: list[int] = Field(default=[1], description="Tensor-parallel size inside each DP rank.")
+    expert_parallel: list[bool] = Field(default=[True], description="With TP × DP > 1: true spreads experts over "
+                                        "the ranks (EP), false shards each expert over them (TP experts); "
+                                        "[true, false] searches both.")
     max_num_seqs: list[int] = Field(default=[256])
     max_num_batched_tokens: list[int] = Field(default=[8192])
     all2all_backends: list[All2AllBackend] = Field(default=[All2AllBackend.ALLGATHER_REDUCESCATTER])
     dbo: list[bool] = Field(default=[False])
 
     _check = field_validator(
-        "instances", "dp_sizes", "tp_sizes", "max_num_seqs", "max_num_batched_tokens", "all2all_backends", "dbo"
+        "instances", "dp_sizes", "tp_sizes", "expert_parallel", "max_num_seqs", "max_num_batched_tokens",
+        "all2all_backends", "dbo",
     )(_nonempty)
 
     @field_validator("instances", "dp_sizes", "tp_sizes", "max_num_seqs", "max_num_batched_tokens")
@@ -100,11 +107,9 @@ class SearchSpace(BaseModel):
     def _role(self, choose: Choose, p: str, role: Role, rs: RoleSpace) -> RoleConfig:
         instances = choose(f"{p}_instances", rs.instances)
         tp = choose(f"{p}_tp", rs.tp_sizes)
-        if tp == 1:
-            dp = choose(f"{p}_dp", rs.dp_sizes)
-            ep = dp > 1  # DEP: data-parallel attention with experts spread over the DP ranks
-        else:
-            dp, ep = 1, False  # a tensor-parallel instance (the seed's low-latency decode path)
+        dp = choose(f"{p}_dp", rs.dp_sizes)
+        # EP (DEP with TP1): experts spread over the ranks; else each expert is sharded over them (TP experts)
+        ep = bool(choose(f"{p}_ep", rs.expert_parallel)) if tp * dp > 1 else False
         kw: dict[str, Any] = dict(
             role=role, instances=instances, tensor_parallel_size=tp, data_parallel_size=dp,
             enable_expert_parallel=ep,
