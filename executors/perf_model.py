@@ -13,6 +13,10 @@ the model leaves out. In one paragraph:
   of an instance waits for the slowest at each MoE layer, so the token-proportional terms are multiplied
   by the expected maximum over ranks of a random per-rank load, and expert compute by the expected
   maximum over EP ranks of the per-GPU expert load (EPLB and redundant experts shrink the latter).
+  Without expert parallelism (TP experts, vLLM's behaviour for ``tp × dp > 1`` without
+  ``--enable-expert-parallel``) every GPU holds ``1/(tp·dp)`` of every expert: no expert imbalance,
+  narrower expert GEMMs, and with DP > 1 an all-gather / reduce-scatter of every DP rank's tokens
+  around each MoE layer.
 * **A load level** (``predict``) is a closed loop of ``C`` users: requests queue for prefill
   (M/D/1-like), move their KV to a decode instance (P/D) or share the batch with decode (aggregated,
   where any rank's prefill chunk stalls every rank's decode step), decode with a batch capped by
@@ -160,6 +164,16 @@ class PerfParams(BaseModel):
         "Acceptance rate of the first MTP draft token (DeepSeek-V3 report: 85-90%); token i at rate^i."))
     tpot_cv: float = _p(0.05, 0.0, 1.0, (
         "Request-to-request spread of TPOT not explained by modelled stalls (batch-size fluctuation)."))
+    # ---- TP experts (appended last: the vector order, and so seeded ``perturbed`` draws, of the fields above
+    # stay as they were)
+    expert_shard_min_width: float = _p(128.0, 1.0, 4096.0, (
+        "Per-GPU expert width (moe_intermediate_size / GPUs sharding each expert, vLLM's "
+        "intermediate_size_per_partition) below which grouped expert GEMMs lose compute efficiency in "
+        "proportion: efficiency x min(1, width / this). Applies only without expert parallelism (EP keeps "
+        "whole experts). Default from tile shapes: vLLM's tuned fused-MoE configs for H200 at large batches "
+        "use BLOCK_SIZE_N 128-256 and BLOCK_SIZE_K 64-128 (fused_moe/configs/E=128,N=96,...H200.json), "
+        "FP8 block scales are 128 wide, so a shard narrower than 128 leaves part of every tile idle. A "
+        "prior, not a measurement: calibrate it on TP-expert trials."))
 
     # ------------------------------------------------------------------ calibration helpers
     @classmethod
@@ -335,7 +349,8 @@ class _Role:
                  "f_body", "f_lm", "w_dense_t", "fa_dec", "fa_pf", "kvb", "slots_local", "w_slot_t",
                  "log_miss", "cv_static2", "z_e", "z_dp", "f_pair_g", "copies", "bytes_copy", "c_byte",
                  "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "dp_sync",
-                 "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k")
+                 "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
+                 "exp_eff", "tp_experts")
 
     def __init__(self, role: RoleConfig, md: _ModelDerived, wd: _WorkloadDerived, cluster: ClusterSpec,
                  p: PerfParams, mtp: int) -> None:
@@ -346,6 +361,8 @@ class _Role:
         group = tp * dp
         self.group = group
         self.e = group if self.ep else 1
+        # TP experts: without EP vLLM flattens the MoE layer's TP size to tp × dp (FusedMoEParallelConfig.make)
+        self.tp_experts = not self.ep and group > 1
         peak = matmul_tflops(spec, md.wb)
         self.rate_lin = peak * 1e12
         self.rate_attn = (spec.fp8_tflops if md.model.kv_bytes <= 1.0 else spec.bf16_tflops) * 1e12
@@ -373,18 +390,22 @@ class _Role:
                 resid = 1.0
             self.cv_static2 = (p.expert_skew_cv * resid) ** 2 / max(self.slots_local, 1e-9)
             self.z_e = expected_max_z(group)
-        else:
+        else:  # TP experts (or one GPU): every GPU reads 1/group of each touched expert, load is even
             self.slots_local = float(E)
             self.w_slot_t = md.w_exp / group / self.bw
             self.log_miss = math.log1p(-min(md.k / E, 0.999999))
             self.cv_static2 = 0.0
             self.z_e = 0.0
+        # narrower expert GEMMs when each expert is sliced: tile quantisation below expert_shard_min_width
+        width = md.model.moe_intermediate_size / group
+        self.exp_eff = min(1.0, width / p.expert_shard_min_width) if self.tp_experts else 1.0
         self.f_pair_g = md.f_pair / group  # FLOPs per routed pair of the group, per GPU when spread evenly
         self.z_dp = expected_max_z(dp)
         # all-to-all (EP over more than one GPU)
         backend = role.all2all_backend
         self.agrs = backend is All2AllBackend.ALLGATHER_REDUCESCATTER
         e = self.e
+        self.own_div = float(tp)  # EP all-gather: a rank's own share of the gathered tokens (sequence-parallel TP)
         if self.ep and e > 1:
             k = md.k
             if backend in _LL:
@@ -404,6 +425,24 @@ class _Role:
                 self.ll_chunked = False
             local = max(spec.scaleup_domain, cluster.gpus_per_node)
             f_intra = 1.0 if role.gpus_per_instance <= local else (local - 1) / (e - 1)
+            up = spec.scaleup_gbps * 1e9 * p.a2a_scaleup_eff
+            out = spec.scaleout_gbps * 1e9 * p.a2a_scaleout_eff
+            self.c_byte = max(f_intra / up, (1.0 - f_intra) / out)
+        elif self.tp_experts and dp > 1:
+            # DP attention with TP experts: vLLM falls back to all-gather + reduce-scatter over the DP group
+            # whatever --all2all-backend says ("Detected DP deployment with no --enable-expert-parallel. Falling
+            # back to AllGather+ReduceScatter dispatch/combine", fused_moe/all2all_utils.py): every rank receives
+            # the hidden states of every other DP rank's tokens (BF16) and reduce-scatters the partial outputs
+            self.agrs = True
+            self.copies = 0.0
+            self.bytes_copy = md.h * (2.0 + 2.0)
+            self.a2a_lat = p.a2a_ht_latency_s
+            self.ll_chunked = False
+            self.own_div = 1.0  # each TP rank of a DP rank holds all of its rank's tokens
+            local = max(spec.scaleup_domain, cluster.gpus_per_node)
+            # peers of the DP group (same TP rank, other DP ranks) inside the NVLink domain
+            per_domain = max(local // tp, 1)
+            f_intra = 1.0 if role.gpus_per_instance <= local else (per_domain - 1) / (dp - 1)
             up = spec.scaleup_gbps * 1e9 * p.a2a_scaleup_eff
             out = spec.scaleout_gbps * 1e9 * p.a2a_scaleout_eff
             self.c_byte = max(f_intra / up, (1.0 - f_intra) / out)
@@ -477,7 +516,7 @@ def _step(R: _Role, b: float, P: float, pf_seqs: float, cv_dp: float, occ: float
         imb_e = 1.0 + R.z_e * math.sqrt(R.cv_static2 + 1.0 / pairs)
     else:
         imb_e = 1.0
-    t_exp_c = Tg * R.k * R.f_pair_g * imb_e / rate
+    t_exp_c = Tg * R.k * R.f_pair_g * imb_e / (rate * R.exp_eff)
     touched = R.slots_local * (1.0 - math.exp(Tg * R.log_miss)) if Tg > 0.0 else 0.0
     t_exp_m = touched * R.w_slot_t
     t_exp = t_exp_c if t_exp_c > t_exp_m else t_exp_m
@@ -486,7 +525,8 @@ def _step(R: _Role, b: float, P: float, pf_seqs: float, cv_dp: float, occ: float
     comm = 0.0
     if R.c_byte > 0.0:
         if R.agrs:
-            vol = (Tg - T / R.tp if Tg > T / R.tp else 0.0) * R.bytes_copy
+            own = T / R.own_div
+            vol = (Tg - own if Tg > own else 0.0) * R.bytes_copy
         else:
             vol = (T / R.tp) * R.copies * R.bytes_copy * imb_e
         calls = 2.0 * (math.ceil(T / LL_MAX_TOKENS) if (R.ll_chunked and T > LL_MAX_TOKENS) else 1.0)

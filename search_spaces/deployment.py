@@ -98,11 +98,15 @@ class RoleConfig(BaseModel):
 
     @property
     def shape(self) -> str:
-        """``DEP4`` (prefill/mixed), ``EP16`` (decode), ``TP4``, ``TP2×DP2``."""
+        """``DEP4`` (prefill/mixed), ``EP16`` (decode), ``TP2×DP4 EP8``, ``TP4``; without expert parallelism
+        and DP > 1 (DP attention, every expert sharded over the instance's TP × DP GPUs): ``DP8 TP-experts``
+        (TP1) or ``TP2×DP4``."""
         if self.enable_expert_parallel and self.tensor_parallel_size == 1:
             return f"EP{self.ep_size}" if self.role is Role.DECODE else f"DEP{self.data_parallel_size}"
         if self.enable_expert_parallel:
             return f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size} EP{self.ep_size}"
+        if self.data_parallel_size > 1 and self.tensor_parallel_size == 1:
+            return f"DP{self.data_parallel_size} TP-experts"
         if self.data_parallel_size > 1:
             return f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size}"
         return f"TP{self.tensor_parallel_size}"
@@ -118,12 +122,15 @@ class RoleConfig(BaseModel):
         return text
 
     def describe(self) -> str:
-        """The role in an operator's words: ``2 × DEP4 (…)``, ``EP16 (…)``, ``TP4 (…)``."""
+        """The role in an operator's words: ``2 × DEP4 (…)``, ``EP16 (…)``, ``TP4 (…)``, ``DP8 TP-experts (…,
+        experts sharded over 8 GPUs)``."""
         n = f"{self.instances} × " if self.instances > 1 else ""
         shape = self.shape
         extras = [f"max-num-seqs {self.max_num_seqs}", f"batched tokens {self.max_num_batched_tokens}"]
         if self.enable_expert_parallel:
             extras.append(self.all2all_backend.value)
+        elif self.data_parallel_size > 1:
+            extras.append(f"experts sharded over {self.gpus_per_instance} GPUs")
         if self.eplb.enabled:
             extras.append(f"EPLB {self.eplb.num_redundant_experts} redundant")
         if self.enable_dbo:

@@ -1,7 +1,8 @@
 """Validity rules: each one says, in words, why a candidate cannot run — checked before any launch.
 
 The rules mirror what vLLM itself refuses at start-up (so a trial never spends GPU time to learn it)
-plus the arithmetic of the cluster and of GPU memory.
+plus the arithmetic of the cluster and of GPU memory. ``docs/parallelism.md`` lists every rule per
+parallelism (TP, DEP/EP, TP × DP with TP experts) with the vLLM source it comes from.
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ GIB = 1024**3
 RUNTIME_RESERVE_GIB = 3.0
 #: Peak activation bytes per batched token per hidden unit (temporaries of attention + MoE dispatch).
 ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 24
+#: FP8 block-quantisation tile of 1-byte checkpoints (``weight_block_size: [128, 128]`` in DeepSeek-V3's and
+#: Qwen3-*-FP8's ``quantization_config``). vLLM's ``validate_fp8_block_shape_moe``
+#: (vllm/model_executor/layers/quantization/utils/fp8_utils.py) refuses an expert shard whose
+#: ``intermediate_size_per_partition`` is not a multiple of block_n (and, with TP > 1, of block_k).
+#: Assumption: every ``weight_bytes == 1`` profile is block-quantised this way (the profile does not say).
+FP8_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -29,15 +36,32 @@ class Violation:
         return f"{self.rule}: {self.reason}"
 
 
+def expert_shards(role: RoleConfig) -> int:
+    """GPUs each routed expert is tensor-sharded over: ``tp × dp`` without expert parallelism, else 1.
+
+    vLLM's ``FusedMoEParallelConfig.make`` (vllm/model_executor/layers/fused_moe/config.py) flattens the MoE
+    layer's TP size to ``tp × dp`` when ``--enable-expert-parallel`` is off: every expert is split over all
+    ranks of the instance ("DP attention with TP experts"); with EP on, its TP size is 1 and whole experts
+    are spread over the ``tp × dp`` EP ranks."""
+    return 1 if role.enable_expert_parallel else role.gpus_per_instance
+
+
+def expert_shard_width(role: RoleConfig, model: ModelProfile) -> float:
+    """The per-GPU slice of ``moe_intermediate_size`` (vLLM's ``intermediate_size_per_partition``)."""
+    return model.moe_intermediate_size / expert_shards(role)
+
+
 def weight_bytes_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
-    """Weights one GPU of ``role`` holds: non-expert weights split by TP, experts split by EP (plus replicas)."""
+    """Weights one GPU of ``role`` holds: non-expert weights split by TP (attention TP, within a DP rank); the
+    routed experts spread over all ``tp × dp`` GPUs of the instance either way — whole experts (plus EPLB
+    replicas) with EP, a ``1/(tp·dp)`` slice of every expert without (TP experts)."""
     wb = model.weight_bytes
     dense = model.non_expert_params * wb / role.tensor_parallel_size
     if role.enable_expert_parallel:
         slots = model.n_routed_experts + role.eplb.num_redundant_experts
         experts = model.num_moe_layers * model.expert_params * wb * slots / role.ep_size
     else:
-        experts = model.routed_params * wb / role.tensor_parallel_size
+        experts = model.routed_params * wb / expert_shards(role)
     return dense + experts
 
 
@@ -77,6 +101,25 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
                     f"{role.eplb.num_redundant_experts} redundant experts",
                 )
             )
+    shards = expert_shards(role)
+    if shards > 1 and model.moe_intermediate_size % shards:
+        # vLLM: FusedMoEConfig.__post_init__ asserts intermediate_size % tp_size == 0 (tp_size = tp × dp here)
+        out.append(
+            Violation(
+                "tp-experts-divide-intermediate",
+                f"{name}: without expert parallelism each expert is sharded over TP{tp} × DP{role.data_parallel_size}"
+                f" = {shards} GPUs, which does not divide moe_intermediate_size {model.moe_intermediate_size}",
+            )
+        )
+    elif shards > 1 and model.weight_bytes == 1.0 and (model.moe_intermediate_size // shards) % FP8_BLOCK:
+        out.append(
+            Violation(
+                "tp-experts-fp8-block",
+                f"{name}: an expert sharded over {shards} GPUs keeps {model.moe_intermediate_size // shards} of "
+                f"moe_intermediate_size {model.moe_intermediate_size}, not a multiple of the {FP8_BLOCK}-wide FP8 "
+                f"quantisation block vLLM requires (use fewer GPUs per instance or expert parallelism)",
+            )
+        )
     if role.eplb.enabled and (not role.enable_expert_parallel or ep < 2):
         out.append(Violation("eplb-needs-ep", f"{name}: EPLB needs expert parallelism over at least 2 GPUs"))
     if role.eplb.num_redundant_experts and not role.eplb.enabled:
