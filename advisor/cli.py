@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from advisor import api
-from advisor.errors import BadInput, describe_validation_error
+from advisor.errors import BadInput, describe_validation_error, read_yaml_file
 from advisor.executor_factory import make_executor
 from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job, require_valid_candidates
 from advisor.study import redact_url
@@ -353,10 +353,7 @@ def query(
 def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A DeploymentConfig YAML.")]) -> None:
     """Predict one configuration with the performance model (no database)."""
     job = load_job(job_file)
-    try:
-        doc = yaml.safe_load(config.read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise BadInput(f"{config}: cannot read the configuration ({e})") from None
+    doc = read_yaml_file(config, "configuration", max_bytes=1 << 20)  # a few lines; bad input is one line
     try:
         from search_spaces import DeploymentConfig
 

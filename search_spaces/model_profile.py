@@ -133,6 +133,8 @@ class ModelProfile(BaseModel):
             raise ValueError(f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
         except RecursionError:
             raise ValueError(f"{p}: not a model config: JSON nested too deeply") from None
+        except ValueError:  # past Python's digit limit for int()
+            raise ValueError(f"{p}: not a model config: a number of thousands of digits") from None
         return cls.from_hf_dict(cfg, name=name or p.parent.name, source=str(p))
 
     @classmethod
@@ -166,7 +168,7 @@ class ModelProfile(BaseModel):
             key = _HF_KEY.get(fact, fact)
             msg = err["msg"].removeprefix("Value error, ")
             got = err.get("input")
-            shown = f" (got {got!r})" if fact and not isinstance(got, dict | list) else ""
+            shown = f" (got {_shown(got)})" if fact and not isinstance(got, dict | list) else ""
             raise ValueError(f"{source}: {key + ': ' if key else ''}{msg}{shown}") from None
         except (TypeError, AttributeError, ZeroDivisionError) as e:
             raise ValueError(f"{source}: a value has the wrong type or is zero ({e}); {_MOE_NEEDS}") from None
@@ -231,6 +233,15 @@ _HF_KEY = {"num_layers": "num_hidden_layers", "num_dense_layers": "first_k_dense
            "head_dim": "head_dim / qk_nope_head_dim + qk_rope_head_dim", "dense_intermediate_size":
            "intermediate_size", "n_shared_experts": "n_shared_experts / shared_expert_intermediate_size",
            "mtp_layers": "num_nextn_predict_layers", "moe_intermediate_size": "moe_intermediate_size"}
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """A config value quoted in a message: ``repr``, cut to ``limit`` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        text = f"<{type(value).__name__} too long to print>"
+    return text if len(text) <= limit else f"{text[:limit - 1]}…"
 
 
 MODEL_PRESETS: dict[str, ModelProfile] = {
