@@ -24,7 +24,7 @@ from rich.table import Table
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error, read_yaml_file
 from advisor.executor_factory import make_executor
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job, require_valid_candidates
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, SpaceReport, TuningJob, load_job, require_valid_candidates
 from advisor.study import redact_url
 from executors import Executor
 from search_spaces import TrialState
@@ -122,10 +122,17 @@ def validate(job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
         sys.stdout.flush()
     more = " (enumeration stopped there)" if info.truncated else ""
     console.print(f"[green]ok[/] {job_file}: study {job.name!r}, {job.model_profile().name} on "
-                  f"{job.cluster.describe()}; {info.candidates} candidates{more}, {info.valid} valid, "
+                  f"{job.cluster.describe()}; {info.candidates:,} candidates{more}, {info.valid:,} valid, "
                   f"{_levels_text(job)}, executor {job.executor.kind.value}")
     for rule, n in sorted(info.broken.items(), key=lambda kv: -kv[1]):
-        console.print(f"  {n:>7} candidates break {rule}")
+        console.print(f"  {n:>9,} candidates break {rule}")
+    _space_warnings(info, job.budget.trials)
+
+
+def _space_warnings(info: SpaceReport, budget: int) -> None:
+    sys.stdout.flush()
+    for line in info.warnings(budget):
+        err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -146,7 +153,7 @@ def tune(
         job = job.model_copy(update={"budget": job.budget.model_copy(update={"wall_time_s": wall_time})})
     if executor is not None:
         job = job.model_copy(update={"executor": job.executor.model_copy(update={"kind": executor})})
-    require_valid_candidates(job, job_file)  # a space with nothing to run: one line, exit 2
+    info = require_valid_candidates(job, job_file)  # a space with nothing to run: one line, exit 2
     url = storage or job.storage
     budget = trials or job.budget.trials
     best: dict[str, Any] = {"text": "–"}
@@ -154,14 +161,17 @@ def tune(
     # progress bar (and before anything is written)
     ex = make_executor(job, ray_address=ray_address)
     try:
-        summary = _tune_with_progress(job, ex, url, study, budget, best, ray_address)
+        summary = _tune_with_progress(job, ex, url, study, budget, best, ray_address, info)
     finally:
         ex.close()
     _tune_summary(summary, url)
 
 
 def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | None, budget: int,
-                        best: dict[str, Any], ray_address: str | None) -> api.TuneSummary:
+                        best: dict[str, Any], ray_address: str | None, info: SpaceReport) -> api.TuneSummary:
+    ran = api.executed_trials(job, url, study)  # the storage answers before anything else is said
+    console.print(f"{job.name}: {info.valid:,} valid of {info.candidates:,} candidates", highlight=False)
+    _space_warnings(info, budget)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[best]}"), console=console, transient=False) as progress:
         task = progress.add_task(f"tuning {study or job.name}", total=budget, best="")
@@ -179,7 +189,7 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
             if r.executed:
                 done[0] += 1
 
-        done = [api.executed_trials(job, url, study)]
+        done = [ran]
         progress.update(task, completed=done[0])
         return api.run_tune(job, trials=budget, storage=url, study_name=study, on_trial=on_trial,
                             ray_address=ray_address, executor=ex)

@@ -53,10 +53,16 @@ EXHAUSTIVE_MAX = 8_000
 #: Larger spaces: this many seeded random valid candidates, then hill-climbing from the best few.
 SAMPLE = 2_000
 CLIMB_STARTS = 6
+#: After its first turn, the guide re-scores this many candidates per mode (best by their last prediction).
+SHORTLIST = 100
+#: ... and the best this many of every shape (mode, and per role instances × TP × DP × EP).
+PER_SHAPE = 3
 #: The re-fit sees at most this many measured trials (the most recent), which bounds its cost.
 MAX_FIT_TRIALS = 24
 #: Trial user attribute saying who proposed a trial ("model" or "sampler").
 PROPOSER_ATTR = "advisor_proposer"
+#: On a sampler's trial that took a model turn the model declined (it predicted nothing better).
+DECLINED_ATTR = "advisor_model_declined"
 #: Model turns yield to the sampler while the mean relative error of the last ``JUDGE_WINDOW`` predictions
 #: exceeds this.
 MAX_CV_ERROR = 0.30
@@ -82,6 +88,8 @@ class ModelGuide:
         self._choices: dict[str, list[Any]] = {}
         self._pool: list[tuple[Params, DeploymentConfig]] | None = None
         self._exhaustive = False
+        self._last: dict[str, Outcome] = {}
+        self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # config key → its outcome when last predicted (``_shortlist``)
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
@@ -117,10 +125,11 @@ class ModelGuide:
         self.turns += 1
         weight = self.rng.random() if self.job.objective.mode is ObjectiveMode.PARETO else 1.0
         tried_modes = {self._mode_of_key(k) for k in taken}
-        scored = [(p, c, o) for p, c in self._candidates() if c.key() not in taken
-                  for o in [self._outcome(c)]]
-        if not scored:
+        cands = [(p, c) for p, c in self._candidates() if c.key() not in taken]
+        if not cands:
             return None
+        scored = self._shortlist(cands, weight) if self._last else [(p, c, self._outcome(c)) for p, c in cands]
+        self._last.update((c.key(), o) for _, c, o in scored)
         fresh = [t for t in scored if t[1].mode.value not in tried_modes]
         pool = fresh or scored
         rank = self._ranker(weight, [o for _, _, o in pool])
@@ -136,6 +145,29 @@ class ModelGuide:
                 and not fresh and (not best[2].feasible or best[2].values[0] <= best_measured)):
             return None  # the model expects nothing better than what is measured: the sampler explores
         return best[0]
+
+    def _shortlist(self, cands: list[tuple[Params, DeploymentConfig]], weight: float,
+                   ) -> list[tuple[Params, DeploymentConfig, Outcome]]:
+        """The best ``SHORTLIST`` candidates of each mode and the best ``PER_SHAPE`` of every shape by their last
+        predicted outcome, predicted again with the current parameters. Scoring every candidate on every turn
+        (a knee search each, about 2 ms) cost seconds per turn on a space of thousands; a re-fit reorders
+        shapes more than it reorders the batch sizes and kernels within one."""
+        stale = [(p, c, self._last[c.key()]) for p, c in cands if c.key() in self._last]
+        rank = self._ranker(weight, [o for _, _, o in stale])
+        out = [(p, c, self._outcome(c)) for p, c in cands if c.key() not in self._last]
+        picked: set[str] = set()
+        best_of_shape: dict[tuple[Any, ...], int] = {}
+        for p, c, _ in sorted(stale, key=lambda t: rank(t[2]), reverse=True):
+            shape = _shape(c)
+            n = best_of_shape.get(shape, 0)
+            if n < PER_SHAPE:  # every shape's best few: a re-fit may move a whole shape up (TP4 → DEP4)
+                best_of_shape[shape] = n + 1
+                picked.add(c.key())
+        for mode in {c.mode for _, c, _ in stale}:
+            top = sorted((t for t in stale if t[1].mode is mode), key=lambda t: rank(t[2]), reverse=True)
+            picked.update(c.key() for _, c, _ in top[:SHORTLIST])
+        out.extend((p, c, self._outcome(c)) for p, c, _ in stale if c.key() in picked)
+        return out
 
     @property
     def done(self) -> bool:
@@ -199,30 +231,49 @@ class ModelGuide:
 
     # ------------------------------------------------------------------------------------ candidates
     def _candidates(self) -> list[tuple[Params, DeploymentConfig]]:
+        valid = self.job.valid_space()
         if self._pool is None:
-            pool: list[tuple[Params, DeploymentConfig]] = []
-            for p, c in self.space.enumerate():
-                if self._valid(c):
-                    pool.append((p, c))
-                if len(pool) > EXHAUSTIVE_MAX:
-                    break
+            if valid is not None:  # the valid candidates, straight from the space (no rejection)
+                if valid.valid <= EXHAUSTIVE_MAX:
+                    self._pool = [(p, self.config_of(p)) for p in valid.iter_valid()]
+                    self._exhaustive = True
             else:
-                self._exhaustive = True
-                self._pool = pool
+                pool: list[tuple[Params, DeploymentConfig]] = []
+                for p, c in self.space.enumerate():
+                    if self._valid(c):
+                        pool.append((p, c))
+                    if len(pool) > EXHAUSTIVE_MAX:
+                        break
+                else:
+                    self._exhaustive = True
+                    self._pool = pool
         if self._exhaustive:
             assert self._pool is not None
             return self._pool
         return self._sample()
 
     def _sample(self) -> list[tuple[Params, DeploymentConfig]]:
+        """A seeded sample of the valid candidates, drawn once (climbing explores beyond it)."""
+        if self._drawn is None:
+            self._drawn = self._draw()
+        return self._drawn
+
+    def _draw(self) -> list[tuple[Params, DeploymentConfig]]:
         out: dict[str, tuple[Params, DeploymentConfig]] = {}
-        for _ in range(SAMPLE * 20):
-            p: Params = {}
-            c = self.space.build(lambda n, ch: p.setdefault(n, self._record(n, ch)[self.rng.randrange(len(ch))]))
-            if self._valid(c):
-                out.setdefault(c.key(), (p, c))
-                if len(out) >= SAMPLE:
-                    break
+        valid = self.job.valid_space()
+        for _ in range(SAMPLE * (2 if valid is not None else 20)):
+            if valid is not None:
+                drawn = valid.sample(self.rng, set())
+                assert drawn is not None
+                p, c = drawn, self.config_of(drawn)
+            else:
+                p = {}
+                c = self.space.build(lambda n, ch: p.setdefault(n, self._record(n, ch)[self.rng.randrange(len(ch))]))
+                if not self._valid(c):
+                    continue
+            out.setdefault(c.key(), (p, c))
+            if len(out) >= SAMPLE:
+                break
         return list(out.values())
 
     def _record(self, name: str, choices: Sequence[Any]) -> list[Any]:
@@ -251,6 +302,11 @@ class ModelGuide:
         return DeploymentConfig.model_validate_json(key).mode.value
 
 
+def _shape(cfg: DeploymentConfig) -> tuple[Any, ...]:
+    return (cfg.mode, *((r.instances, r.tensor_parallel_size, r.data_parallel_size, r.enable_expert_parallel)
+                        for r in cfg.roles))
+
+
 def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,
                       plan: MeasurePlan | None = None) -> Outcome:
     """What a trial of ``cfg`` would be told, with the model as the deployment: its knee (to 15%, started from
@@ -276,13 +332,20 @@ def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
 
 
 def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
-                 taken: Callable[[], set[str]], best_measured: float | None = None) -> bool:
-    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it. True if it did.
-    ``taken`` (the config keys not to propose) is asked for only on a model turn."""
+                 taken: Callable[[], set[str]], best_measured: float | None = None) -> bool | None:
+    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it: True if it did,
+    None if the model declined its turn (the caller marks the sampler's trial with ``DECLINED_ATTR``, so the
+    study counts the turn), False when it was not a model turn. ``taken`` (the config keys not to propose) is
+    asked for only on a model turn."""
     if guide is None or not guide.wants_turn(executed):
         return False
     params = guide.propose(taken(), best_measured)
     if params is None:
-        return False
+        return None
     study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})
     return True
+
+
+def study_turns(trials: Iterable[optuna.trial.FrozenTrial]) -> int:
+    """Model turns a study has had, in any worker: picks enqueued plus turns the model declined."""
+    return sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))

@@ -16,10 +16,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from advisor.errors import BadInput, describe_validation_error
+from search_spaces.default_space import default_space
+from search_spaces import valid_space
+from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 from search_spaces import (
     DEFAULT_ERROR_SLO,
     SLO,
@@ -204,6 +206,7 @@ class TuningJob(BaseModel):
     storage: str = DEFAULT_STORAGE
     sampler: SamplerSpec = SamplerSpec()
     _base_dir: str | None = PrivateAttr(None)  # where relative paths in the job file are anchored
+    _valid: list[ValidSpace | None] = PrivateAttr(default_factory=list)  # computed once, on first use
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +252,18 @@ class TuningJob(BaseModel):
     def model_profile(self) -> ModelProfile:
         return self.model.profile(Path(self._base_dir) if self._base_dir else None)
 
+    def valid_space(self) -> ValidSpace | None:
+        """The space's valid candidates on this model and cluster (None: a role has too many choices to
+        enumerate; then each proposal is checked as it comes)."""
+        if not self._valid:
+            try:
+                vs: ValidSpace | None = ValidSpace(self.space, self.model_profile(), self.cluster,
+                                                   self.workload.max_model_len, valid_space.ROLE_LIMIT)
+            except SpaceTooLarge:
+                vs = None
+            self._valid.append(vs)
+        return self._valid[0]
+
     def resolve_path(self, p: str) -> Path:
         """A path from the job file, anchored at the file's folder when relative."""
         path = Path(p)
@@ -278,16 +293,46 @@ class SpaceReport:
     broken: dict[str, int] = field(default_factory=dict)
     example: dict[str, str] = field(default_factory=dict)
 
-    def rules_line(self) -> str:
+    def rules_line(self, top: int | None = None) -> str:
         """The rules by how many candidates each removes: ``2 × memory-fit (mixed: 45.3 GiB …)``."""
-        return "; ".join(f"{n} × {rule} ({self.example[rule]})"
-                         for rule, n in sorted(self.broken.items(), key=lambda kv: (-kv[1], kv[0])))
+        ranked = sorted(self.broken.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+        return "; ".join(f"{n:,} × {rule} ({self.example[rule]})" for rule, n in ranked)
+
+    def warnings(self, budget: int) -> list[str]:
+        """What a user should know before a study starts: a space mostly invalid (the share the rules leave
+        and the rules that remove the most), or fewer valid candidates than the budget (the study ends when
+        each is measured once)."""
+        out: list[str] = []
+        if self.valid and self.candidates and self.valid / self.candidates < LOW_VALID_SHARE:
+            out.append(f"only {self.valid:,} of {self.candidates:,} candidates ({self.valid / self.candidates:.1%}) "
+                       f"are valid; the rules removing the most: {self.rules_line(top=2)}. The sampler is steered "
+                       "to valid candidates, so this costs no trials; narrow the space to say what you mean")
+        if 0 < self.valid < budget:
+            out.append(f"the space holds {self.valid:,} valid candidate{'s' if self.valid != 1 else ''}, fewer "
+                       f"than the budget of {budget:,} trials: the study ends when each is measured once")
+        return out
+
+
+#: Below this share of valid candidates, ``advisor validate`` and ``advisor tune`` warn.
+LOW_VALID_SHARE = 0.05
 
 
 def space_report(job: TuningJob, limit: int = 250_000) -> SpaceReport:
-    """Enumerate (up to ``limit``) the job's candidates and check each one; write nothing."""
+    """The job's candidates, how many are valid and what removes the others; writes nothing. Counted role by
+    role (``ValidSpace``); a space too large for that is enumerated up to ``limit`` candidates."""
+    vs = job.valid_space()
+    if vs is not None:
+        dims: dict[str, list[Any]] = {"mode": [m.value for m in job.space.modes]}
+        for rows in vs.roles.values():
+            for params in rows.params:
+                for k, v in params.items():
+                    seen = dims.setdefault(k, [])
+                    if not any(type(x) is type(v) and x == v for x in seen):
+                        seen.append(v)
+        return SpaceReport(vs.candidates, vs.valid, False, dims, dict(vs.broken),
+                           {r: vs.reasons[r] for r in vs.broken})
     model, wl = job.model_profile(), job.workload
-    dims: dict[str, list[Any]] = {}
+    dims = {}
     broken: Counter[str] = Counter()
     example: dict[str, str] = {}
     n = valid = 0
@@ -348,8 +393,13 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
                        f"(got {type(doc).__name__})")
     preset = doc.get("preset")
     if preset is not None:
+        from advisor.errors import shown
+        from search_spaces.space import preset_names
+
+        if not isinstance(preset, str) or preset not in preset_names():  # a name, never a path
+            raise BadInput(f"{source}: preset: unknown preset {shown(preset)}; allowed: {', '.join(preset_names())}")
         try:
-            base = load_preset(str(preset))
+            base = load_preset(preset)
         except KeyError as e:
             raise BadInput(f"{source}: preset: {e.args[0]}") from None
         base.pop("description", None) if "description" in doc else None
@@ -366,7 +416,18 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
     except (OSError, ValueError, KeyError, TypeError) as e:
         field = "model.path" if job.model.path else "model"
         raise BadInput(f"{source}: {field}: {_one_line(e)}") from None
+    if "space" not in doc:
+        job = with_default_space(job)
     return job
+
+
+def with_default_space(job: TuningJob) -> TuningJob:
+    """The job with the space derived from its model and cluster (``search_spaces.default_space``)."""
+    derived = job.model_copy(update={"space": default_space(job.model_profile(), job.cluster,
+                                                            job.workload.max_model_len)})
+    derived._base_dir = job._base_dir
+    derived._valid = []
+    return derived
 
 
 #: A job file is a few kilobytes; past this it is not a job (and YAML would take long to say so).
@@ -379,29 +440,30 @@ def _one_line(e: BaseException) -> str:
 
 
 def load_job(path: str | Path) -> TuningJob:
-    """Read, parse and validate a job file; whatever is wrong is one ``BadInput`` line naming the file."""
+    """Read, parse and validate a job file; whatever is wrong is one ``BadInput`` line naming the file.
+
+    Also reads the job's ``executor.perf_params`` file (what ``advisor tune`` will load), so that a broken one
+    is reported here, by ``advisor validate`` too."""
+    from advisor.errors import read_yaml_file
+
     p = Path(path)
     try:
         if p.is_file() and p.stat().st_size > MAX_JOB_BYTES:
             raise BadInput(f"{p}: {p.stat().st_size:,} bytes is too large for a job file (at most "
                            f"{MAX_JOB_BYTES:,}); a job is a small YAML file")
-        raw = p.read_bytes()
     except OSError as e:
         raise BadInput(f"{p}: cannot read the job file ({e.strerror or e})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a job is a YAML "
-                       "file") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        if isinstance(e, yaml.reader.ReaderError):  # a control character: say which and where
-            where = f" (character #x{e.character:04x} at offset {e.position})" if isinstance(e.character, int) else ""
-        what = getattr(e, "problem", None) or getattr(e, "reason", None) or _one_line(e)
-        raise BadInput(f"{p}: not valid YAML{where}: {what}") from None
-    except RecursionError:
-        raise BadInput(f"{p}: not a job: nested too deeply for YAML to read") from None
-    return job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())
+    doc = read_yaml_file(p, "job file", max_bytes=MAX_JOB_BYTES)
+    job = job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())
+    if job.executor.perf_params:
+        from executors.perf_model import PerfParams
+
+        params = job.resolve_path(job.executor.perf_params)
+        try:
+            PerfParams.load(params)
+        except OSError as e:
+            raise BadInput(f"{p}: executor.perf_params: cannot read {params} ({e.strerror or e}); give a file "
+                           "advisor calibrate wrote") from None
+        except ValueError as e:
+            raise BadInput(f"{p}: executor.perf_params: {_one_line(e)}") from None
+    return job

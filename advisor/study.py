@@ -12,6 +12,7 @@ import db
 from advisor.errors import BadInput
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import objective_names
+from advisor.valid_sampler import ValidSpaceSampler
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # ``multivariate``/``group`` are marked experimental; they are what makes TPE work on a conditional space.
@@ -19,6 +20,14 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 
 def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
+    """The job's sampler, steered onto the valid space where the space can be enumerated role by role
+    (``advisor.valid_sampler``); the grid enumerates valid points itself."""
+    base = _base_sampler(job)
+    space = job.valid_space() if job.sampler.kind is not SamplerKind.GRID else None
+    return base if space is None else ValidSpaceSampler(base, space, job.sampler.seed)
+
+
+def _base_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
     s = job.sampler
     if s.kind is SamplerKind.TPE:
         # multivariate + group: the space is conditional (prefill dims exist only when disaggregated),

@@ -7,7 +7,6 @@ a failure is a recorded state, not an exception.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -25,7 +24,9 @@ import db
 from advisor.errors import BadInput
 from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
-from advisor.guide import MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide
+from advisor.guide import (
+    DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide, study_turns,
+)
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import INFEASIBLE, Outcome, objective_names, score, worst
 from advisor.study import open_study, redact_url
@@ -35,6 +36,8 @@ from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
+from search_spaces.valid_space import ValidSpace, params_key
+from advisor.valid_sampler import taken_keys
 
 CONFIG_KEY_ATTR = "advisor_config_key"
 #: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
@@ -55,6 +58,12 @@ ENVIRONMENT_RETRY_PAUSE_S = 5.0
 #: Trials in a row that failed for the environment (each after its retry) before the study stops: by then the
 #: cluster, not the search, needs a person.
 ENVIRONMENT_FAILURES_TO_STOP = 3
+#: Proposals in a row that measured nothing new (invalid, or measured already) before the tuner proposes an
+#: unmeasured valid candidate itself. Only a space too large to enumerate gets there (``ValidSpaceSampler``
+#: steers every other study's proposals to valid, unmeasured candidates).
+STALE_PROPOSALS = 3
+#: Random draws the tuner tries for an unmeasured valid candidate when the space could not be enumerated.
+PROGRESS_DRAWS = 200
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +97,18 @@ class TuneSummary:
     baseline: int | None = None  # the trial measuring vLLM's defaults, when this run measured it
     repeated: list[int] = field(default_factory=list)  # trials measured again this run (their repeats' numbers)
     stopped_because: str = "budget reached"
+    #: Every valid candidate of the space is measured: the study cannot go on (the CLI says so, exit 0).
+    exhausted: bool = False
     #: The study stopped because the cluster kept failing (the CLI exits non-zero).
     environment_broken: bool = False
     reports: list[TrialReport] = field(default_factory=list)
-
-
-def _point_key(params: dict[str, Any]) -> str:
-    return json.dumps(params, sort_keys=True, default=str)
 
 
 def _grid_held(study: optuna.Study) -> set[str]:
     """Grid points the study holds (asked, enqueued or told), except those told FAIL: a configuration's own
     failure is told COMPLETE-infeasible, so FAIL means it was never judged (the environment failed it, or its
     tuner was interrupted) and the grid measures it again."""
-    return {_point_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
+    return {params_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
             if t.state is not optuna.trial.TrialState.FAIL}
 
 
@@ -109,16 +116,20 @@ def _grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]
     """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline), minus those the study
     already holds — so a continued grid study picks up where it stopped. After a pass, points the environment
     failed come round again (the loop's stop on repeated environment failures bounds this)."""
-    model, wl = job.model_profile(), job.workload
-    pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
+    valid = job.valid_space()
+    if valid is not None:
+        pts = list(valid.iter_valid())
+    else:
+        model, wl = job.model_profile(), job.workload
+        pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
     random.Random(job.sampler.seed).shuffle(pts)
     while True:
         held = _grid_held(study)
-        todo = [p for p in pts if _point_key(p) not in held]
+        todo = [p for p in pts if params_key(p) not in held]
         if not todo:
             return
         for p in todo:
-            if _point_key(p) not in _grid_held(study):  # another worker may have taken it meanwhile
+            if params_key(p) not in _grid_held(study):  # another worker may have taken it meanwhile
                 yield p
 
 
@@ -180,7 +191,8 @@ def tune(
         if real and job.baseline.enabled:
             _baseline(ctx)
         _loop(ctx, budget)
-        if real and job.budget.repeat_top and summary.stopped_because in ("budget reached", "grid exhausted"):
+        if real and job.budget.repeat_top and (summary.exhausted or
+                                               summary.stopped_because in ("budget reached", "grid exhausted")):
             _repeats(ctx)
         return summary
     finally:
@@ -189,18 +201,19 @@ def tune(
             executor.close()
 
 
-def _executed(study: optuna.Study) -> int:
+def _executed(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None) -> int:
     """Trials that ran (or are running, in any worker): the study's budget counts them, so several
     workers sharing a study stop together instead of each running a whole budget.
 
     The budget is configurations measured: a trial the environment failed twice is not one (its
     ``advisor_executed`` is false, as is that of a reused measurement); ``ENVIRONMENT_FAILURES_TO_STOP`` in a
     row stop the study instead. ``api.executed_trials`` counts the same from the database."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    ran = sum(1 for t in study.get_trials(deepcopy=False, states=done)
-              if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR))
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    return ran + sum(1 for t in running if not t.user_attrs.get(EXTRA_ATTR))
+    ran = sum(1 for t in trials if t.state in done
+              and t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR))
+    return ran + sum(1 for t in trials if t.state is optuna.trial.TrialState.RUNNING
+                     and not t.user_attrs.get(EXTRA_ATTR))
 
 
 @dataclass
@@ -237,11 +250,19 @@ def _loop(ctx: _Context, budget: int) -> None:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
     }
+    told_again: set[str] = set()  # measured configurations proposed again and told once with their values
     grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     guide = ctx.guide
+    turn: bool | None = False
+    valid = job.valid_space() if grid is None else None
+    rng = random.Random(f"{job.sampler.seed}:progress")
     asks, max_asks = 0, 50 * budget
+    stale = 0  # proposals in a row that were invalid or already measured
     consecutive_failures = environment_failures = 0
-    while (executed := _executed(study)) < budget:
+    while True:
+        trials = study.get_trials(deepcopy=False)
+        if (executed := _executed(study, trials)) >= budget:
+            return
         if ctx.out_of_time():
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
             return
@@ -256,11 +277,29 @@ def _loop(ctx: _Context, budget: int) -> None:
             # not skip_if_exists: Optuna would skip a point whose only trial the environment failed
             study.enqueue_trial(point)
         else:
-            enqueue_turn(guide, study, executed, lambda: _taken(guide, study), _best_value(study))
+            taken = taken_keys(trials)
+            if valid is not None and not valid.feasible({}, taken):
+                summary.stopped_because = (f"space exhausted: each of its {valid.valid:,} valid candidates is "
+                                           "measured (or being measured by another worker)")
+                summary.exhausted = True
+                return
+            if guide is not None:  # turns are the study's, not this worker's (several workers share a study)
+                guide.turns = study_turns(trials)
+            turn = enqueue_turn(guide, study, executed, lambda: _taken(guide, study), _best_value(trials))
+            if not turn and stale >= STALE_PROPOSALS:
+                if not _enqueue_progress(ctx, valid, taken, rng):
+                    summary.stopped_because = ("space exhausted: no unmeasured valid candidate in "
+                                               f"{PROGRESS_DRAWS} random draws after {stale} proposals in a row "
+                                               "that measured nothing new")
+                    summary.exhausted = True
+                    return
+                stale = 0
         asks += 1
         t0 = time.monotonic()
         trial = study.ask()
         proposer = trial.user_attrs.get(PROPOSER_ATTR) or ("grid" if grid is not None else "sampler")
+        if turn is None:
+            trial.set_user_attr(DECLINED_ATTR, True)
         cfg = job.space.suggest(trial)
         violations = check(cfg, model, cluster, wl.max_model_len)
         if violations:
@@ -269,6 +308,7 @@ def _loop(ctx: _Context, budget: int) -> None:
                                     proposer=proposer)
             _tell(study, trial, cfg, worst(job), TrialState.INVALID)
             summary.invalid += 1
+            stale += 1
             _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
                                                        wall_s=time.monotonic() - t0))
             continue
@@ -281,8 +321,13 @@ def _loop(ctx: _Context, budget: int) -> None:
                                        worker=ctx.worker, proposer=proposer)
             database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
                                   violation=outcome.violation, reason=reason)
-            _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+            if key in told_again:  # told once already: the sampler must not learn the same point twice more
+                _tell_repeat_again(study, trial, cfg)
+            else:
+                _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+                told_again.add(key)
             summary.repeats += 1
+            stale += 1
             _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
                                                        wall_s=time.monotonic() - t0))
             continue
@@ -298,6 +343,7 @@ def _loop(ctx: _Context, budget: int) -> None:
                 return
             continue
         environment_failures = 0
+        stale = 0
         summary.executed += 1
         if state is TrialState.COMPLETE:
             seen[key] = _frozen(study, trial.number)
@@ -311,6 +357,38 @@ def _loop(ctx: _Context, budget: int) -> None:
                 f"last: {run.reason}"
             )
             return
+
+
+def _enqueue_progress(ctx: _Context, valid: ValidSpace | None, taken: set[str], rng: random.Random) -> bool:
+    """After ``STALE_PROPOSALS`` proposals in a row that ran nothing new: the best unmeasured valid candidate
+    by the model (the guide's ranking), else a random one — so a study always moves."""
+    params = None
+    if ctx.guide is not None:
+        params = ctx.guide.propose(_taken(ctx.guide, ctx.study))
+    if params is None and valid is not None:
+        params = valid.sample(rng, taken)
+    if params is None:  # no enumerable space: random draws, checked one by one
+        job, model = ctx.job, ctx.job.model_profile()
+        for _ in range(PROGRESS_DRAWS):
+            draw: dict[str, Any] = {}
+            cfg = job.space.build(lambda n, ch: draw.setdefault(n, ch[rng.randrange(len(ch))]))
+            if params_key(draw) not in taken and not check(cfg, model, job.cluster, job.workload.max_model_len):
+                params = draw
+                break
+    if params is None:
+        return False
+    ctx.study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "progress"})
+    return True
+
+
+def _tell_repeat_again(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig) -> None:
+    """A measured configuration proposed a third time or more: told FAIL (ignored by the samplers), marked as
+    a repeat; its measurements stand in the first trial that ran it."""
+    trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+    trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
+    trial.set_user_attr(FAILURE_ATTR, "repeat")
+    trial.set_user_attr("advisor_executed", False)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:
@@ -452,10 +530,10 @@ def _repeats(ctx: _Context) -> None:
                    start=knee.load if knee is not None else None)
 
 
-def _best_value(study: optuna.Study) -> float | None:
+def _best_value(trials: list[optuna.trial.FrozenTrial]) -> float | None:
     """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
-    vals = [t.values[0] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            if t.user_attrs.get("advisor_executed") and t.values and _constraint(t) <= 0]
+    vals = [t.values[0] for t in trials if t.state is optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("advisor_executed") and t.values and _constraint(t) <= 0]
     return max(vals) if vals else None
 
 
@@ -466,7 +544,7 @@ def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, na
     if guide is None:
         return None
     trials = study.get_trials(deepcopy=False)
-    guide.turns = sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model")
+    guide.turns = study_turns(trials)
     done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
             and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
     for number in done[-MAX_FIT_TRIALS:]:

@@ -210,7 +210,36 @@ class PerfParams(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> PerfParams:
-        return cls.model_validate(json.loads(Path(path).read_text()))
+        """A parameter file (``advisor calibrate`` writes them); whatever is wrong with it is a one-line
+        ``ValueError`` naming the file, and the parameter and its range where one is wrong."""
+        from pydantic import ValidationError
+
+        from advisor.errors import describe_validation_error
+
+        p = Path(path)
+        with p.open("rb") as f:  # OSError as it is; a parameter file is a kilobyte, never /dev/zero
+            raw = f.read((1 << 20) + 1)
+        if len(raw) > 1 << 20:
+            raise ValueError(f"{p}: larger than 1 MiB: not a parameter file (advisor calibrate writes a kilobyte)")
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a parameter "
+                             "file is JSON written by advisor calibrate") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        except RecursionError:
+            raise ValueError(f"{p}: not a parameter file: JSON nested too deeply") from None
+        except ValueError:  # past Python's digit limit for int()
+            raise ValueError(f"{p}: not a parameter file: a number of thousands of digits") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{p}: must be a JSON object of parameters such as mfu_prefill (got "
+                             f"{type(data).__name__}); advisor calibrate writes one")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            e._advisor_model = cls  # type: ignore[attr-defined]
+            raise ValueError(describe_validation_error(e, str(p))) from None
 
 
 #: Every field of PerfParams is calibratable; the order is the vector order.

@@ -150,20 +150,34 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
 def check(cfg: DeploymentConfig, model: ModelProfile, cluster: ClusterSpec, max_model_len: int) -> list[Violation]:
     """Every rule ``cfg`` breaks on this model and cluster; empty when it may be launched."""
     out: list[Violation] = []
-    if cfg.total_gpus > cluster.total_gpus:
-        out.append(Violation("gpus-fit", f"uses {cfg.total_gpus} GPUs; the cluster has {cluster.total_gpus}"))
     for role in cfg.roles:
         out.extend(_role_rules(role, model, cluster, max_model_len))
     if cfg.speculative_mtp_tokens and not model.mtp_layers:
         out.append(Violation("mtp-needs-layers", f"{model.name} has no MTP layers for speculative decoding"))
-    if cfg.total_gpus <= cluster.total_gpus:
-        try:
-            pack(instance_sizes(cfg), cluster)
-        except PackingError as e:
-            out.append(Violation("placement", str(e)))
+    out.extend(deployment_violations([(r.instances, r.gpus_per_instance) for r in cfg.roles], cluster))
     return out
 
 
 def instance_sizes(cfg: DeploymentConfig) -> list[int]:
     """GPU counts of every instance, prefill first then decode — the order placement uses."""
     return [r.gpus_per_instance for r in cfg.roles for _ in range(r.instances)]
+
+
+def role_violations(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec,
+                    max_model_len: int) -> list[Violation]:
+    """The rules one role breaks on its own; ``check`` adds those of the whole deployment (GPUs, placement),
+    which depend only on each role's instances × GPUs (``search_spaces.valid_space`` relies on that)."""
+    return _role_rules(role, model, cluster, max_model_len)
+
+
+def deployment_violations(footprints: list[tuple[int, int]], cluster: ClusterSpec) -> list[Violation]:
+    """The rules of the whole deployment, from its roles' (instances, GPUs per instance) alone, prefill first.
+    The total is checked before any per-instance list is built (a fuzzed ``instances: 2**64`` must not)."""
+    total = sum(n * g for n, g in footprints)
+    if total > cluster.total_gpus:
+        return [Violation("gpus-fit", f"uses {total} GPUs; the cluster has {cluster.total_gpus}")]
+    try:
+        pack([g for n, g in footprints for _ in range(n)], cluster)
+    except PackingError as e:
+        return [Violation("placement", str(e))]
+    return []

@@ -75,6 +75,20 @@ class EPLBSpace(BaseModel):
 
     _check = field_validator("enabled", "num_redundant_experts", "window_size", "step_interval")(_nonempty)
 
+    @field_validator("num_redundant_experts")
+    @classmethod
+    def _not_negative(cls, v: list[int]) -> list[int]:
+        if any(x < 0 for x in v):
+            raise ValueError("redundant experts must be ≥ 0")
+        return v
+
+    @field_validator("window_size", "step_interval")
+    @classmethod
+    def _steps(cls, v: list[int]) -> list[int]:
+        if any(x < 1 for x in v):
+            raise ValueError("steps must be ≥ 1")
+        return v
+
 
 class SearchSpace(BaseModel):
     """Every dimension of the seed's study. A list of one choice fixes that knob."""
@@ -104,7 +118,12 @@ class SearchSpace(BaseModel):
             router_policy=self.router_policy,
         )
 
-    def _role(self, choose: Choose, p: str, role: Role, rs: RoleSpace) -> RoleConfig:
+    def _role(self, choose_any: Choose, p: str, role: Role, rs: RoleSpace) -> RoleConfig:
+        def choose(name: str, choices: Sequence[Any]) -> Any:
+            # a knob with one choice is a constant, not a parameter: nothing for the sampler to learn, and each
+            # parameter is a write to Optuna's storage per trial (most of the tuner's own time)
+            return choices[0] if len(choices) == 1 else choose_any(name, choices)
+
         instances = choose(f"{p}_instances", rs.instances)
         tp = choose(f"{p}_tp", rs.tp_sizes)
         dp = choose(f"{p}_dp", rs.dp_sizes)
@@ -142,30 +161,42 @@ class SearchSpace(BaseModel):
 
     def enumerate(self) -> Iterator[tuple[dict[str, Any], DeploymentConfig]]:
         """Every candidate of the space once, with its parameters (the exhaustive grid)."""
-        path: list[int] = []
-        while True:
-            widths: list[int] = []
-            params: dict[str, Any] = {}
+        return odometer(self.build)
 
-            def choose(name: str, choices: Sequence[Any]) -> Any:
-                i = len(widths)
-                if i == len(path):
-                    path.append(0)
-                widths.append(len(choices))
-                params[name] = choices[path[i]]
-                return choices[path[i]]
-
-            cfg = self.build(choose)
-            yield dict(params), cfg
-            del path[len(widths):]
-            while path and path[-1] + 1 >= widths[len(path) - 1]:
-                path.pop()
-            if not path:
-                return
-            path[-1] += 1
+    def role_rows(self, role: Role) -> Iterator[tuple[dict[str, Any], RoleConfig]]:
+        """Every choice of one role with its (prefixed) parameters: the same branch of ``build`` that a
+        candidate takes for this role, so ``valid_space`` can check roles one at a time."""
+        p, rs = {Role.MIXED: ("mixed", self.mixed), Role.PREFILL: ("prefill", self.prefill),
+                 Role.DECODE: ("decode", self.decode)}[role]
+        return odometer(lambda choose: self._role(choose, p, role, rs))
 
     def size(self) -> int:
         return sum(1 for _ in self.enumerate())
+
+
+def odometer(build: Callable[[Choose], T]) -> Iterator[tuple[dict[str, Any], T]]:
+    """Every path of the conditional tree that ``build`` walks with ``choose``, once each, with its choices."""
+    path: list[int] = []
+    while True:
+        widths: list[int] = []
+        params: dict[str, Any] = {}
+
+        def choose(name: str, choices: Sequence[Any]) -> Any:
+            i = len(widths)
+            if i == len(path):
+                path.append(0)
+            widths.append(len(choices))
+            params[name] = choices[path[i]]
+            return choices[path[i]]
+
+        result = build(choose)
+        yield dict(params), result
+        del path[len(widths):]
+        while path and path[-1] + 1 >= widths[len(path) - 1]:
+            path.pop()
+        if not path:
+            return
+        path[-1] += 1
 
 
 def preset_names() -> list[str]:

@@ -41,8 +41,10 @@ def _proposers(url: str, name: str, job) -> list[str]:
 
 def test_guided_study_finds_an_unknown_machines_optimum(tmp_path: Path) -> None:
     """Under truth seed 0 the defaults' best candidate (by its knee) reaches only 0.72 of the truth's optimum:
-    the guide must measure, re-fit and move to the truth's optimum within the 8-trial budget."""
-    job = _job()
+    the guide must measure, re-fit and move to the truth's optimum within a 16-trial budget. (8 trials did it
+    before the preset searched TP experts too: each TP shape near the prior's pick now has an EP and a
+    TP-experts variant, and the model spends turns on them before the re-fit moves it to DEP4 prefill.)"""
+    job = _job(budget={"trials": 16})
     truth = _truth(job, seed=0)
     truth_table = exhaustive(job, truth.params)
     opt = max(o.values[0] for o in truth_table.values() if o.feasible)
@@ -146,9 +148,11 @@ def test_refit_moves_the_model_towards_the_measurements() -> None:
 
 
 def test_pareto_turns_spread_along_the_front(tmp_path: Path) -> None:
+    """The model as the machine (no perturbation: the guide stays trusted, so every turn is taken); what is under
+    test is where the turns go, not the re-fit."""
     job = _job(objective={"mode": "pareto"}, budget={"trials": 8}, sampler={"seed": 3, "guided_trials": 5})
     url = f"sqlite:///{tmp_path / 'g.db'}"
-    tune(job, storage=url, executor=_truth(job))
+    tune(job, storage=url, executor=SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)))
     study = open_study(job, url, "g")
     picks = [t.values for t in study.get_trials(deepcopy=False) if t.user_attrs.get(PROPOSER_ATTR) == "model"]
     assert len(picks) == 5
