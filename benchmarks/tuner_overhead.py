@@ -135,7 +135,8 @@ def main() -> int:
                   f"[{r['stopped_because']}]", flush=True)
     out = {"goal": {"tuner_s_per_trial": GOAL_S_PER_TRIAL, "asked_per_executed": GOAL_ASKED_PER_EXECUTED},
            "trials": args.trials, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                              "optuna": optuna.__version__},
+                                              "optuna": optuna.__version__,
+                                              "load_average_1_5_15_at_end": os.getloadavg()},
            "command": " ".join(["python", *sys.argv]), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
