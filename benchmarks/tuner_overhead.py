@@ -120,12 +120,15 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=1000)
     ap.add_argument("--cases", nargs="*", default=[*preset_names(), "kimi-k2-fp8"])
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--no-guide", action="store_true", help="TPE alone (sampler.guide: false): the guide's share")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="tuner-overhead-") as tmp:
         work = Path(tmp)
         for case in args.cases:
             doc = kimi_job(args.trials) if case == "kimi-k2-fp8" else {"name": case, "preset": case}
+            if args.no_guide:
+                doc = {**doc, "sampler": {"guide": False}}
             rows.append(run_case(case, doc, args.trials, work))
             r = rows[-1]
             print(f"{r['case']:<18} valid {r['valid']:>7,}/{r['candidates']:<9,} executed {r['executed']:>5} "
@@ -137,7 +140,7 @@ def main() -> int:
            "trials": args.trials, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                               "optuna": optuna.__version__,
                                               "load_average_1_5_15_at_end": os.getloadavg()},
-           "command": " ".join(["python", *sys.argv]), "rows": rows}
+           "guide": not args.no_guide, "command": " ".join(["python", *sys.argv]), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")
