@@ -88,8 +88,8 @@ class ModelGuide:
         self._choices: dict[str, list[Any]] = {}
         self._pool: list[tuple[Params, DeploymentConfig]] | None = None
         self._exhaustive = False
-        self._last: dict[str, Outcome] = {}
-        self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # config key → its outcome when last predicted (``_shortlist``)
+        self._last: dict[str, Outcome] = {}  # config key → its outcome when last predicted (``_shortlist``)
+        self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # the seeded sample of a large space
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
