@@ -8,7 +8,7 @@ from typing import Any
 
 import streamlit as st
 
-from ui import data
+from ui import advice, data
 from ui.data import StudyInfo
 from ui.settings import Settings
 
@@ -20,12 +20,19 @@ EXAMPLE_JOB = "examples/gb300-rack.yaml"
 
 
 def fmt(v: Any) -> str:
-    """A number for people: thousands separators, one decimal above 10, "–" for no data (never 0)."""
+    """A number for people: thousands separators, no decimals above 1,000, one above 10, "–" for no data
+    (never 0)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
     if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
+        return advice.num(v)
     return str(v)
+
+
+def key(study: str, name: str) -> str:
+    """A widget key that belongs to one study: switching studies starts every filter, highlight and selection
+    afresh instead of carrying the previous study's trial numbers over to unrelated deployments."""
+    return f"{name}@{study}"
 
 
 def tune_command(s: Settings) -> str:
@@ -66,6 +73,7 @@ def pick_study(infos: list[StudyInfo]) -> StudyInfo:
     names = [i.name for i in infos]
     key = "pick_study"
     wanted = st.query_params.get("study")
+    unknown = wanted if wanted is not None and wanted not in names else None  # the URL then names the shown one
     if wanted in names and st.session_state.get(key) != wanted:
         st.session_state[key] = wanted
     elif st.session_state.get(key) not in names:
@@ -79,9 +87,18 @@ def pick_study(infos: list[StudyInfo]) -> StudyInfo:
         st.query_params.pop("trials", None)
 
     choice = st.sidebar.selectbox("Study", names, key=key, on_change=changed)
+    if unknown is not None:
+        st.warning(f"There is no study named **{unknown}** in `{_storage_name()}`; showing **{choice}** instead. "
+                   "Pick another one in the sidebar.", icon=":material/warning:")
     st.query_params["study"] = choice
     st.session_state["last_study"] = choice
     return infos[names.index(choice)]
+
+
+def _storage_name() -> str:
+    from ui.settings import settings
+
+    return settings().storage_for_display
 
 
 def pick_trial(numbers: list[int], default: int | None) -> int:
@@ -89,6 +106,7 @@ def pick_trial(numbers: list[int], default: int | None) -> int:
     key = "pick_trial"
     raw = st.query_params.get("trial")
     wanted = int(raw) if raw is not None and raw.lstrip("-").isdigit() else None
+    unknown = raw is not None and wanted not in numbers
     if wanted in numbers and st.session_state.get(key) != wanted:
         st.session_state[key] = wanted
     elif st.session_state.get(key) not in numbers:
@@ -98,14 +116,18 @@ def pick_trial(numbers: list[int], default: int | None) -> int:
         st.query_params["trial"] = str(st.session_state[key])
 
     choice = int(st.sidebar.selectbox("Trial", numbers, key=key, on_change=changed))
+    if unknown:
+        st.warning(f"This study has no trial **{raw}**; showing trial **{choice}** instead.",
+                   icon=":material/warning:")
     st.query_params["trial"] = str(choice)
     return choice
 
 
 def study_header(info: StudyInfo) -> None:
+    slos = " · ".join(advice.slo_text(s) for s in info.slos) or "none"
     st.caption(
         f"{info.model} on {info.cluster} · {info.workload} · executor {info.executor} · objective "
-        f"{info.objective_mode} ({', '.join(info.objectives)}) · SLOs: {', '.join(map(str, info.slos)) or 'none'}"
+        f"{info.objective_mode} ({', '.join(advice.short(o) for o in info.objectives)}) · SLOs: {slos}"
     )
     if info.job_problem:
         st.warning(f"The stored job no longer validates: {info.job_problem}")
@@ -114,3 +136,31 @@ def study_header(info: StudyInfo) -> None:
 def trial_link(study: str, number: int, label: str | None = None) -> None:
     st.page_link(TRIAL_PAGE, label=label or f"Open trial {number}", icon=":material/open_in_new:",
                  query_params={"study": study, "trial": str(number)})
+
+
+def number_columns(df: Any, metrics: list[str]) -> dict[str, Any]:
+    """Streamlit column settings for a table's number columns: a header with its unit (``P90 TTFT (ms)``,
+    ``tok/s/GPU``, ``deploy (s)``) and thousands separators with one decimal, never a raw float like 25028.2104."""
+    out: dict[str, Any] = {}
+    for c in metrics:
+        if c not in getattr(df, "columns", ()):
+            continue
+        if c == "violation":
+            out[c] = st.column_config.NumberColumn("SLO violation", format="%.3f",
+                                                   help="worst SLO violation over the trial's levels (≤ 0: met)")
+        elif c.endswith("_s") and c[:-2] in ("deploy", "warmup", "measure", "teardown"):
+            out[c] = st.column_config.NumberColumn(f"{c[:-2]} (s)", format="%,.1f")
+        else:
+            out[c] = st.column_config.NumberColumn(advice.short(c), format="%,.1f")
+    for c in ("gpus", "GPUs"):
+        if c in getattr(df, "columns", ()):
+            out[c] = st.column_config.NumberColumn("GPUs", format="%d")
+    if "at c" in getattr(df, "columns", ()):
+        out["at c"] = st.column_config.NumberColumn("@ concurrency", format="%d",
+                                                    help="the load level (concurrency) of the numbers beside it")
+    return out
+
+
+def job_line(info: StudyInfo) -> str:
+    """What a study asked, in one line (to tell whether two studies can be compared)."""
+    return f"{info.model} on {info.cluster}, {info.workload}, SLOs {' · '.join(advice.slo_text(s) for s in info.slos)}"

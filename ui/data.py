@@ -27,6 +27,8 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict
 from advisor.study import redact_url, storage_for
 from db import queries
+from ui import advice
+from search_spaces import HIGHER_IS_BETTER, SLO_METRICS
 
 #: A repeat's reason, as ``advisor.tune`` writes it: ``same configuration as trial 12; its measurements stand``.
 _REPEAT_RE = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
@@ -249,6 +251,12 @@ def _slos(url: str, name: str) -> list[Any]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def study_slos(url: str, name: str) -> list[Any]:
+    """The study's SLOs as ``search_spaces.SLO`` objects (``met`` decides a level), cached."""
+    return _slos(url, name)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def verdict(url: str, name: str, stamp: Stamp) -> list[str]:
     """What `advisor best` says under its table: run-to-run spread, gain over vLLM's defaults, ties, the whole
     cluster, the performance model's out-of-sample error."""
@@ -270,7 +278,7 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     front ``queries.pareto_front`` (and ``advisor best``) returns, without reading the levels a second time.
     """
     slos = _slos(url, name)
-    metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos)]))
+    metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos), "intervals"]))
     cols, rows = queries.level_table(database(url), name, metrics)
     meets = [r.completed > 0 and all(s.met(r) for s in slos) for r in rows]  # SLO.met reads the row's columns
     df = pd.DataFrame(rows, columns=cols).rename(columns={"config_text": "config", "trial_gpus": "gpus"})
@@ -282,6 +290,38 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
         on_front = queries.pareto_mask(eligible[x].tolist(), eligible[y].tolist(), x, y)
         df.loc[eligible.index[on_front], "pareto"] = True
     return df[["trial", "state", "config", "gpus", *metrics, "meets_slo", "pareto"]]
+
+
+#: Metrics the Pareto plot may put on an axis: those whose better direction is known (``queries.pareto_mask``).
+AXIS_METRICS = [m for m in LEVEL_METRICS if m in SLO_METRICS]
+
+
+def axis_options(levels: pd.DataFrame, *defaults: str) -> list[str]:
+    """The stored metrics that have data in this study (and the study's own axes, first)."""
+    have = [m for m in AXIS_METRICS if m in levels and levels[m].notna().any()] if not levels.empty else []
+    return list(dict.fromkeys([*defaults, *have]))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, float, int, float | None] | None:
+    """(trial, x, concurrency, y) of the level with the most ``x`` among complete levels meeting every SLO: the
+    operating point behind a study's "best" (one column-only read of the study's complete levels)."""
+    slos = _slos(url, name)
+    cols = list(dict.fromkeys(["concurrency", "completed", x, y, *(sl.metric for sl in slos)]))
+    _, rows = queries.level_table(database(url), name, cols, states=["complete"])
+    ok = [r for r in rows if getattr(r, x) is not None and r.completed and all(sl.met(r) for sl in slos)]
+    if not ok:
+        return None
+    sign = 1 if x in HIGHER_IS_BETTER else -1
+    top = max(ok, key=lambda r: (sign * getattr(r, x), -r.trial))
+    return int(top.trial), float(getattr(top, x)), int(top.concurrency), getattr(top, y)
+
+
+def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -> str:
+    """``30,390 tok/s/GPU @ c=4096, 40.1 tok/s/user`` (– when no level meets the SLOs)."""
+    if p is None:
+        return "–"
+    return f"{advice.value_text(x, p[1])} @ c={p[2]}, {advice.value_text(y, p[3])}"
 
 
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from ui import advice
+
 #: Above this many points scatter plots switch to WebGL (SVG gets slow to draw).
 WEBGL_POINTS = 2500
 ROLE_COLORS = {"prefill": "#4C78A8", "decode": "#F58518", "mixed": "#54A24B"}
@@ -36,8 +38,28 @@ LABELS = {
 
 
 def label(metric: str) -> str:
-    """An axis title for a metric: its words when known, else the field name (units are in the name)."""
-    return LABELS.get(metric, metric.replace("_", " "))
+    """An axis title for a metric: its words when known, else its short name with the unit (``P90 TTFT (ms)``)."""
+    return LABELS.get(metric) or advice.short(metric)
+
+
+def error_bars(df: pd.DataFrame, metric: str) -> dict[str, Any] | None:
+    """Plotly ``error_x``/``error_y`` from the levels' bootstrap intervals (``intervals[metric] = [low, high]``);
+    ``None`` when no level of ``df`` carries one (a simulated study: no made-up bars)."""
+    if "intervals" not in df or df.empty:
+        return None
+    lo, hi, any_ = [], [], False
+    for v, iv in zip(df[metric].tolist(), df["intervals"].tolist(), strict=True):
+        pair = (iv or {}).get(metric) if isinstance(iv, dict) else None
+        if pair and len(pair) == 2 and v is not None and not (isinstance(v, float) and math.isnan(v)):
+            hi.append(max(0.0, float(pair[1]) - float(v)))
+            lo.append(max(0.0, float(v) - float(pair[0])))
+            any_ = True
+        else:
+            hi.append(0.0)
+            lo.append(0.0)
+    if not any_:
+        return None
+    return {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "thickness": 1, "width": 3}
 
 
 def _scatter(n_points: int) -> type[go.Scatter] | type[go.Scattergl]:
@@ -76,7 +98,7 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
     pts = plottable(levels, x, y)
     kind = _scatter(len(pts))
     fig = go.Figure()
-    hover = (f"<b>trial %{{customdata[0]}}</b> @ concurrency %{{customdata[1]}}<br>%{{customdata[2]}}<br>"
+    hover = (f"<b>trial %{{customdata[0]}}</b> @ c=%{{customdata[1]}}<br>%{{customdata[2]}}<br>"
              f"{label(x)}: %{{x:,.1f}}<br>{label(y)}: %{{y:,.1f}}<br>P90 TTFT %{{customdata[3]}} ms"
              "<extra></extra>")
 
@@ -96,7 +118,7 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                               ("misses an SLO", pts[~pts["meets_slo"]], MISSES)):
         fig.add_trace(kind(x=_floats(part[x]), y=_floats(part[y]), mode="markers", name=name, meta="levels",
                            marker={"color": color, "size": 7, "opacity": 0.8}, customdata=custom(part),
-                           hovertemplate=hover))
+                           hovertemplate=hover, error_x=error_bars(part, x), error_y=error_bars(part, y)))
     front = pts[pts["pareto"]].sort_values(x)
     fig.add_trace(go.Scatter(x=_floats(front[x]), y=_floats(front[y]), mode="lines+markers", name="Pareto front",
                              meta="pareto", line={"color": FRONT, "width": 2, "shape": "hv"},
@@ -152,10 +174,13 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
         g = pts[pts["trial"] == t]
         if g.empty:
             continue
+        # the concurrency is in the hover and on the curve's two ends only: labels on every point overlap
+        ends = [f"c={c}" if k in (0, len(g) - 1) else "" for k, c in enumerate(g["concurrency"].astype(int))]
         fig.add_trace(go.Scatter(
-            x=_floats(g[x]), y=_floats(g[y]), mode="lines+markers+text", name=f"trial {t}",
-            text=[f"c{c}" for c in g["concurrency"]], textposition="top center",
-            hovertemplate=f"trial {t}<br>{_wrap(str(g['config'].iloc[0]))}<br>concurrency %{{text}}<br>"
+            x=_floats(g[x]), y=_floats(g[y]), mode="lines+markers+text", name=f"trial {t}", meta=int(t),
+            text=ends, textposition="top right", textfont={"size": 10}, customdata=g["concurrency"].astype(int),
+            error_x=error_bars(g, x), error_y=error_bars(g, y),
+            hovertemplate=f"trial {t} @ c=%{{customdata}}<br>{_wrap(str(g['config'].iloc[0]))}<br>"
                           f"{label(x)} %{{x:,.1f}}<br>{label(y)} %{{y:,.1f}}<extra></extra>",
         ))
     fig.update_layout(meta="curves", xaxis_title=label(x), yaxis_title=label(y), height=420,
@@ -341,11 +366,15 @@ def _index(instance: str) -> int:
 def levels_figure(measurements: Sequence[Any]) -> go.Figure:
     """One trial's load levels: throughput per GPU (bars) and P90 tokens/s per user (line) by concurrency."""
     conc = [str(m.concurrency) for m in measurements]
+    df = pd.DataFrame({"throughput_per_gpu": [m.throughput_per_gpu for m in measurements],
+                       "p90_tokens_per_s_per_user": [m.p90_tokens_per_s_per_user for m in measurements],
+                       "intervals": [m.intervals or {} for m in measurements]})
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=conc, y=[m.throughput_per_gpu for m in measurements], name=label("throughput_per_gpu"),
-                         marker={"color": MEETS}))
-    fig.add_trace(go.Scatter(x=conc, y=[m.p90_tokens_per_s_per_user for m in measurements], yaxis="y2",
-                             mode="lines+markers", name=label("p90_tokens_per_s_per_user"), line={"color": FRONT}))
+    fig.add_trace(go.Bar(x=conc, y=df["throughput_per_gpu"], name=label("throughput_per_gpu"),
+                         marker={"color": MEETS}, error_y=error_bars(df, "throughput_per_gpu")))
+    fig.add_trace(go.Scatter(x=conc, y=df["p90_tokens_per_s_per_user"], yaxis="y2",
+                             mode="lines+markers", name=label("p90_tokens_per_s_per_user"), line={"color": FRONT},
+                             error_y=error_bars(df, "p90_tokens_per_s_per_user")))
     fig.update_layout(meta="levels", xaxis={"title": "concurrency", "type": "category"},
                       yaxis_title=label("throughput_per_gpu"),
                       yaxis2={"title": label("p90_tokens_per_s_per_user"), "overlaying": "y", "side": "right"},
@@ -414,4 +443,37 @@ def compare_figure(levels: pd.DataFrame, trials: Sequence[int], x: str, y: str) 
     """The chosen trials' curves on the study's two axes, everything else left out."""
     fig = curves_figure(levels[levels["trial"].isin(list(trials))], x, y, highlight=trials)
     fig.update_layout(meta="compare")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------- compare studies
+
+
+def studies_front_figure(fronts: Mapping[str, pd.DataFrame], x: str, y: str) -> go.Figure:
+    """Several studies' Pareto fronts (their SLO-meeting non-dominated levels) overlaid, one colour each; each
+    trace's ``meta`` is its study's name."""
+    fig = go.Figure()
+    for name, front in fronts.items():
+        f = front.sort_values(x)
+        fig.add_trace(go.Scatter(
+            x=_floats(f[x]), y=_floats(f[y]), mode="lines+markers", name=name, meta=name,
+            line={"shape": "hv", "width": 2}, marker={"size": 9},
+            customdata=np.stack([f["trial"].to_numpy(dtype=int), f["concurrency"].to_numpy(dtype=int)], axis=1)
+            if len(f) else None,
+            hovertemplate=f"<b>{name}</b>: trial %{{customdata[0]}} @ c=%{{customdata[1]}}<br>{label(x)} "
+                          f"%{{x:,.1f}}<br>{label(y)} %{{y:,.1f}}<extra></extra>"))
+    fig.update_layout(meta="studies_front", xaxis_title=label(x), yaxis_title=label(y), height=440,
+                      margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.2})
+    return fig
+
+
+def studies_history_figure(histories: Mapping[str, pd.DataFrame], objective: str) -> go.Figure:
+    """Several studies' best-so-far curves (objective against trial number) overlaid."""
+    fig = go.Figure()
+    for name, h in histories.items():
+        b = h[h["best"].notna()]
+        fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name=name, meta=name,
+                                 line={"shape": "hv", "width": 2}))
+    fig.update_layout(meta="studies_history", xaxis_title="trial", yaxis_title=f"best {label(objective)} so far",
+                      height=340, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
     return fig

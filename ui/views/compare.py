@@ -1,11 +1,12 @@
-"""Compare: two to four trials side by side — deployments, curves, every load level, differing parameters."""
+"""Compare trials: two to four trials of one study side by side — deployments, operating points, curves, every
+load level with its difference to the first trial (absolute and %), differing parameters."""
 
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from ui import common, data, plots
+from ui import advice, common, data, plots
 from ui.settings import settings
 
 MAX_TRIALS = 4
@@ -27,7 +28,7 @@ if len(measured) < 2:
             f"{len(measured)} so far.")
     st.stop()
 
-key = "compare_trials"
+key = common.key(name, "compare_trials")
 raw = st.query_params.get("trials", "")
 from_url = [int(p) for p in raw.split(",") if p.strip().isdigit() and int(p) in measured][:MAX_TRIALS]
 if from_url and st.session_state.get(key) != from_url:
@@ -49,6 +50,7 @@ if len(chosen) < 2:
 
 # ---------------------------------------------------------------------------------------------- side by side
 by_trial = trials_df.set_index("trial")
+ops = {int(r["trial"]): r for r in advice.trial_points(levels, x, y).to_dict("records")}
 cols = st.columns(len(chosen))
 for col, n in zip(cols, chosen, strict=True):
     r = by_trial.loc[n]
@@ -56,25 +58,38 @@ for col, n in zip(cols, chosen, strict=True):
         st.markdown(f"### Trial {n}")
         st.caption(f"{r['state']} · {common.fmt(r['gpus'])} GPUs")
         st.markdown(str(r["config"]))
-        for o in info.objectives:
-            if o in by_trial.columns:
-                st.metric(o, common.fmt(r[o]))
+        op = ops.get(n)
+        st.markdown(f"**{advice.value_text(x, op[x])} @ c={int(op['concurrency'])}, "
+                    f"{advice.value_text(y, op[y])}**" + ("" if op["meets_slo"] else " (misses an SLO)")
+                    if op is not None else "no level measured")
         common.trial_link(name, n)
 
-st.plotly_chart(plots.compare_figure(levels, chosen, x, y), key="compare_chart", width="stretch")
+st.plotly_chart(plots.compare_figure(levels, chosen, x, y), key=common.key(name, "compare_chart"), width="stretch")
 
-metric = st.selectbox("Metric per load level", METRICS, key="compare_metric")
+metric = st.selectbox("Metric per load level", METRICS, key=common.key(name, "compare_metric"),
+                      format_func=plots.label)
 sel = levels[levels["trial"].isin(chosen)]
 pivot = sel.pivot_table(index="concurrency", columns="trial", values=metric, aggfunc="first")
+pivot = pivot[[c for c in chosen if c in pivot.columns]]
 pivot.columns = [f"trial {c}" for c in pivot.columns]
-st.dataframe(pivot, width="stretch", key="compare_levels")
+ref = pivot.columns[0]
+fmt_cols = {c: st.column_config.NumberColumn(f"{c} ({advice.short(metric)})", format="%,.1f") for c in pivot.columns}
+for c in list(pivot.columns[1:]):
+    pivot[f"Δ {c} − {ref}"] = pivot[c] - pivot[ref]
+    pivot[f"% {c} vs {ref}"] = (pivot[c] / pivot[ref] - 1) * 100
+    fmt_cols[f"Δ {c} − {ref}"] = st.column_config.NumberColumn(format="%+,.1f")
+    fmt_cols[f"% {c} vs {ref}"] = st.column_config.NumberColumn(format="%+.1f %%")
+pivot.index.name = "concurrency"
+st.caption(f"{plots.label(metric)} per load level; Δ and % against {ref} at the same concurrency "
+           "(empty where one of the two did not measure that level).")
+st.dataframe(pivot, width="stretch", key=common.key(name, "compare_levels"), column_config=fmt_cols)
 
 st.markdown("**Parameters**")
-only_diff = st.toggle("Only parameters that differ", value=True, key="compare_only_diff")
+only_diff = st.toggle("Only parameters that differ", value=True, key=common.key(name, "compare_only_diff"))
 p = params_df[params_df["trial"].isin(chosen)].set_index("trial").drop(columns=["state"]).T
 p.columns = [f"trial {c}" for c in p.columns]
 p = p.astype(object).map(lambda v: "–" if v is None or (isinstance(v, float) and pd.isna(v))
                         else str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
 if only_diff:
     p = p[p.nunique(axis=1) > 1]
-st.dataframe(p, width="stretch", key="compare_params")
+st.dataframe(p, width="stretch", key=common.key(name, "compare_params"))

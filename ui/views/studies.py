@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from ui import common, data
@@ -24,11 +25,17 @@ if not shown:
     st.info("No study matches the filter.")
     st.stop()
 
+points = {i.name: data.best_point(s.storage, i.name, i.stamp, i.x_metric, i.y_metric) for i in shown}
+frame = data.studies_frame(shown).drop(columns=["best", "best objective", "best trial"])
+frame.insert(frame.columns.get_loc("running") + 1, "best under the SLOs",
+             [data.point_text(points[i.name], i.x_metric, i.y_metric) for i in shown])
+frame.insert(frame.columns.get_loc("best under the SLOs") + 1, "best trial",
+             pd.array([points[i.name][0] if points[i.name] else None for i in shown], dtype="Int64"))
 st.dataframe(
-    data.studies_frame(shown), hide_index=True, width="stretch", key="studies_table",
+    frame, hide_index=True, width="stretch", key="studies_table",
     column_config={
-        "best": st.column_config.NumberColumn("best", format="%.1f", help="best objective value so far "
-                                              "(complete trials meeting every SLO)"),
+        "best under the SLOs": st.column_config.TextColumn(help="the level with the most throughput per GPU among "
+                                                           "complete levels meeting every SLO, with its concurrency"),
         "updated": st.column_config.DatetimeColumn("updated", format="YYYY-MM-DD HH:mm"),
     },
 )
@@ -39,8 +46,9 @@ for k, info in enumerate(shown[:60]):
     with cols[k % 3]:
         st.page_link(common.STUDY_PAGE, label=f"Open {info.name}", icon=":material/insights:",
                      query_params={"study": info.name})
-        best = f"best {common.fmt(info.best)} {info.best_objective or ''} (trial {info.best_trial})" \
-            if info.best is not None else "no trial meets the SLOs yet"
+        bp = points[info.name]
+        best = f"best {data.point_text(bp, info.x_metric, info.y_metric)} (trial {bp[0]})" \
+            if bp is not None else "no level meets the SLOs yet"
         st.caption(f"{info.state} · {info.finished}/{info.budget} trials · {best}")
 if len(shown) > 60:
     st.caption(f"… and {len(shown) - 60} more: narrow the filter, or pick one in the Study page's sidebar.")

@@ -1,16 +1,23 @@
-"""Study: live progress, the Pareto front, each deployment's curve, what the parameters did, every trial.
+"""Study: which deployment to run and why, then the Pareto front, each deployment's curve, what the parameters
+did, every trial.
 
-The progress panel polls the database every few seconds (a fragment) and reruns the whole page only when a
-trial started or finished, so the plots stay still while nothing changes.
+The recommendation comes first: the deployment with the most throughput per GPU among levels meeting every
+SLO (at the reader's operating point), its margins, its gain over vLLM's defaults, its alternatives and its
+exports. Every throughput shown carries the concurrency it was measured at.
+
+Widgets are keyed by study (``common.key``): switching studies starts every highlight, filter and selection
+afresh. The progress panel polls the database every few seconds (a fragment) and reruns the whole page only
+when a trial started or finished, so the plots stay still while nothing changes.
 """
 
 from __future__ import annotations
 
 import time
 
+import pandas as pd
 import streamlit as st
 
-from ui import common, data, jobs, plots
+from ui import advice, common, data, downloads, jobs, plots
 from ui.settings import settings
 
 started = time.monotonic()
@@ -21,10 +28,20 @@ info = data.study(s.storage, picked.name) or picked
 url, name = s.storage, info.name
 st.session_state["study_stamp"] = info.stamp
 
+
+def K(widget: str) -> str:  # noqa: N802 — a key of this study's widgets
+    return common.key(name, widget)
+
+
 st.title(f"Study {name}")
 if info.description:
     st.markdown(info.description)
 common.study_header(info)
+x, y = info.x_metric, info.y_metric
+levels = data.levels(url, name, info.stamp, x, y)
+trials_df, params_df = data.trials(url, name, info.stamp)
+
+
 
 
 # ---------------------------------------------------------------------------------------------- live progress
@@ -43,15 +60,23 @@ def progress() -> None:
     if live.stamp != st.session_state.get("study_stamp") and \
             time.monotonic() - st.session_state.get("study_rendered_at", 0.0) >= rerun_gap_s():
         st.rerun(scope="app")  # a trial started or finished: redraw everything
-    cols = st.columns(7)
+    repeats = live.count("complete") + live.count("failed") - live.executed
+    cols = st.columns([1, 1, 1, 1, 1, 1, 3])
     cols[0].metric("state", live.state)
-    cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="complete + failed (what the budget counts)")
-    cols[2].metric("complete", live.count("complete"))
+    cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="complete + failed, repeats left out "
+                   "(what the budget counts)")
+    cols[2].metric("complete", live.count("complete"),
+                   help=f"{repeats} of them repeat an earlier deployment (recorded, not run again)" if repeats
+                   else "every one ran")
     cols[3].metric("failed", live.count("failed"))
     cols[4].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
     cols[5].metric("running", live.count("running"))
-    cols[6].metric(f"best {live.best_objective or ''}".strip(), common.fmt(live.best),
-                   help=f"trial {live.best_trial}" if live.best_trial is not None else "no trial meets the SLOs yet")
+    bp = data.best_point(url, name, live.stamp, x, y)
+    cols[6].metric(f"best {advice.short(x)} under the SLOs", data.point_text(bp, x, y),
+                   help=f"trial {bp[0]}" if bp is not None else "no level meets the SLOs yet")
+    if repeats > 0:
+        st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
+                   f"of which {repeats} repeat an earlier deployment (its measurements stand, not run again).")
     if live.budget:
         st.progress(min(1.0, live.finished / live.budget), text=f"{live.finished} of {live.budget} trials")
     if live.count("running"):
@@ -70,51 +95,107 @@ def progress() -> None:
 
 
 progress()
+
+
+# ---------------------------------------------------------------------------------------------- recommendation
+def point_line(p: advice.OperatingPoint) -> str:
+    gpus = f" on {p.gpus} GPUs" if p.gpus else ""
+    return f"trial {p.trial}{gpus}: {p.text()} — {p.deployment}"
+
+
+st.subheader("Recommendation")
+y_slo = next((sl for sl in info.slos if sl.metric == y), None)
+c_op, c_note = st.columns([1, 3])
+op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_value=0.0,
+                         value=float(y_slo.value) if y_slo is not None else None, step=5.0, key=K("op_y"),
+                         placeholder="the SLOs alone",
+                         help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
+c_note.caption(f"The deployment with the most {advice.short(x)} among measured levels that meet every SLO"
+               + (f" and give each user at least {advice.num(op_y)} {advice.short(y).split(' ', 1)[-1]}"
+                  if op_y else "") + " — what `advisor best` answers. Numbers are operating points: "
+               f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
+rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None)
+if rec.best is None:
+    st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
+else:
+    b = rec.best
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(f"#### Run trial {b.trial}: {b.deployment}")
+        total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
+        st.markdown(f"**{b.text()}** on **{b.gpus or '?'} GPUs**{total}", help=b.config)
+        st.markdown("\n".join(f"- {m.text()}" for m in rec.margins) or "- the study has no SLOs")
+        if rec.gain is not None and rec.baseline is not None:
+            st.markdown(f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {rec.baseline.trial}: "
+                        f"{rec.baseline.text()}).")
+        elif rec.baseline_note:
+            st.markdown(rec.baseline_note)
+        else:
+            st.caption("This study measured no baseline (vLLM's defaults), so no gain over it is stated.")
+        alts = [("Cheaper in GPUs", rec.cheaper), ("Faster per user", rec.faster)]
+        if rec.cheaper is not None and rec.cheaper == rec.faster:
+            alts = [("Cheaper in GPUs and faster per user", rec.cheaper)]
+        alts = [(k, p) for k, p in alts if p is not None]
+        if alts:
+            st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
+        st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front.")
+        downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
+                                                                                     "json"), titles=True)
+        common.trial_link(name, b.trial, f"Open trial {b.trial}")
+    with right:
+        t = data.trial(url, name, b.trial, info.stamp)
+        if t is not None and t.topology:
+            policy = t.config.router_policy if t.config else "?"
+            st.plotly_chart(plots.topology_figure(t.topology, f"router ({policy})"), key=K("rec_topology"),
+                            width="stretch")
 for line in data.verdict(url, name, info.stamp):
     st.caption(line)
-if info.best_trial is not None:
-    common.trial_link(name, info.best_trial, f"Open the best trial ({info.best_trial})")
-
-x, y = info.x_metric, info.y_metric
-levels = data.levels(url, name, info.stamp, x, y)
-trials_df, params_df = data.trials(url, name, info.stamp)
 
 # ---------------------------------------------------------------------------------------------- Pareto front
 st.subheader("Pareto front")
-points = plots.plottable(levels, x, y)
+options = data.axis_options(levels, x, y)
+ax1, ax2, _ = st.columns([1, 1, 2])
+px = ax1.selectbox("x axis", options, index=options.index(x), key=K("axis_x"), format_func=plots.label)
+py = ax2.selectbox("y axis", [o for o in options if o != px], key=K("axis_y"), format_func=plots.label,
+                   index=max(0, [o for o in options if o != px].index(y)) if y != px else 0)
+plevels = levels if (px, py) == (x, y) else data.levels(url, name, info.stamp, px, py)
+points = plots.plottable(plevels, px, py)
 if points.empty:
     st.info("No load level has been measured yet; the plot appears with the first complete trial.")
 else:
-    front = points[points["pareto"]].sort_values(x, ascending=False)
-    st.caption(f"{len(points)} trial × load-level points · {len(front)} on the front (levels meeting every SLO) · "
-               "click a point to open its trial")
-    event = st.plotly_chart(plots.pareto_figure(levels, x, y, info.slos), key="pareto_chart", on_select="rerun",
-                            selection_mode="points", width="stretch")
+    front = advice.front_by_deployment(plevels, px, py)
+    n_front = int(plevels["pareto"].sum())
+    st.caption(f"{len(points)} trial × load-level points · the front: {n_front} points from {len(front)} distinct "
+               "deployment(s), levels meeting every SLO · click a point to open its trial")
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos), key=K("pareto_chart"),
+                            on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
     for p in picked_points[:3]:
         custom = p.get("customdata")
         if custom:
-            common.trial_link(name, int(custom[0]), f"Open trial {int(custom[0])} (concurrency {int(custom[1])})")
+            common.trial_link(name, int(custom[0]), f"Open trial {int(custom[0])} (c={int(custom[1])})")
     if front.empty:
         st.warning("No measured level meets every SLO yet, so there is no front to recommend.")
     else:
-        with st.expander(f"The front: {len(front)} points", expanded=False):
-            st.dataframe(front[["trial", "concurrency", x, y, "p90_ttft_ms", "gpus", "config"]], hide_index=True,
-                         width="stretch")
+        with st.expander(f"The front by deployment: {len(front)}", expanded=False):
+            shown = front.rename(columns={"levels": "levels on the front", "config": "deployment"})
+            st.dataframe(shown, hide_index=True, width="stretch", key=K("front_table"),
+                         column_config=common.number_columns(shown, [px, py]))
 
     # ------------------------------------------------------------------------------------------ curves
     st.subheader("Each deployment across load levels")
-    front_trials = list(dict.fromkeys(int(t) for t in front["trial"]))[:8]
+    front_trials = [int(t) for t in front["trial"]][:8]
     chosen = st.multiselect("Highlight trials", sorted(points["trial"].unique().tolist()), default=front_trials,
-                            key="curves_trials", help="Default: the trials on the Pareto front")
-    st.plotly_chart(plots.curves_figure(levels, x, y, chosen), key="curves_chart", width="stretch")
+                            key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front")
+    st.plotly_chart(plots.curves_figure(plevels, px, py, chosen), key=K("curves_chart"), width="stretch")
 
 # ------------------------------------------------------------------------------------ convergence, parameters
 objective = info.objectives[0]
 hist = data.history(url, name, info.stamp)
 if not hist.empty and hist["value"].notna().any():
     st.subheader("Convergence")
-    st.plotly_chart(plots.history_figure(hist, objective), key="history_chart", width="stretch")
+    st.plotly_chart(plots.history_figure(hist, objective), key=K("history_chart"), width="stretch")
+
 
 @st.fragment
 def parameters() -> None:
@@ -131,7 +212,7 @@ def parameters() -> None:
             if info.optuna_study_name else data.Importance({}, "this study has no Optuna study in the storage")
     left, right = st.columns([1, 2])
     with left:
-        st.markdown(f"**Parameter importance** for {objective}")
+        st.markdown(f"**Parameter importance** for {advice.short(objective)}")
         if not show:
             st.info(f"Turn on *Parameter importance* to compute it over the {complete} complete trials "
                     "(a few seconds for a study this size; the parallel coordinates then follow its order).")
@@ -141,8 +222,9 @@ def parameters() -> None:
         else:
             st.info(imp.message[:1].upper() + imp.message[1:] + ".")
     with right:
-        st.markdown(f"**Parallel coordinates**: the most important parameters of measured trials against {objective}"
-                    if imp.values else f"**Parallel coordinates**: parameters of measured trials against {objective}")
+        st.markdown(f"**Parallel coordinates**: the most important parameters of measured trials against "
+                    f"{advice.short(objective)}" if imp.values
+                    else f"**Parallel coordinates**: parameters of measured trials against {advice.short(objective)}")
         measured = trials_df[(trials_df["state"] == "complete") & trials_df["repeat_of"].isna()] \
             if not trials_df.empty else trials_df
         if objective in measured and len(measured) >= 2:
@@ -160,34 +242,48 @@ st.subheader("Trials")
 if trials_df.empty:
     st.info("No trial yet.")
 else:
+    ops = advice.trial_points(levels, x, y).rename(columns={"concurrency": "at c", "meets_slo": "meets SLOs"})
+    full = trials_df.drop(columns=[c for c in (x, y) if c in trials_df.columns]).merge(ops, on="trial", how="left")
+    full["meets SLOs"] = full["meets SLOs"].astype("boolean")
     c1, c2, c3, c4 = st.columns([2, 3, 2, 2])
-    all_states = sorted(trials_df["state"].unique().tolist())
-    states = c1.multiselect("State", all_states, key="trials_states", placeholder="all states")
-    text = c2.text_input("Deployment contains", key="trials_text", placeholder="e.g. EPLB or TP8")
-    sortable = ["trial", *info.objectives, "gpus", "violation", "measure_s", "state"]
-    sort = c3.selectbox("Sort by", [c for c in sortable if c in trials_df.columns], key="trials_sort")
-    descending = c4.toggle("Descending", key="trials_desc", value=sort != "trial")
-    feasible_only = c4.checkbox("Meets the SLOs", key="trials_feasible")
-    gpu_values = trials_df["gpus"].dropna()
+    all_states = sorted(full["state"].unique().tolist())
+    states = c1.multiselect("State", all_states, key=K("trials_states"), placeholder="all states")
+    text = c2.text_input("Deployment contains", key=K("trials_text"), placeholder="e.g. EPLB or TP8")
+    sortable = ["trial", x, y, "gpus", "violation", "measure_s", "state"]
+    sort = c3.selectbox("Sort by", [c for c in sortable if c in full.columns], key=K("trials_sort"),
+                        format_func=lambda c: advice.short(c) if c in (x, y) else c, index=1)
+    best_first = sort in advice.HIGHER or sort in ("gpus", "measure_s")  # a metric: highest first
+    descending = c4.toggle("Descending", key=K(f"trials_desc_{sort}"), value=best_first)
+    feasible_only = c4.checkbox("Meets the SLOs", key=K("trials_feasible"))
+    gpu_values = full["gpus"].dropna()
     gpus = None
     if not gpu_values.empty and gpu_values.min() < gpu_values.max():
         lo, hi = int(gpu_values.min()), int(gpu_values.max())
-        picked_gpus = st.slider("GPUs", lo, hi, (lo, hi), key="trials_gpus")
+        picked_gpus = st.slider("GPUs", lo, hi, (lo, hi), key=K("trials_gpus"))
         gpus = None if picked_gpus == (lo, hi) else picked_gpus  # the full range keeps trials without a config
-    table = data.filter_trials(trials_df, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
+    table = data.filter_trials(full, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
                                sort=sort, descending=descending)
-    st.caption(f"{len(table)} of {len(trials_df)} trials · select a row to open it")
-    cols = ["trial", "state", "by", "gpus", "deployment", *[o for o in info.objectives if o in table], "violation",
-            "deploy_s", "measure_s", "teardown_s", "reason"]
-    picked_rows = st.dataframe(table[cols], hide_index=True, width="stretch", key="trials_table",
-                               on_select="rerun", selection_mode="single-row")
+    simulated = info.executor == "simulated"
+    timings = [c for c in ("deploy_s", "measure_s", "teardown_s")
+               if not simulated and c in table and (table[c].fillna(0) > 0).any()]
+    st.caption(f"{len(table)} of {len(full)} trials · {advice.short(x)} is each trial's best level meeting the "
+               "SLOs (else its best level, *meets SLOs* unticked), with that level's concurrency and "
+               f"{advice.short(y)} · select a row to open it"
+               + (" · no phase timings: the simulated executor takes no time" if simulated else ""))
+    table = table.assign(**{"repeat of": table["repeat_of"].astype("Int64")})
+    cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", "repeat of", "violation",
+            *timings, "reason"]
+    shown = table[[c for c in cols if c in table]]
+    picked_rows = st.dataframe(shown, hide_index=True, width="stretch", key=K("trials_table"),
+                               on_select="rerun", selection_mode="single-row",
+                               column_config=common.number_columns(shown, [x, y, "violation", *timings]))
     rows = picked_rows.selection.rows if picked_rows is not None and hasattr(picked_rows, "selection") else []
     if rows:
         common.trial_link(name, int(table.iloc[rows[0]]["trial"]))
     numbers = table["trial"].tolist()
     if numbers:
         c1, c2 = st.columns([1, 3])
-        n = c1.selectbox("Trial", numbers, key="open_trial_number", label_visibility="collapsed")
+        n = c1.selectbox("Trial", numbers, key=K("open_trial_number"), label_visibility="collapsed")
         with c2:
             common.trial_link(name, int(n))
 
@@ -200,7 +296,7 @@ else:
     kinds = fails.assign(kind=fails["kind"].fillna(fails["state"])).groupby(["state", "kind"]).size()
     st.caption(" · ".join(f"{n} {state} ({kind})" for (state, kind), n in kinds.items()))
     st.dataframe(fails[["trial", "state", "kind", "reason", "deployment"]], hide_index=True, width="stretch",
-                 key="failures_table")
+                 key=K("failures_table"))
     with_logs = fails[(fails["log tail"] != "")].head(10)
     for r in with_logs.to_dict("records"):
         with st.expander(f"trial {r['trial']}: {r['reason'][:100]}"):

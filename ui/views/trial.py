@@ -3,18 +3,11 @@ imbalance, where the time went, the log tail, and its ready-to-run exports."""
 
 from __future__ import annotations
 
-import io
-import zipfile
-from collections.abc import Callable
-from pathlib import Path
-
 import pandas as pd
 import streamlit as st
 
-from advisor import api
-from advisor.errors import BadInput
-from advisor.exports import FORMATS, RENDERERS
-from ui import common, data, plots
+from advisor.exports import FORMATS
+from ui import advice, common, data, downloads, plots
 from ui.settings import settings
 
 #: Load-level metrics shown first in the measurements table.
@@ -77,12 +70,23 @@ with left:
         if t.config.speculative_mtp_tokens:
             extras.append(f"MTP {t.config.speculative_mtp_tokens} tokens")
         st.caption(" · ".join(extras))
+slos = data.study_slos(url, name)
+x, y = info.x_metric, info.y_metric
 with right:
-    if t.objectives:
-        st.subheader("Objectives")
-        cols = st.columns(len(t.objectives))
-        for col, (k, v) in zip(cols, t.objectives.items(), strict=True):
-            col.metric(plots.label(k), common.fmt(v), help=f"{k}: the best over levels meeting the SLOs")
+    st.subheader("Operating point")
+    ok = [m for m in t.measurements if m.completed and all(sl.met(m) for sl in slos)
+          and getattr(m, x, None) is not None]
+    sign = 1 if x in advice.HIGHER else -1
+    if ok:
+        top = max(ok, key=lambda m: sign * getattr(m, x))
+        st.markdown(f"**{advice.value_text(x, getattr(top, x))} @ c={top.concurrency}, "
+                    f"{advice.value_text(y, getattr(top, y, None))}**")
+        st.caption(f"The level with the most {advice.short(x)} among the {len(ok)} of {len(t.measurements)} measured "
+                   "levels that meet every SLO (the numbers are from that one level).")
+    elif t.measurements:
+        st.markdown("No measured level meets every SLO.")
+    else:
+        st.caption("No load level was measured.")
     with st.expander("Search parameters (as Optuna proposed them)"):
         st.json(t.params, expanded=True)
 
@@ -95,17 +99,32 @@ else:
                                              else "no topology was recorded for this trial."))
 
 # ---------------------------------------------------------------------------------------------- measurements
+def _with_interval(m: object, k: str) -> str:
+    """``25,028 (24,900–25,150)`` where the level carries a bootstrap 95 % interval for the metric."""
+    v = getattr(m, k, None)
+    iv = (getattr(m, "intervals", None) or {}).get(k)
+    text = common.fmt(v)
+    if iv and len(iv) == 2 and v is not None:
+        text += f" ({advice.num(iv[0])}–{advice.num(iv[1])})"
+    return text
+
+
 st.subheader("Measurements per load level")
 levels = list(t.measurements)
 if not levels:
     st.info("No load level was measured.")
 else:
-    table = pd.DataFrame({f"c={m.concurrency}": {k: common.fmt(getattr(m, k, None)) for k in KEY_METRICS}
-                          for m in levels})
+    table = pd.DataFrame({f"c={m.concurrency}": {
+        **{f"meets {advice.slo_text(sl)}": {True: "✓ yes", False: "✗ no", None: "–"}[mark]
+           for sl, mark in zip(slos, advice.level_marks(m, slos).values(), strict=True)},
+        **{advice.short(k) if k in advice.SHORT or k.endswith("_ms") else k.replace("_", " "):
+           _with_interval(m, k) for k in KEY_METRICS}} for m in levels})
     c1, c2 = st.columns(2)
     c1.dataframe(table, width="stretch", key="levels_table")
     with c2:
         st.plotly_chart(plots.levels_figure(levels), key="levels_chart", width="stretch")
+    st.caption("Each column is one load level (concurrency c); ✓/✗ rows say which SLO it meets; numbers in "
+               "parentheses are bootstrap 95 % intervals over requests, where the benchmark measured them.")
     with st.expander("Every metric"):
         st.dataframe(pd.DataFrame([m.model_dump(exclude={"raw"}) for m in levels]), hide_index=True, width="stretch")
     st.subheader("Per-rank imbalance")
@@ -119,7 +138,9 @@ else:
 
 # ---------------------------------------------------------------------------------------------- timings and log
 st.subheader("Timings")
-if t.timings:
+if t.timings and sum(v or 0 for v in t.timings.values()) < 0.01:
+    st.caption("No phase timings: the simulated executor predicts the levels without deploying anything.")
+elif t.timings:
     cols = st.columns(len(t.timings) + 1)
     for col, (key, value) in zip(cols, t.timings.items(), strict=False):
         col.metric(key.removesuffix("_s").replace("warmup", "warm-up"), f"{value:,.1f} s")
@@ -134,45 +155,9 @@ if t.log_tail:
 
 
 # ---------------------------------------------------------------------------------------------- exports
-def _target(fmt: str) -> str:
-    """The file (``launch.sh``) or folder (``k8s``) a format writes; a folder downloads as a zip."""
-    spec = RENDERERS.get(fmt)
-    target = getattr(spec, "target", None) or (spec[0] if isinstance(spec, tuple) else fmt)
-    return str(target) if Path(str(target)).suffix else f"{target}.zip"
-
-
-def _zip(folder: Path) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".deploy-advisor")):
-            z.write(f, Path(folder.name) / f.relative_to(folder))
-    return buf.getvalue()
-
-
-def _exporter(fmt: str) -> Callable[[], bytes]:
-    """Runs ``advisor.api.export`` when the button is clicked (not on every render: an export is recorded)."""
-
-    def make() -> bytes:
-        out = Path(s.run_dir) / "exports" / name / f"trial-{number}"
-        try:
-            path = api.export(url, name, fmt=fmt, trial=number, out=out, model=None)[0]
-        except BadInput as e:
-            return f"export failed: {e}\n".encode()
-        return _zip(path) if path.is_dir() else path.read_bytes()
-
-    return make
-
-
-MIME = {".json": "application/json", ".sh": "text/x-shellscript", ".zip": "application/zip"}
-
 st.subheader("Export")
 if t.state.value == "complete" and t.config is not None:
-    cols = st.columns(len(FORMATS))
-    for col, fmt in zip(cols, FORMATS, strict=True):
-        target = _target(fmt)
-        col.download_button(fmt, data=_exporter(fmt), file_name=f"{name}-trial{number}-{target}", help=target,
-                            mime=MIME.get(Path(target).suffix, "text/plain"), key=f"export_{fmt}", on_click="ignore",
-                            icon=":material/download:")
+    downloads.buttons(url, name, number, s.run_dir, formats=FORMATS)
     st.caption(f"The same files as `advisor export {name} --trial {number} --format FORMAT` (folders come zipped).")
     if t.exports:
         st.dataframe(pd.DataFrame([{"format": e.format, "path": e.path, "sha256": e.sha256[:16] + "…",

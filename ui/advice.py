@@ -1,0 +1,281 @@
+"""Which deployment to run, and why: pure functions from the tables ``ui.data`` returns to a recommendation.
+
+Every number here is an *operating point*: one trial measured at one load level (concurrency), so that a
+throughput per GPU always travels with the concurrency it was measured at and the tokens/s per user of that
+same level (``OperatingPoint.text``). Nothing here imports Streamlit, so it is tested without a page.
+
+The recommendation is the level with the most ``x`` (the study's objective, throughput per GPU by default)
+among levels of complete trials that meet every SLO — and, where the reader names an operating point, at least
+that many ``y`` (tokens/s per user). It is what ``advisor best`` answers for the same study (the first point
+of the Pareto front is the level with the most ``x`` meeting the SLOs). The front is deduplicated by
+deployment: a deployment measured at several levels, or repeated, counts once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+#: Short names with units, for captions and table headers.
+SHORT = {
+    "throughput_per_gpu": "tok/s/GPU",
+    "output_throughput_per_gpu": "output tok/s/GPU",
+    "request_throughput": "req/s",
+    "p50_tokens_per_s_per_user": "P50 tok/s/user",
+    "p90_tokens_per_s_per_user": "P90 tok/s/user",
+    "p99_tokens_per_s_per_user": "P99 tok/s/user",
+    "error_rate": "error rate",
+}
+#: Metrics where more is better (as ``search_spaces.HIGHER_IS_BETTER``; kept here so this stays pure).
+HIGHER = {"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput", "p50_tokens_per_s_per_user",
+          "p90_tokens_per_s_per_user", "p99_tokens_per_s_per_user", "eplb_balancedness", "prefix_cache_hit_rate"}
+
+
+def short(metric: str) -> str:
+    """``p90_ttft_ms`` → ``P90 TTFT (ms)``; known throughputs by their unit (``tok/s/GPU``)."""
+    if metric in SHORT:
+        return SHORT[metric]
+    words = metric.split("_")
+    unit = {"ms": "ms", "s": "s"}.get(words[-1])
+    if unit:
+        words = words[:-1]
+    head = " ".join(w.upper() if w in ("ttft", "tpot", "itl", "e2el", "kv", "dp", "eplb") or
+                    (w[:1] == "p" and w[1:].isdigit()) else w for w in words)
+    return f"{head} ({unit})" if unit else head
+
+
+def num(v: Any, digits: int | None = None) -> str:
+    """A number for people: thousands separators; no decimals above 1,000, one above 10, two below;
+    "–" for no data (never 0)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if isinstance(v, (int,)) and not isinstance(v, bool):
+        return f"{v:,}"
+    v = float(v)
+    if digits is None:
+        digits = 0 if abs(v) >= 1000 else 1 if abs(v) >= 10 else 2
+    return f"{v:,.{digits}f}"
+
+
+def value_text(metric: str, v: Any) -> str:
+    """A value with its unit: ``812 ms``, ``40.1 tok/s/user``, ``0.4 %`` for an error rate."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    if metric == "error_rate":
+        return f"{float(v) * 100:.1f} %"
+    if metric.endswith("_ms"):
+        return f"{num(v)} ms"
+    if metric in SHORT:
+        unit = SHORT[metric]
+        return f"{num(v)} {unit.split(' ', 1)[1] if unit.startswith('P') else unit}"
+    return num(v)
+
+
+def bare(metric: str, v: Any) -> str:
+    """A value without its unit (the label carries it); an error rate in percent."""
+    if metric == "error_rate" and v is not None:
+        return f"{float(v) * 100:.1f} %"
+    return num(v)
+
+
+def bound_text(slo: Any) -> str:
+    """``≥ 25`` / ``≤ 2,000`` / ``≤ 1.0 %``."""
+    v = slo.bound if hasattr(slo, "bound") else slo.value
+    return f"{'≥' if slo.op == '>=' else '≤'} {bare(slo.metric, v)}"
+
+
+def slo_text(slo: Any) -> str:
+    """``P90 TTFT (ms) ≤ 2,000``."""
+    return f"{short(slo.metric)} {bound_text(slo)}"
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One trial at one load level."""
+
+    trial: int
+    concurrency: int
+    x_metric: str
+    y_metric: str
+    x: float
+    y: float
+    gpus: int | None
+    config: str
+    deployment: str
+    proposer: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def text(self) -> str:
+        """``30,390 tok/s/GPU @ c=4096, 40.1 tok/s/user`` (the study's two axes, whatever they are)."""
+        return f"{value_text(self.x_metric, self.x)} @ c={self.concurrency}, {value_text(self.y_metric, self.y)}"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """How far one SLO is from its bound at the recommended level."""
+
+    slo: str
+    metric: str
+    op: str
+    bound: float
+    measured: float | None
+    #: (measured − bound) / bound in the good direction: 0.25 = 25 % of headroom; negative = missed.
+    headroom: float | None
+
+    def text(self) -> str:
+        if self.measured is None:
+            return f"{short(self.metric)}: not measured (bound {self.op} {value_text(self.metric, self.bound)})"
+        room = "" if self.headroom is None else (f" — {self.headroom:.0%} headroom" if self.headroom >= 0
+                                                 else f" — misses by {-self.headroom:.0%}")
+        return f"{short(self.metric)}: {bare(self.metric, self.measured)} {bound_text(self)}{room}"
+
+
+@dataclass
+class Recommendation:
+    best: OperatingPoint | None
+    why_none: str = ""
+    margins: list[Margin] = field(default_factory=list)
+    baseline: OperatingPoint | None = None
+    #: best.x / baseline.x where the study measured vLLM's defaults (``proposer == "baseline"``).
+    gain: float | None = None
+    baseline_note: str = ""
+    cheaper: OperatingPoint | None = None
+    faster: OperatingPoint | None = None
+    #: Distinct deployments on the (SLO-feasible) front.
+    front_deployments: int = 0
+
+
+def margins(point: OperatingPoint, slos: Sequence[Any]) -> list[Margin]:
+    out = []
+    for s in slos:
+        v = point.metrics.get(s.metric)
+        measured = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+        room = None
+        if measured is not None and s.value:
+            room = (measured - s.value) / abs(s.value) if s.op == ">=" else (s.value - measured) / abs(s.value)
+        elif measured is not None:
+            room = None
+        out.append(Margin(str(s), s.metric, s.op, float(s.value), measured, room))
+    return out
+
+
+def _points(df: pd.DataFrame, x: str, y: str, by: dict[int, str] | None = None) -> list[OperatingPoint]:
+    keep = [c for c in df.columns if c not in ("config", "state", "meets_slo", "pareto", "intervals")]
+    out = []
+    for r in df.to_dict("records"):
+        out.append(OperatingPoint(
+            trial=int(r["trial"]), concurrency=int(r["concurrency"]), x_metric=x, y_metric=y, x=float(r[x]),
+            y=float(r[y]), gpus=None if pd.isna(r.get("gpus")) else int(r["gpus"]), config=str(r.get("config") or ""),
+            deployment=str(r.get("deployment") or r.get("config") or ""), proposer=(by or {}).get(int(r["trial"])),
+            metrics={k: r[k] for k in keep}))
+    return out
+
+
+def _better(metric: str) -> int:
+    return 1 if metric in HIGHER else -1
+
+
+def feasible_levels(levels: pd.DataFrame, x: str, y: str, min_y: float | None = None) -> pd.DataFrame:
+    """Levels of complete trials meeting every SLO with both axes measured (and ``y`` at the operating point)."""
+    if levels.empty:
+        return levels
+    ok = levels[(levels["state"] == "complete") & levels["meets_slo"] & levels[x].notna() & levels[y].notna()]
+    if min_y is not None:
+        ok = ok[ok[y] >= min_y] if _better(y) > 0 else ok[ok[y] <= min_y]
+    return ok
+
+
+def best_per_deployment(levels: pd.DataFrame, x: str) -> pd.DataFrame:
+    """One level per deployment (its best ``x``; ties → lower trial number): repeats and levels count once."""
+    if levels.empty:
+        return levels
+    key = levels["config"].where(levels["config"] != "", levels["trial"].astype(str))
+    order = levels.assign(_key=key, _x=_better(x) * levels[x]).sort_values(["_x", "trial"], ascending=[False, True])
+    return order.drop_duplicates("_key").drop(columns=["_key", "_x"])
+
+
+def front_by_deployment(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The front's points grouped by deployment: one row per deployment with its front levels.
+
+    ``levels`` carries the ``pareto`` flag (``ui.data.levels``). Columns: trial (the first trial of the
+    deployment), trials, concurrencies on the front, the best ``x`` and its level's ``y``, GPUs, deployment."""
+    cols = ["trial", "trials", "levels", x, y, "gpus", "config"]
+    if levels.empty or not levels["pareto"].any():
+        return pd.DataFrame(columns=cols)
+    front = levels[levels["pareto"]]
+    rows = []
+    for config, g in front.groupby("config", sort=False):
+        top = g.loc[(_better(x) * g[x]).idxmax()]
+        rows.append({"trial": int(g["trial"].min()), "trials": ", ".join(map(str, sorted(set(g["trial"].astype(int))))),
+                     "levels": ", ".join(f"c={c}" for c in sorted(set(g["concurrency"].astype(int)))),
+                     x: float(top[x]), y: float(top[y]), "gpus": top["gpus"], "config": config})
+    return pd.DataFrame(rows, columns=cols).sort_values(x, ascending=_better(x) < 0, kind="stable")
+
+
+def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x: str, y: str,
+              min_y: float | None = None) -> Recommendation:
+    """The deployment to run at the operating point: the most ``x`` among SLO-meeting levels with ``y`` at least
+    ``min_y``; its margins to each SLO; the gain over vLLM's defaults (baseline trials) at the same operating
+    point; and the alternatives a person would weigh — the best deployment on fewer GPUs, and the best one that
+    gives each user at least 10 % more ``y``."""
+    by = {}
+    deployment = {}
+    if not trials.empty:
+        by = {int(t): p for t, p in zip(trials["trial"], trials["by"], strict=False) if isinstance(p, str)}
+        deployment = {int(t): d for t, d in zip(trials["trial"], trials["deployment"], strict=False)}
+    ok = feasible_levels(levels, x, y, min_y)
+    where = "meets every SLO" + (f" with {short(y)} ≥ {num(min_y)}" if min_y is not None else "")
+    if ok.empty:
+        measured = 0 if levels.empty else int((levels["state"] == "complete").sum())
+        why = (f"No measured load level {where} yet" + (f" ({measured} levels measured)." if measured else "."))
+        return Recommendation(None, why)
+    ok = ok.assign(deployment=ok["trial"].map(lambda t: deployment.get(int(t), "")))
+    per = best_per_deployment(ok, x)
+    pts = _points(per, x, y, by)
+    best = pts[0]
+    rec = Recommendation(best, margins=margins(best, slos))
+    others = pts[1:]
+    if best.gpus is not None:
+        fewer = [p for p in others if p.gpus is not None and p.gpus < best.gpus]
+        rec.cheaper = fewer[0] if fewer else None
+    sy = _better(y)
+    faster = [p for p in others if sy * p.y >= sy * best.y * (1.1 if sy > 0 else 1 / 1.1)]
+    rec.faster = faster[0] if faster else None
+    front = levels[levels["pareto"]] if "pareto" in levels else levels.iloc[0:0]
+    rec.front_deployments = int(front["config"].nunique()) if not front.empty else 0
+    base_trials = {t for t, p in by.items() if p == "baseline"}
+    if base_trials:
+        base = [p for p in pts if p.trial in base_trials]
+        if base:
+            rec.baseline = base[0]
+            rec.gain = best.x / base[0].x if base[0].x else None
+        else:
+            rec.baseline_note = (f"vLLM's defaults (baseline trial {', '.join(map(str, sorted(base_trials)))}) "
+                                 f"reach no load level that {where}.")
+    return rec
+
+
+def trial_points(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Per trial, its operating point: the level with the most ``x`` among those meeting every SLO, else (marked)
+    its level with the most ``x``. Columns: trial, ``x``, concurrency, ``y``, meets_slo."""
+    cols = ["trial", x, "concurrency", y, "meets_slo"]
+    if levels.empty:
+        return pd.DataFrame(columns=cols)
+    pts = levels[levels[x].notna()]
+    if pts.empty:
+        return pd.DataFrame(columns=cols)
+    ranked = pts.assign(_x=_better(x) * pts[x]).sort_values(["meets_slo", "_x"], ascending=[False, False])
+    return ranked.drop_duplicates("trial")[cols].reset_index(drop=True)
+
+
+def level_marks(measurement: Any, slos: Sequence[Any]) -> dict[str, bool | None]:
+    """For one level: per SLO (its text) whether it is met; ``None`` when the metric was not measured."""
+    out: dict[str, bool | None] = {}
+    for s in slos:
+        v = getattr(measurement, s.metric, None)
+        out[str(s)] = None if v is None else bool(s.met(measurement))
+    return out
