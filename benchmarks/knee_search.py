@@ -56,10 +56,11 @@ from typing import Any
 from advisor.job import job_from_dict
 from executors import place
 from executors.measure import MeasurePlan, knee_of, search_levels
-from executors.perf_model import MODEL_VERSION, PerfParams, default_params, perturbed, predict_load
+from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict_load
 from executors.simulated import predicted_knee
 from executors.topology import Topology
 from search_spaces import Measurement, check, slo_violation
+from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
 
 PRESETS = ("gb300-rack-dsv3", "h200-dsv3", "h200-qwen3-235b")
 RESULTS = Path(__file__).parent / "results" / "knee_search.json"

@@ -40,9 +40,10 @@ from advisor.job import SamplerKind, SamplerSpec, job_from_dict
 from advisor.objectives import worst
 from advisor.study import make_sampler
 from executors import place
-from executors.perf_model import PerfParams, perturbed
+from executors.perf_model import PerfParams
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import check, preset_names
+from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 RESULTS = Path(__file__).parent / "results"

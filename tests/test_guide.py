@@ -1,7 +1,7 @@
 """Model-guided proposals (advisor.guide) in the real tune loop, on the simulated executor.
 
 The ground truth of these tests is the performance model with *different* parameters from the ones the guide
-starts from (``executors.perf_model.perturbed``): the guide must find the truth's optimum by measuring
+starts from (``benchmarks.truths.perturbed``): the guide must find the truth's optimum by measuring
 and re-fitting, not by already knowing it. Labelled: a simulated stand-in for a machine the model does not know.
 """
 
@@ -16,9 +16,9 @@ from advisor.guide import PROPOSER_ATTR, ModelGuide, exhaustive
 from advisor.job import job_from_dict
 from advisor.study import open_study
 from advisor.tune import CONFIG_KEY_ATTR, tune
+from benchmarks.truths import perturbed
 from db import queries
 from executors import place
-from executors.perf_model import perturbed
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import TrialState, check
 

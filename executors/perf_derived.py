@@ -1,0 +1,256 @@
+"""Quantities derived once per model, per workload and per role: the model's FLOPs and bytes per token, the
+workload's length statistics, and one role's constants for the step model (rates, shares, all-to-all volumes,
+imbalance factors). Part of ``executors.perf_model``; the equations are ``docs/performance-model.md`` §2–§3."""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+from executors.perf_params import PerfParams
+from search_spaces import (
+    All2AllBackend,
+    AttentionKind,
+    ClusterSpec,
+    Dataset,
+    ModelProfile,
+    RoleConfig,
+    Workload,
+    kv_capacity_tokens,
+    matmul_tflops,
+)
+
+_ZCACHE: dict[int, float] = {}
+
+
+def expected_max_z(n: int) -> float:
+    """E[max of n iid standard normals] (Blom's approximation, exact to ~1%); 0 for n ≤ 1."""
+    if n <= 1:
+        return 0.0
+    z = _ZCACHE.get(n)
+    if z is None:
+        z = _ZCACHE[n] = NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+    return z
+
+
+class _ModelDerived:
+    """Per-model numbers, computed once (the properties of ModelProfile recompute on every access)."""
+
+    __slots__ = ("model", "L", "L_moe", "h", "E", "k", "wb", "kv_tok", "f_body", "f_lm", "w_body", "w_lm",
+                 "f_pair", "w_exp", "fa_dec", "fa_pf", "mla", "n_kv_heads", "mtp_layers")
+
+    def __init__(self, m: ModelProfile) -> None:
+        self.model = m
+        h, V = m.hidden_size, m.vocab_size
+        self.L, self.L_moe, self.h = m.num_layers, m.num_moe_layers, h
+        self.E, self.k, self.wb = m.n_routed_experts, m.top_k, m.weight_bytes
+        self.kv_tok = m.kv_bytes_per_token
+        body = m.non_expert_params - 2 * V * h  # attention, shared experts, dense FFNs (embeddings apart)
+        self.f_body = 2.0 * body  # FLOPs per token
+        self.f_lm = 2.0 * V * h  # FLOPs per token that gets logits
+        self.w_body = body * m.weight_bytes
+        self.w_lm = V * h * m.weight_bytes
+        pe = m.expert_params
+        self.f_pair = 2.0 * pe * self.L_moe  # FLOPs of one (token, expert) pair over all MoE layers
+        self.w_exp = pe * m.weight_bytes * self.L_moe  # bytes of one expert slot over all MoE layers
+        H = m.num_heads
+        self.mla = m.attention is AttentionKind.MLA
+        if self.mla:
+            # decode: absorbed MLA — scores over (latent + rope), values over the latent, per head
+            self.fa_dec = 2.0 * H * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * self.L
+            # prefill: up-projected K (nope + rope) and V per head
+            self.fa_pf = 2.0 * H * (m.head_dim + m.v_head_dim) * self.L
+        else:
+            self.fa_dec = self.fa_pf = 4.0 * H * m.head_dim * self.L
+        self.n_kv_heads = m.num_kv_heads
+        self.mtp_layers = m.mtp_layers
+
+
+class _WorkloadDerived:
+    """Per-workload length statistics (uniform lengths with a range ratio, as vllm bench draws them)."""
+
+    __slots__ = ("wl", "isl", "osl", "r_i", "r_o", "reuse", "isl_new", "ctx_pf", "ctx_dec", "cv_isl",
+                 "cv_ctx_dec", "osl2_ratio")
+
+    def __init__(self, w: Workload) -> None:
+        self.wl = w
+        isl, r_i = float(w.isl.mean), w.isl.range_ratio
+        osl, r_o = float(w.osl.mean), w.osl.range_ratio
+        cached = w.prefix_reuse * isl
+        if w.dataset is Dataset.AGENTIC and w.turns > 1:
+            # turn t re-sends the t-1 previous turns (cached) plus a new prompt; average over turns
+            prior = (w.turns - 1) / 2.0 * (isl + osl)
+            cached += prior
+            isl += prior
+        self.isl, self.osl, self.r_i, self.r_o = isl, osl, r_i, r_o
+        self.reuse = min(cached / isl, 0.999) if isl > 0 else 0.0
+        self.isl_new = max(isl * (1.0 - self.reuse), 1.0)
+        s2 = isl * (1.0 + r_i * r_i / 3.0)  # E[S^2]/E[S]: long prompts carry more new tokens
+        self.ctx_pf = s2 * (1.0 + self.reuse) / 2.0  # mean context position of a new prefill token
+        self.osl2_ratio = 1.0 + r_o * r_o / 3.0
+        self.ctx_dec = isl + osl * self.osl2_ratio / 2.0  # mean context of a decode step (long outputs weigh more)
+        self.cv_isl = r_i / math.sqrt(3.0)
+        var_ctx = (isl * r_i) ** 2 / 3.0 + osl * osl * self.osl2_ratio / 12.0
+        self.cv_ctx_dec = math.sqrt(var_ctx) / self.ctx_dec
+
+
+_MODEL_CACHE: dict[int, _ModelDerived] = {}
+_WL_CACHE: dict[int, _WorkloadDerived] = {}
+
+
+def _md(m: ModelProfile) -> _ModelDerived:
+    d = _MODEL_CACHE.get(id(m))
+    if d is None or d.model is not m:
+        if len(_MODEL_CACHE) > 256:
+            _MODEL_CACHE.clear()
+        d = _MODEL_CACHE[id(m)] = _ModelDerived(m)
+    return d
+
+
+def _wd(w: Workload) -> _WorkloadDerived:
+    d = _WL_CACHE.get(id(w))
+    if d is None or d.wl is not w:
+        if len(_WL_CACHE) > 256:
+            _WL_CACHE.clear()
+        d = _WL_CACHE[id(w)] = _WorkloadDerived(w)
+    return d
+
+
+#: The low-latency all-to-all backends: one message per (token, expert) pair, FP8 dispatch, chunked calls.
+_LL = {All2AllBackend.DEEPEP_LOW_LATENCY, All2AllBackend.NIXL_EP}
+#: Low-latency kernels dispatch at most this many tokens per rank per call; vLLM chunks larger batches.
+LL_MAX_TOKENS = 256
+#: vLLM's default DBO thresholds (tokens per rank) below which a step is not split.
+DBO_DECODE_THRESHOLD, DBO_PREFILL_THRESHOLD = 32, 512
+
+
+class _Role:
+    """One role's constants for the step model (per role × model × cluster × workload × params)."""
+
+    __slots__ = ("cfg", "p", "md", "wd", "tp", "dp", "ep", "e", "group", "rate_lin", "rate_attn", "bw",
+                 "f_body", "f_lm", "w_dense_t", "fa_dec", "fa_pf", "kvb", "slots_local", "w_slot_t",
+                 "log_miss", "cv_static2", "z_e", "z_dp", "f_pair_g", "copies", "bytes_copy", "c_byte",
+                 "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "dp_sync",
+                 "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
+                 "exp_eff", "tp_experts")
+
+    def __init__(self, role: RoleConfig, md: _ModelDerived, wd: _WorkloadDerived, cluster: ClusterSpec,
+                 p: PerfParams, mtp: int) -> None:
+        spec = cluster.spec
+        self.cfg, self.p, self.md, self.wd = role, p, md, wd
+        tp, dp = role.tensor_parallel_size, role.data_parallel_size
+        self.tp, self.dp, self.ep = tp, dp, role.enable_expert_parallel
+        group = tp * dp
+        self.group = group
+        self.e = group if self.ep else 1
+        # TP experts: without EP vLLM flattens the MoE layer's TP size to tp × dp (FusedMoEParallelConfig.make)
+        self.tp_experts = not self.ep and group > 1
+        peak = matmul_tflops(spec, md.wb)
+        self.rate_lin = peak * 1e12
+        self.rate_attn = (spec.fp8_tflops if md.model.kv_bytes <= 1.0 else spec.bf16_tflops) * 1e12
+        self.bw = spec.hbm_tbps * 1e12 * p.hbm_eff
+        self.f_body = md.f_body / tp
+        self.f_lm = md.f_lm / tp
+        self.w_dense_t = (md.w_body + md.w_lm) / tp / self.bw
+        self.fa_dec = md.fa_dec / tp
+        self.fa_pf = md.fa_pf / tp
+        if md.mla:  # the latent is replicated on every TP rank
+            self.kvb = md.kv_tok
+        else:
+            self.kvb = md.kv_tok * max(1, md.n_kv_heads // tp) / md.n_kv_heads
+        self.k = md.k
+        E = md.E
+        # experts: EP holds whole experts (plus replicas); otherwise every GPU holds a slice of each
+        if self.ep:
+            slots = E + (role.eplb.num_redundant_experts if role.eplb.enabled else 0)
+            self.slots_local = slots / group
+            self.w_slot_t = md.w_exp / self.bw
+            self.log_miss = math.log1p(-min(md.k / slots, 0.999999))
+            if role.eplb.enabled:
+                resid = p.eplb_residual / (1.0 + p.eplb_redundancy_gain * role.eplb.num_redundant_experts / E)
+            else:
+                resid = 1.0
+            self.cv_static2 = (p.expert_skew_cv * resid) ** 2 / max(self.slots_local, 1e-9)
+            self.z_e = expected_max_z(group)
+        else:  # TP experts (or one GPU): every GPU reads 1/group of each touched expert, load is even
+            self.slots_local = float(E)
+            self.w_slot_t = md.w_exp / group / self.bw
+            self.log_miss = math.log1p(-min(md.k / E, 0.999999))
+            self.cv_static2 = 0.0
+            self.z_e = 0.0
+        # narrower expert GEMMs when each expert is sliced: tile quantisation below expert_shard_min_width
+        width = md.model.moe_intermediate_size / group
+        self.exp_eff = min(1.0, width / p.expert_shard_min_width) if self.tp_experts else 1.0
+        self.f_pair_g = md.f_pair / group  # FLOPs per routed pair of the group, per GPU when spread evenly
+        self.z_dp = expected_max_z(dp)
+        # all-to-all (EP over more than one GPU)
+        backend = role.all2all_backend
+        self.agrs = backend is All2AllBackend.ALLGATHER_REDUCESCATTER
+        e = self.e
+        self.own_div = float(tp)  # EP all-gather: a rank's own share of the gathered tokens (sequence-parallel TP)
+        if self.ep and e > 1:
+            k = md.k
+            if backend in _LL:
+                self.copies = k * (e - 1) / e  # one message per (token, expert) leaving the GPU
+                self.bytes_copy = md.h * (1.03 + 2.0)  # FP8 dispatch (+ scales), BF16 combine
+                self.a2a_lat = p.a2a_latency_s
+                self.ll_chunked = True
+            elif self.agrs:
+                self.copies = 0.0  # volume follows the group's tokens (every GPU gets every token)
+                self.bytes_copy = md.h * (2.0 + 2.0)
+                self.a2a_lat = p.a2a_ht_latency_s
+                self.ll_chunked = False
+            else:  # DeepEP high-throughput / FlashInfer: one message per destination GPU
+                self.copies = (e - 1) * (1.0 - (1.0 - 1.0 / e) ** k)
+                self.bytes_copy = md.h * (1.03 + 2.0)
+                self.a2a_lat = p.a2a_ht_latency_s
+                self.ll_chunked = False
+            local = max(spec.scaleup_domain, cluster.gpus_per_node)
+            f_intra = 1.0 if role.gpus_per_instance <= local else (local - 1) / (e - 1)
+            up = spec.scaleup_gbps * 1e9 * p.a2a_scaleup_eff
+            out = spec.scaleout_gbps * 1e9 * p.a2a_scaleout_eff
+            self.c_byte = max(f_intra / up, (1.0 - f_intra) / out)
+        elif self.tp_experts and dp > 1:
+            # DP attention with TP experts: vLLM falls back to all-gather + reduce-scatter over the DP group
+            # whatever --all2all-backend says ("Detected DP deployment with no --enable-expert-parallel. Falling
+            # back to AllGather+ReduceScatter dispatch/combine", fused_moe/all2all_utils.py): every rank receives
+            # the hidden states of every other DP rank's tokens (BF16) and reduce-scatters the partial outputs
+            self.agrs = True
+            self.copies = 0.0
+            self.bytes_copy = md.h * (2.0 + 2.0)
+            self.a2a_lat = p.a2a_ht_latency_s
+            self.ll_chunked = False
+            self.own_div = 1.0  # each TP rank of a DP rank holds all of its rank's tokens
+            local = max(spec.scaleup_domain, cluster.gpus_per_node)
+            # peers of the DP group (same TP rank, other DP ranks) inside the NVLink domain
+            per_domain = max(local // tp, 1)
+            f_intra = 1.0 if role.gpus_per_instance <= local else (per_domain - 1) / (dp - 1)
+            up = spec.scaleup_gbps * 1e9 * p.a2a_scaleup_eff
+            out = spec.scaleout_gbps * 1e9 * p.a2a_scaleout_eff
+            self.c_byte = max(f_intra / up, (1.0 - f_intra) / out)
+        else:
+            self.copies = self.bytes_copy = self.c_byte = self.a2a_lat = 0.0
+            self.ll_chunked = False
+        # tensor-parallel all-reduce: twice per layer, BF16 activations, NVLink (TP stays in a node)
+        if tp > 1:
+            self.ar_t0 = 2 * md.L * p.allreduce_latency_s
+            self.ar_byte = 2 * md.L * md.h * 2.0 * 2.0 * (tp - 1) / tp / (spec.scaleup_gbps * 1e9 * p.a2a_scaleup_eff)
+        else:
+            self.ar_t0 = self.ar_byte = 0.0
+        self.dbo = role.enable_dbo and self.ep and backend.supports_dbo
+        self.graphable = not (self.ep and backend is All2AllBackend.DEEPEP_HIGH_THROUGHPUT)
+        self.eager = p.eager_layer_latency_s * md.L
+        self.dp_sync = p.cpu_dp_sync_s * math.log2(dp) if dp > 1 else 0.0
+        if self.ep and role.eplb.enabled and e > 1:
+            # a rearrangement rewrites about half of the local expert slots over NVLink/network
+            move = 0.5 * self.slots_local * md.w_exp * max(self.c_byte, 1.0 / (spec.scaleup_gbps * 1e9))
+            self.eplb_amort = move / role.eplb.step_interval
+        else:
+            self.eplb_amort = 0.0
+        n = mtp if md.mtp_layers else 0
+        self.q = 1.0 + n
+        a = p.mtp_acceptance
+        self.acc = 1.0 + sum(a ** i for i in range(1, n + 1))
+        self.mtp_factor = 1.0 + n / md.L  # the MTP module is about one more layer per draft token
+        self.kv_cap = kv_capacity_tokens(role, md.model, cluster)
+        self.ctx_pf, self.ctx_dec = wd.ctx_pf, wd.ctx_dec

@@ -1,0 +1,78 @@
+"""Turning a load level's mean times into a ``Measurement``: percentiles from assumed distribution shapes
+(uniform prompt lengths, exponential queue waits, normal TPOT spread), and the rule that a non-finite or
+negative number is reported as missing. Part of ``executors.perf_model`` (``docs/performance-model.md`` §4)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from executors.perf_derived import _WorkloadDerived
+from search_spaces import Measurement, Workload
+
+#: Standard-normal quantiles of P90 and P99 (spreads modelled as normal).
+_Z90 = 1.2815515655446004
+_Z99 = 2.3263478740408408
+
+
+def _pct_uniform(mean: float, r: float) -> tuple[float, float, float]:
+    """p50/p90/p99 of a uniform variable on mean × [1 - r, 1 + r]."""
+    return mean, mean * (1.0 + 0.8 * r), mean * (1.0 + 0.98 * r)
+
+
+def _finish(c: int, wl: Workload, wd: _WorkloadDerived, gpus: int, X: float, ttft_service: float,
+            ttft_wait_det: float, ttft_wait_rand: float, tpot: float, tpot_sd_step: float, itl0: float,
+            itl1: float, f_slow: float, imbalance: float, raw: dict[str, Any],
+            kv_transfer: bool, expert_balance: float | None, jit: float) -> Measurement:
+    """Assemble one Measurement from the level's mean times and spreads (seconds)."""
+    n = wl.num_prompts(c)
+    osl, r_i, r_o = wd.osl, wd.r_i, wd.r_o
+    # TTFT = service (scales with the prompt's length) + deterministic wait + congestion wait (exp-like)
+    s50, s90, s99 = _pct_uniform(ttft_service, r_i)
+    ttft_m = ttft_service + ttft_wait_det + ttft_wait_rand
+    t50 = s50 + ttft_wait_det + 0.693 * ttft_wait_rand
+    t90 = s90 + ttft_wait_det * (1.0 + 0.1 * _Z90) + 2.303 * ttft_wait_rand
+    t99 = s99 + ttft_wait_det * (1.0 + 0.1 * _Z99) + 4.605 * ttft_wait_rand
+    # TPOT per request: mean step over the request's life; stalls average out over its OSL tokens
+    sd = tpot * jit + tpot_sd_step / math.sqrt(max(osl * (1.0 - r_o), 1.0))
+    tp50, tp90, tp99 = tpot, tpot + _Z90 * sd, tpot + _Z99 * sd
+    # ITL: per step (a step with any rank's prefill chunk is slow)
+    i50 = (itl1 if f_slow > 0.5 else itl0)
+    i90 = (itl1 if f_slow > 0.1 else itl0) * (1.0 + _Z90 * jit)
+    i99 = (itl1 if f_slow > 0.01 else itl0) * (1.0 + _Z99 * jit)
+    # E2EL = TTFT + TPOT × (OSL − 1), spreads combined in quadrature
+    e_m = ttft_m + tpot * (osl - 1.0)
+    o_sd = osl * r_o / math.sqrt(3.0)
+
+    def e2e(tq: float, tpq: float, z: float) -> float:
+        return e_m + math.sqrt((tq - ttft_m) ** 2 + (z * tpot * o_sd) ** 2 + ((tpq - tpot) * osl) ** 2)
+
+    e50 = e_m
+    e90, e99 = e2e(t90, tp90, _Z90), e2e(t99, tp99, _Z99)
+    duration = n / X if X > 0 else float("inf")
+    return Measurement.model_construct(
+        concurrency=c, source="simulated", gpus=gpus, num_requests=n, completed=n, failed=0,
+        duration_s=duration, input_tokens=int(round(n * wd.isl)), output_tokens=int(round(n * osl)),
+        throughput_per_gpu=X * (wd.isl + osl) / gpus, output_throughput_per_gpu=X * osl / gpus,
+        request_throughput=X,
+        p50_tokens_per_s_per_user=1.0 / tp50, p90_tokens_per_s_per_user=1.0 / tp90,
+        p99_tokens_per_s_per_user=1.0 / tp99,
+        p50_ttft_ms=t50 * 1e3, p90_ttft_ms=t90 * 1e3, p99_ttft_ms=t99 * 1e3,
+        p50_tpot_ms=tp50 * 1e3, p90_tpot_ms=tp90 * 1e3, p99_tpot_ms=tp99 * 1e3,
+        p50_itl_ms=i50 * 1e3, p90_itl_ms=i90 * 1e3, p99_itl_ms=i99 * 1e3,
+        p50_e2el_ms=e50 * 1e3, p90_e2el_ms=e90 * 1e3, p99_e2el_ms=e99 * 1e3,
+        achieved_concurrency=float(c), client_saturated=False, dp_imbalance=imbalance, error_rate=0.0,
+        prefix_cache_hit_rate=wd.reuse, kv_transfer_tokens=float(n * wd.isl) if kv_transfer else None,
+        preemptions=0.0, eplb_balancedness=expert_balance, raw=raw,
+        # every field given: model_construct's default factories inspect signatures (half its time)
+        request_rate=None, purpose="fixed", intervals={}, flags=[],
+    )
+
+
+def _sane(m: Measurement) -> Measurement:
+    """Replace any non-finite or negative number by None (missing), never by a made-up value."""
+    d = m.__dict__
+    for k, v in d.items():
+        if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf):
+            d[k] = None
+    return m
