@@ -43,7 +43,7 @@ def model_path_for(job: TuningJob) -> Path:
             raise BadInput(f"model.path: {folder} holds no config.json")
         return folder
     if job.model.preset == "tiny-moe":
-        from executors.test_model import make_tiny_moe
+        from executors.tiny_model import make_tiny_moe
 
         return make_tiny_moe(job.resolve_path(job.executor.run_dir) / "models" / "tiny-moe")
     raise BadInput(
@@ -123,7 +123,7 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
 
         params = model_params(job)
         if spec.reserve_gpus:
-            from executors.reserved import ReservedSimulatedExecutor
+            from executors.simulated_reserved import ReservedSimulatedExecutor
 
             address = ray_address or spec.ray_address
             if not address:

@@ -10,6 +10,7 @@ Whatever is wrong comes back as one ``BadInput`` line naming the field.
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -272,13 +273,17 @@ class TuningJob(BaseModel):
     def to_document(self) -> dict[str, Any]:
         """The job as stored in the database and shown by the dashboard: JSON-safe, and the storage URL
         without its password (passwords come from the environment or the URL, never into the results)."""
-        from advisor.study import redact_url
-
         doc = self.model_dump(mode="json")
         doc["storage"] = redact_url(doc["storage"])
         if self.model.path:  # anchored here: the stored job must not depend on the tuner's working directory
             doc["model"]["path"] = str(self.resolve_path(self.model.path).resolve())
         return doc
+
+
+def redact_url(url: str) -> str:
+    """A database URL with its password replaced, for messages, logs and the stored job (``advisor.study``
+    re-exports it; it lives here so the job does not import the study, which imports the job)."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 
 import optuna
@@ -10,9 +9,11 @@ import optuna
 import db
 
 from advisor.errors import BadInput
-from advisor.job import SamplerKind, TuningJob
+from advisor.job import SamplerKind, TuningJob, redact_url
 from advisor.objectives import objective_names
 from advisor.valid_sampler import ValidSpaceSampler
+
+__all__ = ["make_sampler", "open_study", "redact_url", "storage_for"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # ``multivariate``/``group`` are marked experimental; they are what makes TPE work on a conditional space.
@@ -48,11 +49,6 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
         return db.optuna_storage(url)  # one URL, one driver (psycopg 3), for our tables and Optuna's
     except Exception as e:  # noqa: BLE001 — any driver error is the user's URL, said in one line
         raise BadInput(f"storage: cannot open {redact_url(url)}: {str(e).splitlines()[0]}") from None
-
-
-def redact_url(url: str) -> str:
-    """A database URL with its password replaced, for messages and logs."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:

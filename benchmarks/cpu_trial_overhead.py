@@ -33,7 +33,7 @@ from typing import Any
 
 from executors import cpu_platform, place
 from executors.local import LocalExecutor, engine_version
-from executors.test_model import make_tiny_moe
+from executors.tiny_model import make_tiny_moe
 from search_spaces import ClusterSpec, DeploymentConfig, Mode, Role, RoleConfig, Workload, load_preset
 
 RESULTS = Path(__file__).parent / "results" / "cpu_trial_overhead.json"

@@ -1,27 +1,65 @@
-"""Turning a DeploymentConfig into numbers: placement, command lines, and the executors."""
+"""Turning a DeploymentConfig into numbers: placement, command lines, and the executors.
 
-from executors.base import (
-    Deployment,
-    DeploymentFailed,
-    Executor,
-    FailureKind,
-    PreflightFailed,
-    RunResult,
-    Timings,
-)
-from executors.platform import Platform, cpu_platform, gpu_platform
-from executors.render import Endpoint, launch_script, role_flags, router_args, serve_args, serve_command
-from executors.topology import Instance, NodeShard, Topology, place
+The public names below are loaded on first use (PEP 562): ``import executors`` imports nothing else, so a caller
+that needs ``place`` does not pay for the Ray executor, the benchmark driver or the performance model.
+"""
 
-# The real executors load vLLM/Ray only when they deploy, so importing them here costs nothing.
-from executors.local import LocalExecutor  # noqa: E402
-from executors.ray_executor import RayExecutor  # noqa: E402
-from executors.simulated import SimulatedExecutor  # noqa: E402
-from executors.test_model import make_tiny_moe  # noqa: E402
+from __future__ import annotations
 
-__all__ = [
-    "PreflightFailed",
-    "Deployment", "DeploymentFailed", "LocalExecutor", "RayExecutor", "SimulatedExecutor", "make_tiny_moe", "Endpoint", "Executor", "FailureKind", "Instance", "NodeShard", "Platform",
-    "RunResult", "Timings", "Topology", "cpu_platform", "gpu_platform", "launch_script", "place", "role_flags",
-    "router_args", "serve_args", "serve_command",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name → the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["Deployment", "DeploymentFailed", "Executor", "FailureKind", "PreflightFailed", "RunResult",
+                     "Timings"], "executors.base"),
+    **dict.fromkeys(["Platform", "cpu_platform", "gpu_platform"], "executors.platform"),
+    **dict.fromkeys(["Endpoint", "launch_script", "role_flags", "router_args", "serve_args", "serve_command"],
+                    "executors.render"),
+    **dict.fromkeys(["Instance", "NodeShard", "Topology", "place"], "executors.topology"),
+    "LocalExecutor": "executors.local",
+    "RayExecutor": "executors.ray_executor",
+    "SimulatedExecutor": "executors.simulated",
+    "make_tiny_moe": "executors.tiny_model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'executors' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from executors.base import (  # noqa: F401
+        Deployment,
+        DeploymentFailed,
+        Executor,
+        FailureKind,
+        PreflightFailed,
+        RunResult,
+        Timings,
+    )
+    from executors.local import LocalExecutor  # noqa: F401
+    from executors.platform import Platform, cpu_platform, gpu_platform  # noqa: F401
+    from executors.ray_executor import RayExecutor  # noqa: F401
+    from executors.render import (  # noqa: F401
+        Endpoint,
+        launch_script,
+        role_flags,
+        router_args,
+        serve_args,
+        serve_command,
+    )
+    from executors.simulated import SimulatedExecutor  # noqa: F401
+    from executors.tiny_model import make_tiny_moe  # noqa: F401
+    from executors.topology import Instance, NodeShard, Topology, place  # noqa: F401

@@ -15,7 +15,7 @@ import pytest
 
 from executors import cpu_platform, place
 from executors.base import FailureKind
-from executors.test_model import make_tiny_moe
+from executors.tiny_model import make_tiny_moe
 from search_spaces import (
     ClusterSpec,
     Dataset,

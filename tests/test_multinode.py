@@ -32,7 +32,7 @@ import pytest
 import db
 from db import queries
 from executors import procs
-from executors.test_model import make_tiny_moe
+from executors.tiny_model import make_tiny_moe
 from search_spaces import Mode, TrialState
 from tests import hosts as two_hosts
 

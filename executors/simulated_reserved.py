@@ -1,10 +1,17 @@
-"""Simulated performance on real GPU reservations: the performance model behind Ray placement groups.
+"""The simulated executor on real GPU reservations (``executor: {kind: simulated, reserve_gpus: true}``).
 
-For what only the scheduling needs to be real — several tuner workers sharing one Ray cluster's GPUs —
-each instance of a trial reserves its GPUs as a placement group (one bundle per node shard, STRICT_PACK
-within a node) and holds them while the trial "runs" (``hold_s``); the numbers come from the performance
-model and say so (``source="simulated"``). Ray's accounting is what keeps two trials off the same GPU, exactly
-as it does for the real Ray executor; the GPU slots Ray assigned are recorded with the trial.
+A feature, not test scaffolding: a *placement rehearsal* of a study on the Ray cluster it will run on, before
+any GPU hour is spent on vLLM. Each instance of every trial reserves its GPUs as the Ray executor would — a
+placement group with one bundle per node shard, STRICT_PACK within a node, SPREAD across nodes — holds them
+for ``hold_s`` (standing in for the trial's measuring time, so that several tuner workers contend as they
+would), records which GPU slots Ray assigned, and releases them at teardown (also on failure; the recorded
+placement group ids let ``advisor cleanup`` remove what a killed worker left). The numbers come from the
+performance model and say so (``source="simulated"``, kind ``simulated-reserved``).
+
+What it answers: does every candidate's placement fit this cluster's real GPU layout within the placement
+timeout; do several workers sharing one study and one cluster keep off each other's GPUs; is cleanup clean.
+``tests/test_parallel_workers.py`` is its test (4 workers, 2 logical GPUs, PostgreSQL). Needs Ray
+(``executor.ray_address`` or ``--ray-address``), never vLLM.
 """
 
 from __future__ import annotations

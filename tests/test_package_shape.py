@@ -1,0 +1,63 @@
+"""The shape issue #17 asked for: lazy package imports, no import cycle between the job and the study, the
+performance model in parts of a readable size behind one public face, product modules named as products."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at the top or inside a function."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_importing_executors_loads_nothing_else():
+    code = ("import sys, executors; print(sorted(m for m in sys.modules if m.startswith('executors.'))); "
+            "from executors import place, Executor; print(executors.place is place)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.split("\n")[:2] == ["[]", "True"]
+
+
+def test_executors_public_names_resolve():
+    import executors
+
+    for name in executors.__all__:
+        assert getattr(executors, name) is not None, name
+    with pytest.raises(AttributeError):
+        executors.no_such_name  # noqa: B018
+
+
+def test_the_job_does_not_import_the_study():
+    assert "advisor.study" not in _imports(ROOT / "advisor" / "job.py")
+    assert "advisor.job" in _imports(ROOT / "advisor" / "study.py")
+
+
+@pytest.mark.parametrize("part", ["perf_params", "perf_derived", "perf_step", "perf_levels", "perf_measurement"])
+def test_model_parts_stay_readable(part):
+    assert len((ROOT / "executors" / f"{part}.py").read_text().splitlines()) <= 300
+
+
+def test_model_facade_is_thin_and_research_helpers_live_in_benchmarks():
+    import executors.perf_model as pm
+
+    assert len((ROOT / "executors" / "perf_model.py").read_text().splitlines()) <= 60
+    assert not hasattr(pm, "perturbed")
+    assert (ROOT / "benchmarks" / "truths.py").exists()
+
+
+def test_no_test_named_product_modules():
+    assert not (ROOT / "executors" / "test_model.py").exists()
+    assert not (ROOT / "executors" / "reserved.py").exists()
