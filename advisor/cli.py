@@ -10,6 +10,7 @@ import io
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -28,6 +29,7 @@ from advisor.job import DEFAULT_STORAGE, ExecutorKind, SpaceReport, TuningJob, l
 from advisor.study import redact_url
 from executors import Executor
 from search_spaces import TrialState
+from search_spaces.workload import routing_label
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
@@ -171,6 +173,9 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
                         best: dict[str, Any], ray_address: str | None, info: SpaceReport) -> api.TuneSummary:
     ran = api.executed_trials(job, url, study)  # the storage answers before anything else is said
     console.print(f"{job.name}: {info.valid:,} valid of {info.candidates:,} candidates", highlight=False)
+    if label := routing_label(job.workload):
+        console.print(f"{label} on every server (vLLM's routing simulator: timings, not valid text)",
+                      markup=False, highlight=False)
     _space_warnings(info, budget)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[best]}"), console=console, transient=False) as progress:
@@ -237,6 +242,9 @@ def trials(study: str, storage: StorageOpt = None,
     else:
         cols, rows = api.query(url, "trials", [study, *([f"states={state}"] if state else [])])
     _print_rows(f"trials of {study}", cols, rows, fmt)
+    if fmt == "table":
+        for line in _routing_lines(url, study):
+            console.print(line, markup=False, highlight=False)
     if fmt == "table" and (text := api.model_error_text(url, study)):
         console.print(text)
 
@@ -250,8 +258,30 @@ def _best(study: str, url: str, top: int) -> None:
     _print_rows("", report.columns, report.rows)
     if report.best_text:
         console.print(f"[green]best:[/] {report.best_text}")
+    for line in _routing_lines(url, study):
+        console.print(line, markup=False, highlight=False)
     for line in report.notes:
         console.print(line)
+
+
+def _routing_lines(url: str, study: str) -> list[str]:
+    """"simulated routing: zipf 1.1 (12 of 12 levels)" for each simulated expert routing the study's levels were
+    measured with (none for the real router); levels stored before routing was recorded read the job's."""
+    import db
+    from db import queries
+
+    database = db.connect(url)
+    try:
+        _, rows = queries.level_table(database, study, ["expert_routing"])
+        stored = Counter(r.expert_routing for r in rows)
+        if stored.get(None):
+            job = api.job_of_study(database, study)
+            stored[str(job.workload.expert_routing)] += stored.pop(None)
+    finally:
+        database.close()
+    total = sum(stored.values())
+    return [f"{label} ({n} of {total} levels)" for value, n in stored.most_common()
+            if (label := routing_label(value))]
 
 
 @app.command()

@@ -147,6 +147,9 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         router_timeout_s=t.router_s,
         host=spec.host,
         extra_serve_args=spec.extra_serve_args,
+        # what the workload asks of every server (routing simulator env, EPLB diagnosis)
+        expert_routing=job.workload.expert_routing,
+        eplb_log_balancedness=job.workload.eplb_log_balancedness,
     )
     if spec.kind is ExecutorKind.LOCAL:
         from executors.local import LocalExecutor

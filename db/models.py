@@ -189,6 +189,9 @@ class MeasurementRow(Base):
     intervals: Mapped[dict[str, Any] | None] = mapped_column(_json())
     #: ``search_spaces.LEVEL_FLAGS`` names.
     flags: Mapped[list[str] | None] = mapped_column(_json())
+    #: Since 0004. The servers' expert routing while the level ran ("real", "zipf 1.1", …; ``ExpertRouting``
+    #: text); NULL: not recorded (the performance model, levels stored before 0004).
+    expert_routing: Mapped[str | None] = mapped_column(String(64))
     raw: Mapped[dict[str, Any]] = mapped_column(_json())
 
     trial: Mapped[TrialRow] = relationship(back_populates="measurements")

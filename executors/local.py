@@ -31,6 +31,7 @@ from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_depl
 from executors.platform import Platform
 from executors.serving import (
     cache_key,
+    check_routing,
     deployment_platform,
     engine_version,
     server_unhealthy,
@@ -41,6 +42,7 @@ from executors.serving import (
 from executors.render import Endpoint, router_args, serve_args, serve_command, slot_env
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
+from search_spaces.workload import ExpertRouting, routing_env
 
 
 # ------------------------------------------------------------------------------------------ local executor
@@ -81,6 +83,8 @@ class LocalExecutor(Executor):
         router_timeout_s: float = 60,
         host: str = "127.0.0.1",
         extra_serve_args: Sequence[str] = (),
+        expert_routing: ExpertRouting | str = "real",
+        eplb_log_balancedness: bool = False,
     ) -> None:
         self.model_path = Path(model_path).resolve()
         self.platform = platform
@@ -93,6 +97,9 @@ class LocalExecutor(Executor):
         self.router_timeout_s = router_timeout_s
         self.host = host
         self.extra_serve_args = list(extra_serve_args)
+        # the workload's asks of every server (workload.expert_routing, workload.eplb_log_balancedness)
+        self.expert_routing = ExpertRouting.model_validate(expert_routing)
+        self.eplb_log_balancedness = eplb_log_balancedness
         self.engine_version = engine_version()
         self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._used_ports: set[int] = set()
@@ -127,7 +134,7 @@ class LocalExecutor(Executor):
         head = Endpoint(host=self.host, port=port, bind_host=self.host)
         args = serve_args(inst, shard, cfg=topology.config, model=str(self.model_path), platform=platform,
                           head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          extra=self.extra_serve_args)
+                          extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
         return serve_command(platform, args)
 
     # ---------------------------------------------------------------- deploy
@@ -141,7 +148,8 @@ class LocalExecutor(Executor):
         platform = deployment_platform(self.platform, kv_dir)
         handle = _LocalHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, resources={"executor": self.kind, "pgids": [], "ports": [], "log_paths": {},
-                                              "run_dir": str(ddir), "kv_dir": str(kv_dir), "shm": []},
+                                              "run_dir": str(ddir), "kv_dir": str(kv_dir), "shm": [],
+                                              "expert_routing": str(self.expert_routing)},
                          handle=handle)
         try:
             self._start_servers(dep, handle, topology, platform)
@@ -163,7 +171,7 @@ class LocalExecutor(Executor):
             shard = inst.head  # single node: one shard per instance
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
-            env = {**platform.env, **slot_env(platform, shard.gpus),
+            env = {**platform.env, **routing_env(self.expert_routing), **slot_env(platform, shard.gpus),
                    "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, inst.name, self._cache_key))}
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
@@ -214,6 +222,7 @@ class LocalExecutor(Executor):
                 plan: MeasurePlan | None = None) -> list[Measurement]:
         h: _LocalHandle = deployment.handle
         assert deployment.url, "deploy() did not finish"
+        check_routing(workload, self.expert_routing)
         bdir = h.dir / "bench"
         bdir.mkdir(exist_ok=True)
         url = deployment.url
@@ -245,7 +254,7 @@ class LocalExecutor(Executor):
                              marks, eplb)
         return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
                                   disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                  timings=deployment.timings)
+                                  timings=deployment.timings, expert_routing=str(self.expert_routing))
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:

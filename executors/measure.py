@@ -234,6 +234,7 @@ class LevelProbe:
     timings: Timings = field(default_factory=Timings)
     warm: bool = False
     requests_per_s: float | None = None  # the last level's, to size the next one (``min_level_s``)
+    expert_routing: str | None = None  # what the servers route with (``ExpertRouting`` text), stored per level
 
     def __call__(self, load: float) -> Measurement:
         if not self.warm:
@@ -302,6 +303,7 @@ class LevelProbe:
             if hit is not None and hit > PREFIX_REUSE_LIMIT and not self.workload.reuses_prefixes:
                 flags.append("prefix-cache-reuse")
         stats["eplb_balancedness"] = run.eplb
+        stats["expert_routing"] = self.expert_routing
         raw["bench_wall_s"] = run.wall_s
         raw["seed"] = spec.seed
         return m.model_copy(update={**stats, "flags": flags, "raw": raw})
@@ -326,11 +328,12 @@ def _min(a: float | None, b: float | None) -> float | None:
 
 
 def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePlan, *, gpus: int,
-                       disaggregated: bool, timings: Timings) -> list[Measurement]:
+                       disaggregated: bool, timings: Timings, expert_routing: str | None = None) -> list[Measurement]:
     """Warm-up, knee search and fixed levels on one running deployment; ``timings`` gets the warm-up and
-    measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it."""
+    measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it.
+    ``expert_routing``: what the executor started the servers with, stored with every level."""
     t0 = time.monotonic()
-    probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings)
+    probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing)
     try:
         return search_levels(probe, workload, plan)
     finally:

@@ -47,6 +47,7 @@ from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_depl
 from executors.platform import Platform
 from executors.serving import (
     cache_key,
+    check_routing,
     deployment_platform,
     engine_version,
     server_unhealthy,
@@ -64,6 +65,7 @@ from executors.render import (
 )
 from executors.topology import Instance, Topology
 from search_spaces import ClusterSpec, Measurement, Mode, Workload
+from search_spaces.workload import ExpertRouting, routing_env
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +234,8 @@ class RayExecutor(Executor):
         placement_timeout_s: float = 60,
         extra_serve_args: Sequence[str] = (),
         port_base: int | None = None,
+        expert_routing: ExpertRouting | str = "real",
+        eplb_log_balancedness: bool = False,
     ) -> None:
         self.model_path = Path(model_path).resolve()
         self.platform = platform
@@ -247,6 +251,9 @@ class RayExecutor(Executor):
         self.placement_timeout_s = placement_timeout_s
         self.extra_serve_args = list(extra_serve_args)
         self.port_base = port_base
+        # the workload's asks of every server (workload.expert_routing, workload.eplb_log_balancedness)
+        self.expert_routing = ExpertRouting.model_validate(expert_routing)
+        self.eplb_log_balancedness = eplb_log_balancedness
         self.engine_version = engine_version()
         self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._started_ray = False
@@ -335,7 +342,7 @@ class RayExecutor(Executor):
         h = _RayHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, handle=h, resources={
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
-            "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir),
+            "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir), "expert_routing": str(self.expert_routing),
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
             "ray_address": None if self._started_ray else (self.ray_address or os.environ.get("RAY_ADDRESS"))})
         pd = topology.config.mode is Mode.DISAGGREGATED
@@ -455,9 +462,9 @@ class RayExecutor(Executor):
                       nixl_port: int | None = None) -> None:
         args = serve_args(inst, node_shard, cfg=topology.config, model=str(self.model_path), platform=platform,
                           head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          extra=self.extra_serve_args)
+                          extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
         env, unset = self._slot_env(platform, sh.info)
-        env = {**platform.env, **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
+        env = {**platform.env, **routing_env(self.expert_routing), **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
         if nixl_port is not None:
             # vLLM's default side-channel host is localhost, which the prefill side advertises to decode
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = sh.info["ip"]
@@ -539,6 +546,7 @@ class RayExecutor(Executor):
 
         h: _RayHandle = deployment.handle
         assert deployment.url, "deploy() did not finish"
+        check_routing(workload, self.expert_routing)
         bdir = h.dir / "bench"
         url = deployment.url
         heads = {inst.name: next(s for s in h.shards if s.instance == inst.name)
@@ -578,7 +586,7 @@ class RayExecutor(Executor):
         try:
             return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
                                       disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                      timings=deployment.timings)
+                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
         except Exception as e:
             env_failure = _environment(e)
             if env_failure is not None:

@@ -57,8 +57,10 @@ def _value(v: Any) -> str:
     return v.value if isinstance(v, Enum) else str(v)
 
 
-def role_flags(role: RoleConfig) -> list[str]:
-    """The candidate's own flags for one role, read off the fields' ``vllm_flag`` metadata."""
+def role_flags(role: RoleConfig, *, log_balancedness: bool = False) -> list[str]:
+    """The candidate's own flags for one role, read off the fields' ``vllm_flag`` metadata. ``log_balancedness``
+    (``workload.eplb_log_balancedness``, a diagnosis) adds ``"log_balancedness": true`` to ``--eplb-config``:
+    EP rank 0 then logs each step's balancedness, which the executors read per level."""
     out: list[str] = []
     for name, field in RoleConfig.model_fields.items():
         flag = (field.json_schema_extra or {}).get("vllm_flag") if isinstance(field.json_schema_extra, dict) else None
@@ -78,8 +80,16 @@ def role_flags(role: RoleConfig) -> list[str]:
             out += [flag, _value(value)]
     if role.eplb.enabled:
         eplb_flag = type(role.eplb).model_fields["enabled"].json_schema_extra["vllm_flag"]  # type: ignore[index]
-        out += [eplb_flag, "--eplb-config", role.eplb.config_json()]
+        out += [eplb_flag, "--eplb-config", eplb_config_json(role, log_balancedness=log_balancedness)]
     return out
+
+
+def eplb_config_json(role: RoleConfig, *, log_balancedness: bool = False) -> str:
+    """``--eplb-config``'s value: the candidate's EPLB settings, plus vLLM's ``log_balancedness`` when asked."""
+    if not log_balancedness:
+        return role.eplb.config_json()
+    doc = {**json.loads(role.eplb.config_json()), "log_balancedness": True}
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def dp_flags(inst: Instance, shard: NodeShard, head: Endpoint) -> list[str]:
@@ -108,8 +118,10 @@ def serve_args(
     served_model_name: str | None = None,
     max_model_len: int | None = None,
     extra: list[str] | None = None,
+    log_balancedness: bool = False,
 ) -> list[str]:
-    """Arguments after ``vllm serve`` for one node shard of one instance of ``cfg``."""
+    """Arguments after ``vllm serve`` for one node shard of one instance of ``cfg`` (``log_balancedness``: see
+    ``role_flags``)."""
     args = [model]
     if shard.is_head:
         args += ["--host", head.bind_host, "--port", str(head.port)]
@@ -117,7 +129,7 @@ def serve_args(
         args += ["--served-model-name", served_model_name]
     if max_model_len:
         args += ["--max-model-len", str(max_model_len)]
-    args += role_flags(inst.config)
+    args += role_flags(inst.config, log_balancedness=log_balancedness)
     args += dp_flags(inst, shard, head)
     if cfg.mode is Mode.DISAGGREGATED:
         args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, cfg.kv_connector)]

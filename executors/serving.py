@@ -15,6 +15,7 @@ from typing import Any
 from executors import procs
 from executors.base import DeploymentFailed, FailureKind
 from executors.platform import Platform
+from search_spaces.workload import ExpertRouting, Workload
 
 _OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")
 #: A server that could not bind its port failed for the machine it ran on, not for its configuration.
@@ -28,6 +29,15 @@ def engine_version() -> str:
         except importlib.metadata.PackageNotFoundError:
             continue
     return "unknown"
+
+
+def check_routing(workload: Workload, started_with: ExpertRouting) -> None:
+    """A workload measured on servers started with another expert routing would store a routing the servers
+    never ran: the executor's ``expert_routing`` must be the workload's (``advisor``'s executor factory passes
+    ``workload.expert_routing``)."""
+    if workload.expert_routing != started_with:
+        raise ValueError(f"workload.expert_routing is {workload.expert_routing} but the servers were started with "
+                         f"{started_with}: build the executor with expert_routing=workload.expert_routing")
 
 
 def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> DeploymentFailed:

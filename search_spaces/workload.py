@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 
 class Dataset(StrEnum):
@@ -28,6 +29,102 @@ class LengthDist(BaseModel):
     @property
     def max(self) -> int:
         return int(self.mean * (1 + self.range_ratio))
+
+
+#: vLLM's switch for its routing simulator: a strategy name, or empty for the model's own router.
+ROUTING_ENV = "VLLM_MOE_ROUTING_SIMULATION_STRATEGY"
+#: The strategy names vLLM ships, by ``expert_routing`` kind; ``zipf`` is ours (``executors.vllm_routing``).
+_VLLM_STRATEGIES = {"uniform": "uniform_random", "normal": "normal_routing"}
+ROUTING_KINDS = ("real", "uniform", "normal", "zipf")
+DEFAULT_ZIPF_EXPONENT = 1.1
+_ROUTING_TEXT = re.compile(r"^\s*([A-Za-z]+)(?:\s*[\s:_=]\s*([^\s]+))?\s*$")
+
+
+class ExpertRouting(BaseModel):
+    """How MoE tokens pick their experts on the servers of a trial: ``real`` (the model's router — with dummy
+    weights almost even), or vLLM's routing simulator: ``uniform``, ``normal``, or ``zipf`` with an exponent
+    (expert *i* gets a share ∝ 1/(i+1)^exponent: a few hot experts, the skew EPLB is there to fix).
+
+    Written in a job as text (``zipf``, ``zipf 1.3``, ``zipf:1.3``) or a mapping (``{kind: zipf, exponent:
+    1.3}``); stored and shown as text (``str()``: ``real``, ``uniform``, ``normal``, ``zipf 1.3``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["real", "uniform", "normal", "zipf"] = "real"
+    exponent: float | None = Field(None, description="zipf only: the skew (> 0; default 1.1).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, ExpertRouting):
+            return data
+        if isinstance(data, str):
+            m = _ROUTING_TEXT.match(data)
+            if not m or m.group(1).lower() not in ROUTING_KINDS:
+                raise ValueError(f"unknown expert routing {data!r}; allowed: real, uniform, normal, zipf, "
+                                 "zipf <exponent> (e.g. 'zipf 1.1')")
+            kind, exp = m.group(1).lower(), m.group(2)
+            if exp is None:
+                return {"kind": kind}
+            try:
+                value = float(exp)
+            except ValueError:
+                raise ValueError(f"expert routing {data!r}: exponent {exp!r} is not a number") from None
+            return {"kind": kind, "exponent": value}
+        return data
+
+    @model_validator(mode="after")
+    def _exponent(self) -> ExpertRouting:
+        if self.kind == "zipf":
+            if self.exponent is None:
+                object.__setattr__(self, "exponent", DEFAULT_ZIPF_EXPONENT)
+            elif not math.isfinite(self.exponent) or self.exponent <= 0:
+                raise ValueError(f"expert routing zipf: exponent must be > 0 (got {self.exponent:g})")
+            else:  # what the strategy name and the stored text carry: 6 significant digits
+                object.__setattr__(self, "exponent", float(f"{self.exponent:g}"))
+        elif self.exponent is not None:
+            raise ValueError(f"expert routing {self.kind}: takes no exponent (only zipf does)")
+        return self
+
+    @model_serializer
+    def _text(self) -> str:
+        return str(self)
+
+    def __str__(self) -> str:
+        return f"zipf {self.exponent:g}" if self.kind == "zipf" else self.kind
+
+    @property
+    def simulated(self) -> bool:
+        return self.kind != "real"
+
+    @property
+    def strategy(self) -> str | None:
+        """The vLLM routing-simulator strategy name (``ROUTING_ENV``'s value), None for the real router.
+        Zipf's name carries its exponent (``zipf_1.1``): the plugin registers what the name says."""
+        if self.kind == "zipf":
+            return f"zipf_{self.exponent:g}"
+        return _VLLM_STRATEGIES.get(self.kind)
+
+
+def routing_env(routing: ExpertRouting | str | None) -> dict[str, str]:
+    """The environment a vLLM server needs for ``routing`` (empty for the real router)."""
+    r = routing if isinstance(routing, ExpertRouting) else ExpertRouting.model_validate(routing or "real")
+    return {ROUTING_ENV: r.strategy} if r.strategy else {}
+
+
+def routing_label(routing: ExpertRouting | Workload | str | None) -> str | None:
+    """``"simulated routing: zipf 1.1"`` for a simulated routing (an ``ExpertRouting``, a ``Workload``, or the
+    text stored with a measurement), None for the real router or nothing recorded: what every view of results
+    shows beside the numbers."""
+    if isinstance(routing, Workload):
+        routing = routing.expert_routing
+    if routing is None:
+        return None
+    try:
+        r = routing if isinstance(routing, ExpertRouting) else ExpertRouting.model_validate(routing)
+    except ValueError:
+        return f"simulated routing: {routing}"  # an unknown stored value is still shown, as stored
+    return f"simulated routing: {r}" if r.simulated else None
 
 
 class Workload(BaseModel):
@@ -62,6 +159,13 @@ class Workload(BaseModel):
     turns: int = Field(4, ge=1, description="Agentic: turns per session.")
     trace_path: str | None = Field(None, description="Trace: a JSONL of {prompt, output_len} or agentic sessions.")
     seed: int = 0
+    expert_routing: ExpertRouting = Field(ExpertRouting(), description="How MoE tokens pick experts on every "
+                                          "server of a trial: real (the model's router), uniform, normal, or zipf "
+                                          "<exponent> (vLLM's routing simulator; zipf through our vLLM plugin). "
+                                          "Simulated routing gives timings, not valid text; stored with each level.")
+    eplb_log_balancedness: bool = Field(False, description="Diagnosis: servers with EPLB log their balancedness "
+                                        "(--eplb-config log_balancedness), read into each level's "
+                                        "eplb_balancedness. Costs a sync per step: for studying EPLB, not tuning.")
 
     @model_validator(mode="after")
     def _valid(self) -> Workload:
@@ -147,7 +251,11 @@ class Measurement(BaseModel):
     prefix_cache_hit_rate: float | None = None
     kv_transfer_tokens: float | None = None
     preemptions: float | None = None
-    eplb_balancedness: float | None = None
+    eplb_balancedness: float | None = Field(None, description="EPLB's mean/max tokens per EP rank over the level "
+                                            "(EP rank 0's log, with workload.eplb_log_balancedness).")
+    expert_routing: str | None = Field(None, description="The servers' expert routing while the level ran "
+                                       "(``ExpertRouting`` text: 'real', 'zipf 1.1', …); None: not recorded "
+                                       "(the performance model, or levels stored before it was).")
     error_rate: float | None = Field(None, description="Failed / sent requests of the level.")
     purpose: str = Field("fixed", description="Why the level was measured: 'fixed' (workload.load_levels), "
                          "'search' (the knee search), 'knee' (the search's answer: the highest level meeting every "

@@ -37,6 +37,8 @@ EXPECT = {
     "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
     "real_executor_without_weights.yaml": ["model.preset", "model.path"],
     "negative_guided_trials.yaml": ["sampler.guided_trials", "greater than or equal to 0"],
+    "zipf_exponent_not_positive.yaml": ["workload.expert_routing", "exponent must be > 0"],
+    "unknown_expert_routing.yaml": ["workload.expert_routing", "skewed", "allowed", "zipf"],
     # what the file is, before any field: bytes, emptiness, the document's shape (issue #15)
     "random_bytes.yaml": ["random_bytes.yaml", "not UTF-8", "0x9f at offset 11", "YAML"],
     "empty.yaml": ["empty.yaml", "empty", "name"],

@@ -144,6 +144,8 @@ def full_measurement(concurrency: int = 32) -> Measurement:
             values[name] = {"p90_ttft_ms": [i + 0.25, i + 1 / 3]}
         elif name == "flags":
             values[name] = ["remeasured", "prefix-cache-reuse"]
+        elif name == "expert_routing":
+            values[name] = "zipf 1.1"
         elif "bool" in ann:
             values[name] = True
         elif "int" in ann:
@@ -198,7 +200,7 @@ def test_connect_migrates_once_and_again_is_a_no_op(url: str) -> None:
                 "advisor_alembic_version"} <= names
         assert "alembic_version" not in names  # Optuna's version table stays Optuna's
         with d._read() as s:
-            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0003"]
+            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0004"]
 
 
 def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
