@@ -20,20 +20,23 @@ from streamlit.testing.v1 import AppTest
 import db
 from advisor.errors import BadInput
 from advisor.exports import FORMATS
-from advisor.job import job_from_dict
+from advisor.job import TuningJob, job_from_dict
 from advisor.tune import tune
 from db import queries
 from search_spaces import Measurement, TrialState
-from ui import data, jobs, plots
+from ui import advice, common, data, jobs, plots
 from ui.settings import settings
 
 APP = str(Path(__file__).resolve().parent.parent / "ui" / "app.py")
 STUDY = "ui-at"
+OTHER = "ui-at-other"
 FAILED_TRIAL = 900
+BASELINE_TRIAL = 800
 
 
 def _fill(url: str) -> None:
-    """A small real study (simulated executor) plus one failed trial with a reason and a log tail."""
+    """A small real study (simulated executor) plus one failed trial with a reason and a log tail, vLLM's
+    defaults measured as a baseline trial (as a real study does first), and a second study of another job."""
     job = job_from_dict({"name": STUDY, "preset": "h200-qwen3-235b", "budget": {"trials": 8},
                          "objective": {"mode": "pareto"}})
     tune(job, storage=url)
@@ -42,8 +45,28 @@ def _fill(url: str) -> None:
         tid = database.start_trial(STUDY, FAILED_TRIAL, params={"mode": "aggregated"})
         database.finish_trial(tid, TrialState.FAILED, failure_kind="deploy_failed", reason="engine died: CUDA OOM",
                               log_tail="loading weights\nRuntimeError: CUDA error: out of memory\n")
+        add_baseline(database, job, BASELINE_TRIAL)
     finally:
         database.close()
+    tune(job_from_dict({"name": OTHER, "preset": "h200-qwen3-235b", "budget": {"trials": 5},
+                        "objective": {"mode": "pareto"}, "sampler": {"seed": 7}}), storage=url)
+
+
+def add_baseline(database: db.Database, job: TuningJob, number: int) -> None:
+    """vLLM's defaults (``advisor.baseline``) predicted by the simulated executor and recorded as the tuner
+    records a baseline trial (proposer "baseline"); the simulated executor itself measures none."""
+    from advisor.baseline import baseline_config
+    from advisor.objectives import score
+    from executors import place
+    from executors.simulated import SimulatedExecutor, default_params
+
+    cfg = baseline_config(job)
+    topo = place(cfg, job.cluster)
+    run = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)).evaluate(topo, job.workload)
+    outcome = score(job, run.measurements)
+    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer="baseline")
+    database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, objectives=outcome.as_dict(job),
+                          violation=outcome.violation)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +146,7 @@ def test_unreachable_database_is_one_line_without_password(monkeypatch: pytest.M
 
 def test_studies_page_lists_the_study_and_filters(env: Path, url: str) -> None:
     at = _run()
-    table = _df(at, {"study", "state", "complete", "failed", "invalid", "best"})
+    table = _df(at, {"study", "state", "complete", "failed", "invalid", "best under the SLOs", "best trial"})
     row = table[table["study"] == STUDY].iloc[0]
     database = db.connect(url)
     try:
@@ -131,8 +154,11 @@ def test_studies_page_lists_the_study_and_filters(env: Path, url: str) -> None:
     finally:
         database.close()
     assert (row["complete"], row["failed"], row["invalid"]) == (s.done, s.failed, s.invalid)
-    assert row["best"] == pytest.approx(s.best)
-    assert row["state"] == "finished" and row["done"] == "9/8"  # 8 tuned + the failed one added
+    best = _best_level(url)
+    assert row["best trial"] == best.trial_number
+    assert row["best under the SLOs"] == (f"{advice.num(best.throughput_per_gpu)} tok/s/GPU @ c={best.concurrency}, "
+                                          f"{advice.num(best.p90_tokens_per_s_per_user)} tok/s/user")
+    assert row["state"] == "finished" and row["done"] == "10/8"  # 8 tuned + the failed and baseline trials added
     at.text_input(key="studies_filter").input("no-such-study").run()
     assert not at.exception
     assert any("No study matches" in i.value for i in at.info)
@@ -153,12 +179,25 @@ def _measured_points(url: str, x: str = "throughput_per_gpu", y: str = "p90_toke
         database.close()
 
 
+def _best_level(url: str, study: str = STUDY):  # noqa: ANN202 — a db Best
+    """What `advisor best` recommends: the level with the most throughput per GPU meeting the study's SLOs."""
+    database = db.connect(url)
+    try:
+        slos = list(job_from_dict(queries.get_study(database, study).job).slos)
+        return queries.best_under_slo(database, study, slos, metric="throughput_per_gpu")
+    finally:
+        database.close()
+
+
 def test_study_page_shows_every_point_failures_and_importance(env: Path, url: str) -> None:
     at = _run("views/study.py", study=STUDY)
     text = _texts(at)
     assert f"{_measured_points(url)} trial × load-level points" in text
-    assert "Optuna's get_param_importances" in text
     assert "whole cluster:" in text  # the verdict `advisor best` prints, under the progress panel
+    assert "Optuna's get_param_importances" not in text  # only the open tab runs
+    at = _run("views/study.py", study=STUDY, tab="Parameters")
+    assert "Optuna's get_param_importances" in _texts(at)
+    at = _run("views/study.py", study=STUDY, tab="Failures")
     fails = _df(at, {"trial", "state", "kind", "reason"})
     failed = fails[fails["trial"] == FAILED_TRIAL].iloc[0]
     assert failed["state"] == "failed" and "CUDA OOM" in failed["reason"]
@@ -166,38 +205,191 @@ def test_study_page_shows_every_point_failures_and_importance(env: Path, url: st
 
 
 def test_trial_table_filters_and_sorts(env: Path) -> None:
-    at = _run("views/study.py", study=STUDY)
-    cols = {"trial", "state", "deployment", "throughput_per_gpu"}
+    at = _run("views/study.py", study=STUDY, tab="Trials")
+    k = lambda w: common.key(STUDY, w)  # noqa: E731
+    cols = {"trial", "state", "deployment", "throughput_per_gpu", "at c", "p90_tokens_per_s_per_user"}
     full = _df(at, cols)
-    at.multiselect(key="trials_states").select("failed").run()
+    values = full["throughput_per_gpu"].dropna().tolist()
+    assert values == sorted(values, reverse=True)  # a metric sorts best first without being asked
+    assert at.selectbox(key=k("trials_sort")).value == "throughput_per_gpu"
+    assert full["at c"].notna().sum() == full["throughput_per_gpu"].notna().sum()  # every number has its level
+    at.multiselect(key=k("trials_states")).select("failed").run()
     assert not at.exception
     assert list(_df(at, cols)["trial"]) == [FAILED_TRIAL]
-    at.multiselect(key="trials_states").unselect("failed").run()
-    at.selectbox(key="trials_sort").select("throughput_per_gpu").run()
-    at.toggle(key="trials_desc").set_value(True).run()
-    values = _df(at, cols)["throughput_per_gpu"].dropna().tolist()
-    assert values == sorted(values, reverse=True) and len(_df(at, cols)) == len(full)
-    at.checkbox(key="trials_feasible").check().run()
+    at.multiselect(key=k("trials_states")).unselect("failed").run()
+    at.selectbox(key=k("trials_sort")).select("trial").run()
+    assert list(_df(at, cols)["trial"]) == sorted(full["trial"])  # the trial number sorts ascending
+    at.selectbox(key=k("trials_sort")).select("throughput_per_gpu").run()
+    at.checkbox(key=k("trials_feasible")).check().run()
     feasible = _df(at, cols)
     assert len(feasible) < len(full) and set(feasible["state"]) == {"complete"}
     word = full["deployment"].dropna().iloc[0].split()[0]
-    at.checkbox(key="trials_feasible").uncheck().run()
-    at.text_input(key="trials_text").input(word).run()
+    at.checkbox(key=k("trials_feasible")).uncheck().run()
+    at.text_input(key=k("trials_text")).input(word).run()
     assert all(word.lower() in d.lower() for d in _df(at, cols)["deployment"])
+
+
+def test_recommendation_names_the_best_deployment_under_the_slos(env: Path, url: str) -> None:
+    at = _run("views/study.py", study=STUDY)
+    best = _best_level(url)
+    heads = [m.value for m in at.markdown if m.value.startswith("#### Run trial")]
+    assert heads and heads[0].startswith(f"#### Run trial {best.trial_number}:")
+    text = _texts(at)
+    point = (f"{advice.num(best.throughput_per_gpu)} tok/s/GPU @ c={best.concurrency}, "
+             f"{advice.num(best.p90_tokens_per_s_per_user)} tok/s/user")
+    assert point in text
+    assert "P90 TTFT (ms):" in text and "headroom" in text  # a margin per SLO
+    # vLLM's defaults (the baseline trial) reach no level meeting these SLOs in the performance model: said so
+    assert "vLLM's defaults (baseline trial 800) reach no load level that meets every SLO" in text
+    labels = {b.label for b in at.get("download_button")}
+    assert {"Launch script", "Kubernetes", "Ray Serve"} <= labels
+    # the reader's operating point: more tokens/s per user than the SLO asks
+    faster = at.number_input(key=common.key(STUDY, "op_y"))
+    faster.set_value(30.0).run()
+    assert not at.exception
+    heads = [m.value for m in at.markdown if m.value.startswith("#### Run trial")]
+    text = _texts(at)
+    if heads:
+        n = int(heads[0].split()[3].rstrip(":"))
+        assert n != best.trial_number or best.p90_tokens_per_s_per_user >= 30
+    else:
+        assert "No measured load level meets every SLO with P90 tok/s/user ≥ 30" in text
+
+
+def _levels(rows: list[tuple[int, int, float, float, bool, int, str]]):  # noqa: ANN202 — a DataFrame
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["trial", "concurrency", "throughput_per_gpu", "p90_tokens_per_s_per_user",
+                                     "meets_slo", "gpus", "config"])
+    df["state"] = "complete"
+    df["p90_ttft_ms"] = 500.0
+    df["pareto"] = False
+    x, y = "throughput_per_gpu", "p90_tokens_per_s_per_user"
+    ok = df[df["meets_slo"]]
+    df.loc[ok.index[queries.pareto_mask(ok[x].tolist(), ok[y].tolist(), x, y)], "pareto"] = True
+    return df
+
+
+def test_recommend_picks_gain_and_alternatives() -> None:
+    import pandas as pd
+
+    x, y = "throughput_per_gpu", "p90_tokens_per_s_per_user"
+    levels = _levels([
+        (0, 64, 1000.0, 40.0, True, 8, "baseline cfg"), (0, 256, 1500.0, 20.0, False, 8, "baseline cfg"),
+        (1, 64, 2000.0, 45.0, True, 16, "big"), (1, 256, 3000.0, 26.0, True, 16, "big"),
+        (2, 64, 1800.0, 50.0, True, 8, "small"), (2, 256, 2500.0, 24.0, False, 8, "small"),
+        (3, 256, 3000.0, 26.0, True, 16, "big"),  # a repeat of trial 1: the same deployment
+        (4, 32, 900.0, 80.0, True, 16, "fast"),
+    ])
+    trials = pd.DataFrame({"trial": [0, 1, 2, 3, 4], "by": ["baseline", "sampler", "sampler", "repeat", "model"],
+                           "deployment": ["B", "BIG", "SMALL", "BIG", "FAST"]})
+    slos = [data.SLOLine(y, ">=", 25.0), data.SLOLine("p90_ttft_ms", "<=", 2000.0)]
+    rec = advice.recommend(levels, trials, slos, x, y)
+    assert (rec.best.trial, rec.best.concurrency, rec.best.gpus) == (1, 256, 16)
+    assert rec.best.text() == "3,000 tok/s/GPU @ c=256, 26.0 tok/s/user"
+    assert rec.gain == pytest.approx(3.0) and rec.baseline.trial == 0 and rec.baseline.concurrency == 64
+    assert rec.cheaper.trial == 2 and rec.cheaper.concurrency == 64  # the best on fewer GPUs
+    assert rec.faster.y >= 26.0 * 1.1 and rec.faster.trial != 1
+    assert [m.headroom for m in rec.margins] == pytest.approx([1 / 25, 0.75])
+    assert rec.front_deployments == len(advice.front_by_deployment(levels, x, y)) == 3  # big, small, fast
+    # the reader's operating point: at least 60 tokens/s per user
+    rec = advice.recommend(levels, trials, slos, x, y, 60.0)
+    assert rec.best.trial == 4 and rec.gain is None and "reach no load level" in rec.baseline_note
+    assert advice.recommend(levels, trials, slos, x, y, 500.0).best is None
+
+
+def test_every_throughput_shown_carries_its_concurrency(env: Path) -> None:
+    """Wherever a page writes "N tok/s/GPU", the concurrency of that measurement follows."""
+    import re
+
+    pages = [("views/study.py", {"study": STUDY}), ("views/studies.py", {}),
+             ("views/compare.py", {"study": STUDY}), ("views/compare_studies.py", {"studies": f"{STUDY},{OTHER}"})]
+    seen = 0
+    for page, query in pages:
+        at = _run(page, **query)
+        text = _texts(at) + "\n".join(str(m.value) for m in at.metric)
+        for m in re.finditer(r"\d[\d,.]* tok/s/GPU", text):
+            seen += 1
+            assert re.match(r" @ c=\d+", text[m.end():]), text[max(0, m.start() - 80):m.end() + 40]
+    assert seen >= 4
+
+
+def test_switching_studies_keeps_nothing_of_the_first(env: Path, url: str) -> None:
+    at = _run("views/study.py", study=STUDY, tab="Trials")
+    at.multiselect(key=common.key(STUDY, "trials_states")).select("failed").run()
+    at.text_input(key=common.key(STUDY, "trials_text")).input("TP").run()
+    at.selectbox(key="pick_study").select(OTHER).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.title[0].value == f"Study {OTHER}"
+    assert at.multiselect(key=common.key(OTHER, "trials_states")).value == []
+    assert at.text_input(key=common.key(OTHER, "trials_text")).value in ("", None)
+    table = _df(at, {"trial", "state", "deployment"})
+    database = db.connect(url)
+    try:
+        others = {t.number for t in queries.list_trials(database, OTHER)}
+    finally:
+        database.close()
+    assert set(table["trial"]) == others  # the other study's trials, none filtered out
+    at = _run("views/study.py", study=STUDY, tab="Curves")
+    curves = at.multiselect(key=common.key(STUDY, "curves_trials"))
+    extra = next(int(o) for o in curves.options if int(o) not in curves.value)
+    curves.select(extra).run()
+    chosen = set(at.multiselect(key=common.key(STUDY, "curves_trials")).value)
+    assert extra in chosen
+    at.selectbox(key="pick_study").select(OTHER).run()
+    assert not at.exception
+    info = data.study(url, OTHER)
+    levels = data.levels(url, OTHER, info.stamp, info.x_metric, info.y_metric)
+    front = [int(t) for t in advice.front_by_deployment(levels, info.x_metric, info.y_metric)["trial"]][:8]
+    assert at.multiselect(key=common.key(OTHER, "curves_trials")).value == front
+    assert chosen  # the first study highlighted its own front
+
+
+def test_unknown_study_or_trial_in_the_url_says_so(env: Path) -> None:
+    at = _run("views/study.py", study="no-such-study")
+    assert any("no study named **no-such-study**" in w.value for w in at.warning)
+    assert at.title[0].value.startswith("Study ")
+    at = _run("views/trial.py", study=STUDY, trial="12345")
+    assert any("no trial **12345**" in w.value for w in at.warning)
+    at = _run("views/study.py", study=STUDY)
+    assert not any("no study named" in w.value for w in at.warning)
+
+
+def test_pareto_axes_are_chosen_from_the_stored_metrics(env: Path) -> None:
+    at = _run("views/study.py", study=STUDY)
+    x = at.selectbox(key=common.key(STUDY, "axis_x"))
+    assert "P90 TTFT (ms)" in x.options and x.value == "throughput_per_gpu"
+    at.selectbox(key=common.key(STUDY, "axis_y")).select("p90_ttft_ms").run()
+    assert not at.exception
+    fig = next(c for c in at.get("plotly_chart") if '"meta":"pareto"' in c.proto.spec.replace(" ", ""))
+    assert "P90 TTFT (ms)" in fig.proto.spec
+
+
+def test_compare_studies_overlays_both_fronts(env: Path) -> None:
+    at = _run("views/compare_studies.py", studies=f"{STUDY},{OTHER}")
+    assert at.multiselect(key="compare_studies").value == [STUDY, OTHER]
+    specs = [c.proto.spec for c in at.get("plotly_chart")]
+    front = next(sp for sp in specs if "studies_front" in sp)
+    assert f'"name":"{STUDY}"' in front.replace(" ", "") and f'"name":"{OTHER}"' in front.replace(" ", "")
+    assert any("studies_history" in sp for sp in specs)
+    table = _df(at, {"study", "best trial", "@ c"})
+    assert list(table["study"]) == [STUDY, OTHER] and any(c.startswith("% vs") for c in table.columns)
+    at = _run("views/compare_studies.py", studies=f"{STUDY},nope")
+    assert any("No study named **nope**" in w.value for w in at.warning)
 
 
 def test_too_few_trials_for_importance_is_said_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     u = f"sqlite:///{tmp_path / 'two.db'}"
     tune(job_from_dict({"name": "two", "preset": "h200-qwen3-235b", "budget": {"trials": 2}}), storage=u)
     monkeypatch.setenv("ADVISOR_STORAGE", u)
-    at = _run("views/study.py", study="two")
+    at = _run("views/study.py", study="two", tab="Parameters")
     assert any("importance needs at least" in i.value for i in at.info)
 
 
 def test_importance_of_a_big_study_waits_for_its_toggle(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above ``IMPORTANCE_AT_ONCE_TRIALS`` the first paint leaves importance out; turning it on shows Optuna's."""
     monkeypatch.setattr(data, "IMPORTANCE_AT_ONCE_TRIALS", 0)
-    at = _run("views/study.py", study=STUDY)
+    at = _run("views/study.py", study=STUDY, tab="Parameters")
     assert at.toggle(key="importance_on").value is False
     assert "Optuna's get_param_importances" not in _texts(at)
     assert any("Turn on *Parameter importance*" in i.value for i in at.info)
@@ -237,10 +429,18 @@ def test_trial_page_of_the_best_trial(env: Path, url: str) -> None:
         database.close()
     at = _run("views/trial.py", study=STUDY, trial=str(best))
     assert at.title[0].value == f"Trial {best} of {STUDY}"
-    assert {s.value for s in at.subheader} >= {"Configuration", "Topology", "Measurements per load level",
-                                              "Per-rank imbalance", "Timings", "Export"}
+    assert {s.value for s in at.subheader} >= {"Configuration", "Operating point", "Topology",
+                                              "Measurements per load level", "Per-rank imbalance", "Timings", "Export"}
     levels = _df(at, {f"c={m.concurrency}" for m in trial.measurements})
     assert len(levels.columns) == len(trial.measurements)
+    marks = levels.loc[[i for i in levels.index if str(i).startswith("meets ")]]
+    assert list(marks.index) == ["meets P90 tok/s/user ≥ 25.0", "meets P90 TTFT (ms) ≤ 2,000", "meets error rate ≤ 1.0 %"]
+    slos = list(job_from_dict({"name": "x", "preset": "h200-qwen3-235b"}).slos)
+    for m in trial.measurements:
+        want = ["✓ yes" if sl.met(m) else "✗ no" for sl in slos]
+        assert marks[f"c={m.concurrency}"].tolist() == want
+    assert any("No phase timings: the simulated executor" in c.value for c in at.caption)
+    assert not [m for m in at.metric if m.label in ("deploy", "measure", "teardown")]  # no 0.0 s for a simulation
     assert len([b for b in at.get("download_button")]) == len(FORMATS)
 
 
@@ -260,14 +460,20 @@ def test_trial_page_of_failed_and_invalid_trials(env: Path, url: str) -> None:
 
 def test_compare_page_two_to_four_trials(env: Path, url: str) -> None:
     at = _run("views/compare.py", study=STUDY)
-    chosen = at.multiselect(key="compare_trials").value
+    key = common.key(STUDY, "compare_trials")
+    chosen = at.multiselect(key=key).value
     assert len(chosen) == 2
-    options = at.multiselect(key="compare_trials").options
+    options = at.multiselect(key=key).options
     third = next(int(o) for o in options if int(o) not in chosen)
-    at.multiselect(key="compare_trials").select(third).run()
+    at.multiselect(key=key).select(third).run()
     assert not at.exception
-    table = _df(at, {f"trial {n}" for n in [*chosen, third]})
+    a, b = chosen[0], chosen[1]
+    table = _df(at, {f"trial {n}" for n in [*chosen, third]} | {f"Δ trial {b} − trial {a}", f"% trial {b} vs trial {a}"})
     assert list(table.index) == sorted(table.index)
+    both = table.dropna(subset=[f"trial {a}", f"trial {b}"])
+    assert (both[f"Δ trial {b} − trial {a}"] == both[f"trial {b}"] - both[f"trial {a}"]).all()
+    assert both[f"% trial {b} vs trial {a}"].tolist() == pytest.approx(
+        ((both[f"trial {b}"] / both[f"trial {a}"] - 1) * 100).tolist())
     at = _run("views/compare.py", study=STUDY, trials=str(chosen[0]))
     assert any("Pick two" in i.value for i in at.info)
 

@@ -248,8 +248,8 @@ def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x
     front = levels[levels["pareto"]] if "pareto" in levels else levels.iloc[0:0]
     rec.front_deployments = int(front["config"].nunique()) if not front.empty else 0
     base_trials = {t for t, p in by.items() if p == "baseline"}
-    if base_trials:
-        base = [p for p in pts if p.trial in base_trials]
+    if base_trials:  # from every feasible level: the baseline may be the same deployment as a trial of the search
+        base = _points(best_per_deployment(ok[ok["trial"].isin(base_trials)], x), x, y, by)
         if base:
             rec.baseline = base[0]
             rec.gain = best.x / base[0].x if base[0].x else None

@@ -90,10 +90,13 @@ def plottable(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- study page
 
 
-def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()) -> go.Figure:
+def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = (),
+                  names: Mapping[str, str] | None = None) -> go.Figure:
     """Every trial × load level (x vs y), SLO bounds on these axes drawn as lines, the Pareto front on top.
 
-    Points meeting every SLO are blue, others grey; hover shows the deployment in words.
+    Points meeting every SLO are blue, others grey; hover shows the deployment in words — its short form from
+    ``names`` (configuration text → ``DeploymentConfig.short()``) where given, which keeps the figure a quarter
+    of the size the browser has to take in.
     """
     pts = plottable(levels, x, y)
     kind = _scatter(len(pts))
@@ -102,7 +105,8 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
              f"{label(x)}: %{{x:,.1f}}<br>{label(y)}: %{{y:,.1f}}<br>P90 TTFT %{{customdata[3]}} ms"
              "<extra></extra>")
 
-    wrapped = {c: _wrap(c) for c in pts["config"].astype(str).unique()}  # once per deployment, not per level
+    wrapped = {c: _wrap((names or {}).get(c) or c)  # once per deployment, not per level
+               for c in pts["config"].astype(str).unique()}
 
     def custom(df: pd.DataFrame) -> np.ndarray:
         """Per point: trial, concurrency, deployment (wrapped), P90 TTFT — one object array, which Plotly takes

@@ -151,23 +151,43 @@ else:
 for line in data.verdict(url, name, info.stamp):
     st.caption(line)
 
-# ---------------------------------------------------------------------------------------------- Pareto front
-st.subheader("Pareto front")
-options = data.axis_options(levels, x, y)
-ax1, ax2, _ = st.columns([1, 1, 2])
-px = ax1.selectbox("x axis", options, index=options.index(x), key=K("axis_x"), format_func=plots.label)
-py = ax2.selectbox("y axis", [o for o in options if o != px], key=K("axis_y"), format_func=plots.label,
-                   index=max(0, [o for o in options if o != px].index(y)) if y != px else 0)
-plevels = levels if (px, py) == (x, y) else data.levels(url, name, info.stamp, px, py)
-points = plots.plottable(plevels, px, py)
-if points.empty:
-    st.info("No load level has been measured yet; the plot appears with the first complete trial.")
-else:
+
+# ---------------------------------------------------------------------------------------------- the tabs' parts
+def axes() -> tuple[str, str]:
+    """The Pareto plot's axes: the study's own, or two stored metrics the reader picks (kept per study)."""
+    options = data.axis_options(levels, x, y)
+    ax1, ax2, _ = st.columns([1, 1, 2])
+    px = ax1.selectbox("x axis", options, index=options.index(x), key=K("axis_x"), format_func=plots.label)
+    rest = [o for o in options if o != px]
+    py = ax2.selectbox("y axis", rest, index=rest.index(y) if y in rest else 0, key=K("axis_y"),
+                       format_func=plots.label)
+    return px, py
+
+
+def chosen_axes() -> tuple[str, str]:
+    """The axes picked on the Pareto tab (the study's own until then)."""
+    px = st.session_state.get(K("axis_x"), x)
+    py = st.session_state.get(K("axis_y"), y)
+    return (px, py) if px != py else (x, y)
+
+
+def levels_on(px: str, py: str):  # noqa: ANN201 — a DataFrame
+    return levels if (px, py) == (x, y) else data.levels(url, name, info.stamp, px, py)
+
+
+def pareto() -> None:
+    px, py = axes()
+    plevels = levels_on(px, py)
+    points = plots.plottable(plevels, px, py)
+    if points.empty:
+        st.info("No load level has been measured yet; the plot appears with the first complete trial.")
+        return
     front = advice.front_by_deployment(plevels, px, py)
     n_front = int(plevels["pareto"].sum())
     st.caption(f"{len(points)} trial × load-level points · the front: {n_front} points from {len(front)} distinct "
                "deployment(s), levels meeting every SLO · click a point to open its trial")
-    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos), key=K("pareto_chart"),
+    names = dict(zip(trials_df["config"], trials_df["deployment"], strict=True)) if not trials_df.empty else {}
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names), key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
     for p in picked_points[:3]:
@@ -176,24 +196,39 @@ else:
             common.trial_link(name, int(custom[0]), f"Open trial {int(custom[0])} (c={int(custom[1])})")
     if front.empty:
         st.warning("No measured level meets every SLO yet, so there is no front to recommend.")
-    else:
-        with st.expander(f"The front by deployment: {len(front)}", expanded=False):
-            shown = front.rename(columns={"levels": "levels on the front", "config": "deployment"})
-            st.dataframe(shown, hide_index=True, width="stretch", key=K("front_table"),
-                         column_config=common.number_columns(shown, [px, py]))
+        return
+    st.markdown(f"**The front by deployment: {len(front)}**")
+    shown = front.rename(columns={"levels": "levels on the front", "config": "deployment"})
+    st.dataframe(shown, hide_index=True, width="stretch", key=K("front_table"),
+                 column_config=common.number_columns(shown, [px, py]))
 
-    # ------------------------------------------------------------------------------------------ curves
-    st.subheader("Each deployment across load levels")
+
+def curves() -> None:
+    px, py = chosen_axes()
+    plevels = levels_on(px, py)
+    points = plots.plottable(plevels, px, py)
+    if points.empty:
+        st.info("No load level has been measured yet.")
+        return
+    front = advice.front_by_deployment(plevels, px, py)
     front_trials = [int(t) for t in front["trial"]][:8]
     chosen = st.multiselect("Highlight trials", sorted(points["trial"].unique().tolist()), default=front_trials,
                             key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front")
+    st.caption(f"{plots.label(py)} against {plots.label(px)}, one line per trial through its load levels "
+               "(concurrency c at both ends and in the hover).")
     st.plotly_chart(plots.curves_figure(plevels, px, py, chosen), key=K("curves_chart"), width="stretch")
+
 
 # ------------------------------------------------------------------------------------ convergence, parameters
 objective = info.objectives[0]
-hist = data.history(url, name, info.stamp)
-if not hist.empty and hist["value"].notna().any():
-    st.subheader("Convergence")
+
+
+def convergence() -> None:
+    hist = data.history(url, name, info.stamp)
+    if hist.empty or not hist["value"].notna().any():
+        st.info("No trial has a value yet.")
+        return
+    st.caption(f"Each trial's {advice.short(objective)} (blue: meets the SLOs) and the best so far.")
     st.plotly_chart(plots.history_figure(hist, objective), key=K("history_chart"), width="stretch")
 
 
@@ -201,7 +236,6 @@ if not hist.empty and hist["value"].notna().any():
 def parameters() -> None:
     """Importance and parallel coordinates. A fragment: turning importance on redraws this part only. For a big
     study importance waits for that toggle (``data.importance_at_once``), so the page's first paint does not."""
-    st.subheader("Parameters")
     complete = info.count("complete")
     show = st.toggle("Parameter importance", value=data.importance_at_once(complete), key="importance_on",
                      help="Optuna's get_param_importances (PED-ANOVA) over the measured trials; it loads every "
@@ -235,15 +269,13 @@ def parameters() -> None:
             st.info("Parallel coordinates need at least two measured trials.")
 
 
-parameters()
-
-# ---------------------------------------------------------------------------------------------- trial table
-st.subheader("Trials")
-if trials_df.empty:
-    st.info("No trial yet.")
-else:
+def trials_table() -> None:
+    if trials_df.empty:
+        st.info("No trial yet.")
+        return
     ops = advice.trial_points(levels, x, y).rename(columns={"concurrency": "at c", "meets_slo": "meets SLOs"})
-    full = trials_df.drop(columns=[c for c in (x, y) if c in trials_df.columns]).merge(ops, on="trial", how="left")
+    full = trials_df.drop(columns=[c for c in (x, y) if c in trials_df.columns])
+    full = full.merge(ops, on="trial", how="left")
     full["meets SLOs"] = full["meets SLOs"].astype("boolean")
     c1, c2, c3, c4 = st.columns([2, 3, 2, 2])
     all_states = sorted(full["state"].unique().tolist())
@@ -287,20 +319,32 @@ else:
         with c2:
             common.trial_link(name, int(n))
 
-# ---------------------------------------------------------------------------------------------- failures
-fails = data.failures(url, name, info.stamp)
-st.subheader(f"Failed and invalid trials ({len(fails)})")
-if fails.empty:
-    st.caption("None so far.")
-else:
-    kinds = fails.assign(kind=fails["kind"].fillna(fails["state"])).groupby(["state", "kind"]).size()
-    st.caption(" · ".join(f"{n} {state} ({kind})" for (state, kind), n in kinds.items()))
-    st.dataframe(fails[["trial", "state", "kind", "reason", "deployment"]], hide_index=True, width="stretch",
-                 key=K("failures_table"))
-    with_logs = fails[(fails["log tail"] != "")].head(10)
-    for r in with_logs.to_dict("records"):
-        with st.expander(f"trial {r['trial']}: {r['reason'][:100]}"):
-            st.code("\n".join(str(r["log tail"]).splitlines()[-40:]), language="text")
+
+def failures() -> None:
+    fails = data.failures(url, name, info.stamp)
+    st.markdown(f"**Failed and invalid trials: {len(fails)}**")
+    if fails.empty:
+        st.caption("None so far.")
+    else:
+        kinds = fails.assign(kind=fails["kind"].fillna(fails["state"])).groupby(["state", "kind"]).size()
+        st.caption(" · ".join(f"{n} {state} ({kind})" for (state, kind), n in kinds.items()))
+        st.dataframe(fails[["trial", "state", "kind", "reason", "deployment"]], hide_index=True, width="stretch",
+                     key=K("failures_table"))
+        with_logs = fails[(fails["log tail"] != "")].head(10)
+        for r in with_logs.to_dict("records"):
+            with st.expander(f"trial {r['trial']}: {r['reason'][:100]}"):
+                st.code("\n".join(str(r["log tail"]).splitlines()[-40:]), language="text")
+
+
+# ---------------------------------------------------------------------------------------------- the rest, in tabs
+# Only the open tab runs (lazy tabs, kept in the URL as ?tab=): the page's first paint is the recommendation
+# and the Pareto front, not every table and figure of the study.
+TABS = {"Pareto front": pareto, "Curves": curves, "Convergence": convergence, "Parameters": parameters,
+        "Trials": trials_table, "Failures": failures}
+for tab, draw in zip(st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True):
+    if tab.open:
+        with tab:
+            draw()
 
 st.session_state["study_rendered_at"] = time.monotonic()
 st.session_state["study_render_s"] = time.monotonic() - started
