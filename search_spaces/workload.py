@@ -211,6 +211,12 @@ class Workload(BaseModel):
         return int.from_bytes(hashlib.sha256(tag).digest()[:4], "big") % (2**31 - 1)
 
 
+def server_env(workload: Workload) -> dict[str, str]:
+    """What ``workload`` asks of every vLLM server's environment (the routing simulator's strategy): the local
+    and Ray executors apply it to each server they start; an export that reproduces the measured conditions
+    adds it to each server command (simulated routing: outputs are not valid text)."""
+    return routing_env(workload.expert_routing)
+
 class Measurement(BaseModel):
     """One load level of one deployment. Missing data is ``None``, never 0 (an empty sample is not 0 ms)."""
 

@@ -17,7 +17,7 @@ from executors.render import eplb_config_json, role_flags
 from executors.vllm_routing import zipf_exponent, zipf_shares
 from search_spaces import Measurement, Workload
 from search_spaces.deployment import EPLBConfig, Role, RoleConfig
-from search_spaces.workload import ROUTING_ENV, ExpertRouting, routing_env, routing_label
+from search_spaces.workload import ROUTING_ENV, ExpertRouting, routing_env, routing_label, server_env
 
 
 # ----------------------------------------------------------------------------------------- the value
@@ -41,7 +41,7 @@ def test_forms_text_and_server_environment(written: object, text: str, strategy:
     w = Workload(expert_routing=written)
     assert w.model_dump()["expert_routing"] == text
     assert Workload.model_validate_json(w.model_dump_json()).expert_routing == r  # as the Ray bench task reads it
-    assert routing_env(w.expert_routing) == routing_env(text)
+    assert server_env(w) == routing_env(text)
 
 
 def test_default_is_the_real_router_and_shows_nothing() -> None:
