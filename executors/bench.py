@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from executors import procs
+from executors.bench_zygote import Zygote, ZygoteGone
 from executors.datasets import custom_dataset
 from executors.platform import Platform
 from search_spaces import Dataset, Measurement, Workload
@@ -161,28 +162,28 @@ def run_bench(
     cwd: str | Path | None = None,
     term_timeout_s: float = 10.0,
     on_start: Any = None,
+    zygote: Zygote | None = None,
 ) -> BenchRun:
     """Run ``vllm bench serve ARGS`` as its own process group; the saved JSON, loaded.
 
     Raises ``BenchFailed`` (with vLLM's error line) when it exits non-zero, writes no result, or runs past
-    ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once.
+    ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once. With a
+    ``zygote`` (``executors.bench_zygote``) the level is forked from an already imported vLLM instead.
     """
     argv = [*platform.engine_cmd, "bench", "serve", *args]
     full_env = {**platform.env, **(env or {})}
     t0 = time.monotonic()
-    proc = procs.start(argv, name="bench", log_path=log_path, env=full_env, cwd=cwd)
-    if on_start is not None:
-        on_start(proc.pgid)
-    try:
-        rc = proc.popen.wait(timeout=timeout_s)
-    except Exception as e:  # TimeoutExpired, or KeyboardInterrupt: never leave the client running
-        procs.stop(proc, term_timeout_s)
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", proc.tail(60)) from None
-    finally:
-        if proc.alive:
-            procs.stop(proc, term_timeout_s)
+    if zygote is not None:
+        try:
+            rc = zygote.run(args, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
+                            term_timeout_s=term_timeout_s, on_start=on_start)
+        except TimeoutError:
+            raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", procs.read_tail(log_path, 60)) from None
+        except ZygoteGone as e:
+            raise BenchFailed(e.reason, e.tail) from None
+    else:
+        rc = _run_command(argv, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
+                          term_timeout_s=term_timeout_s, on_start=on_start)
     wall = time.monotonic() - t0
     rp = Path(result_path)
     if rc != 0 or not rp.is_file():
@@ -194,6 +195,23 @@ def run_bench(
     except ValueError as e:
         raise BenchFailed(f"unreadable bench result {rp}: {e}", procs.read_tail(log_path, 60)) from None
     return BenchRun(result, wall, str(log_path), argv)
+
+
+def _run_command(argv: list[str], *, log_path: str | Path, env: Mapping[str, str], cwd: str | Path | None,
+                 timeout_s: float, term_timeout_s: float, on_start: Any) -> int:
+    proc = procs.start(argv, name="bench", log_path=log_path, env=env, cwd=cwd)
+    if on_start is not None:
+        on_start(proc.pgid)
+    try:
+        return proc.popen.wait(timeout=timeout_s)
+    except Exception as e:  # TimeoutExpired, or KeyboardInterrupt: never leave the client running
+        procs.stop(proc, term_timeout_s)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", proc.tail(60)) from None
+    finally:
+        if proc.alive:
+            procs.stop(proc, term_timeout_s)
 
 
 # ---------------------------------------------------------------------------------------------- parsing

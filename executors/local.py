@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import bench, metrics, procs
+from executors import bench, bench_zygote, metrics, procs
 from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
 from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
 from executors.platform import Platform
@@ -233,13 +233,16 @@ class LocalExecutor(Executor):
             args = bench.bench_args(workload, spec, base_url=url, model=self.served_model_name,
                                     tokenizer=str(self.model_path), result_dir=str(bdir), result_filename=name,
                                     dataset_path=ds)
-            def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
-                deployment.resources.setdefault("bench_pgids", []).append(pgid)
-                self._save(deployment)
-
             run = bench.run_bench(h.platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
-                                  timeout_s=self.bench_timeout_s, cwd=bdir, on_start=started)
+                                  timeout_s=self.bench_timeout_s, cwd=bdir, on_start=started, zygote=zygote)
             return run.result, run.wall_s
+
+        def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
+            deployment.resources.setdefault("bench_pgids", []).append(pgid)
+            self._save(deployment)
+
+        # vLLM imported once per deployment, each level forked from it (executors/bench_zygote.py)
+        zygote = bench_zygote.Zygote(h.platform, bdir, started) if bench_zygote.usable(h.platform) else None
 
         def marks() -> dict[str, int]:
             return {s.name: metrics.log_size(s.proc.log_path) for s in h.servers}
@@ -252,9 +255,13 @@ class LocalExecutor(Executor):
         runner = LevelRunner(run_level, lambda: self._check_alive(h),
                              [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
                              marks, eplb)
-        return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
-                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                  timings=deployment.timings, expert_routing=str(self.expert_routing))
+        try:
+            return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
+                                      disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
+                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
+        finally:
+            if zygote is not None:
+                zygote.close()
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:
