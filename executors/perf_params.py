@@ -163,23 +163,11 @@ class PerfParams(BaseModel):
         from pydantic import ValidationError
 
         from advisor.errors import describe_validation_error
+        from search_spaces.json_file import read_json_file
 
-        p = Path(path)
-        with p.open("rb") as f:  # OSError as it is; a parameter file is a kilobyte, never /dev/zero
-            raw = f.read((1 << 20) + 1)
-        if len(raw) > 1 << 20:
-            raise ValueError(f"{p}: larger than 1 MiB: not a parameter file (advisor calibrate writes a kilobyte)")
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a parameter "
-                             "file is JSON written by advisor calibrate") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-        except RecursionError:
-            raise ValueError(f"{p}: not a parameter file: JSON nested too deeply") from None
-        except ValueError:  # past Python's digit limit for int()
-            raise ValueError(f"{p}: not a parameter file: a number of thousands of digits") from None
+        p = Path(path)  # a parameter file is a kilobyte, never /dev/zero
+        data = read_json_file(p, "parameter file", hint="a parameter file is JSON written by advisor calibrate",
+                              max_bytes=1 << 20)
         if not isinstance(data, dict):
             raise ValueError(f"{p}: must be a JSON object of parameters such as mfu_prefill (got "
                              f"{type(data).__name__}); advisor calibrate writes one")

@@ -6,11 +6,12 @@ spellings). Everything the validity rules and the performance model need is deri
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from search_spaces.json_file import read_json_file
 
 
 class AttentionKind(StrEnum):
@@ -121,20 +122,7 @@ class ModelProfile(BaseModel):
             p = p / "config.json"
         if not p.is_file():
             raise FileNotFoundError(f"no config.json at {p}")
-        raw = p.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{p}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); a model "
-                             "config.json is JSON") from None
-        try:
-            cfg = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
-        except RecursionError:
-            raise ValueError(f"{p}: not a model config: JSON nested too deeply") from None
-        except ValueError:  # past Python's digit limit for int()
-            raise ValueError(f"{p}: not a model config: a number of thousands of digits") from None
+        cfg = read_json_file(p, "model config", hint="a model config.json is JSON")
         return cls.from_hf_dict(cfg, name=name or p.parent.name, source=str(p))
 
     @classmethod
