@@ -727,3 +727,30 @@ def test_every_page_on_postgresql(pg_fresh: str, monkeypatch: pytest.MonkeyPatch
         at = _run(page, study=STUDY)
         shown = _texts(at) + "\n".join(c.value for c in at.caption)
         assert "***@" in shown and (not secret or f":{secret}@" not in shown)
+
+
+def test_error_bars_only_where_the_levels_carry_intervals() -> None:
+    import pandas as pd
+
+    df = pd.DataFrame({"throughput_per_gpu": [100.0, 200.0], "intervals": [{"throughput_per_gpu": [90.0, 120.0]}, {}]})
+    bars = plots.error_bars(df, "throughput_per_gpu")
+    assert bars["array"] == [20.0, 0.0] and bars["arrayminus"] == [10.0, 0.0]
+    assert plots.error_bars(df.assign(intervals=[{}, {}]), "throughput_per_gpu") is None  # simulated: no bars
+
+
+def test_numbers_for_people() -> None:
+    assert advice.num(25028.2104) == "25,028" and advice.num(40.06) == "40.1" and advice.num(None) == "–"
+    assert advice.short("p90_ttft_ms") == "P90 TTFT (ms)" and advice.short("throughput_per_gpu") == "tok/s/GPU"
+    assert common.fmt(30389.7) == "30,390" and common.fmt(float("nan")) == "–"
+
+
+def test_viewer_toolbar_and_a_local_page_icon() -> None:
+    """No "Deploy" button in a deployment tool, and no page icon fetched from the internet."""
+    import tomllib
+
+    ui = Path(APP).parent
+    config = tomllib.loads((ui / ".streamlit" / "config.toml").read_text())
+    assert config["client"]["toolbarMode"] == "viewer" and config["browser"]["gatherUsageStats"] is False
+    source = (ui / "app.py").read_text()
+    assert "assets" in source and ":material/" not in source.split("set_page_config", 1)[1].split("\n", 1)[0]
+    assert (ui / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")

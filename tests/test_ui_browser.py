@@ -1,11 +1,14 @@
 """The dashboard in a real browser: `advisor dashboard` on 127.0.0.1, driven by Playwright in headless
 Chromium (Debian's /usr/bin/chromium; never `playwright install`).
 
-A real simulated study fills the database; the test visits every page, checks that the Pareto plot holds one
-point per measured trial × load level, clicks through to a trial and downloads its exports, and leaves a
-screenshot of each page under ``artifacts/screenshots/``. The dashboard is stopped by its process groups in
-the fixture's finalizer, also when a test fails. ``UI_DOCS_SCREENSHOT=1`` also refreshes
-``docs/img/study-page.png``.
+Two real simulated studies fill the database; one dashboard and one browser serve every test of this module.
+The tests visit every page, check that the Pareto plot holds one point per measured trial × load level, that
+the recommendation names the best deployment under the SLOs and downloads a launch script vLLM's own parser
+takes, that switching studies keeps nothing of the first, that an unknown study is said, that two studies'
+fronts overlay, that every throughput shown carries its concurrency, and that no request leaves the machine.
+Screenshots of each page go to ``artifacts/screenshots/``. The dashboard is stopped by its process groups in
+the fixture's finalizer, also when a test fails. ``UI_DOCS_SCREENSHOT=1`` also refreshes the README's
+pictures in ``docs/img/`` (``study-page.png``, ``trial-page.png``, ``compare-studies.png``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -38,10 +42,11 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = ROOT / "artifacts" / "screenshots"
-DOCS_SHOT = ROOT / "docs" / "img" / "study-page.png"
+DOCS_IMG = ROOT / "docs" / "img"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 STUDY = "ui"
+OTHER = "ui-tpe"
 
 
 def _need_browser() -> Any:
@@ -67,6 +72,9 @@ def study_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     url = f"sqlite:///{tmp_path_factory.mktemp('browser') / 'advisor.db'}"
     tune(job_from_dict({"name": STUDY, "preset": "h200-qwen3-235b", "budget": {"trials": 15},
                         "objective": {"mode": "pareto"}}), storage=url)
+    tune(job_from_dict({"name": OTHER, "preset": "h200-qwen3-235b", "budget": {"trials": 6},
+                        "objective": {"mode": "pareto"}, "sampler": {"seed": 11, "guide": False}}),
+         storage=url)
     return url
 
 
@@ -134,11 +142,17 @@ def page(dashboard: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
         pg = context.new_page()
+        pg.on("request", lambda r: None if r.url.startswith(LOCAL) else OUTSIDE.append(r.url))
         try:
             yield pg
         finally:
             context.close()
             browser.close()
+
+
+#: Requests the browser made to anything but the dashboard (the page icon once came from fonts.gstatic.com).
+OUTSIDE: list[str] = []
+LOCAL = ("http://127.0.0.1:", "data:", "blob:", "about:")
 
 
 def _settle(pg: Any, heading: str) -> None:
@@ -206,30 +220,33 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
 
     # Study: the Pareto plot holds every measured trial × load level once
     _settle(pg, f"Study {STUDY}")
-    for meta in ("pareto", "curves", "parcoords", "importance"):
+    for meta in ("topology", "pareto"):  # the recommendation's topology, then the front (the open tab)
         _wait_plot(pg, meta)
     plots = {p["meta"]: p for p in _plots(pg)}
-    assert {"pareto", "curves", "parcoords", "importance"} <= set(plots)
+    assert {"topology", "pareto"} <= set(plots)
     levels = sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "levels")
     expected = _measured_points(study_url)
     assert expected >= 15 * 3 and levels == expected  # every trial's 3 fixed levels and its knee search
     assert sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "pareto") >= 1
     assert pg.get_by_text(f"{expected} trial × load-level points", exact=False).count() >= 1
-    shot = _screenshot(pg, "study")
-    if os.environ.get("UI_DOCS_SCREENSHOT") == "1":
-        DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(shot, DOCS_SHOT)
+    _docs(_screenshot(pg, "study"), "study-page.png")
+    for tab, metas in (("Curves", ["curves"]), ("Parameters", ["parcoords", "importance"])):
+        pg.get_by_role("tab", name=tab).click()
+        for meta in metas:
+            _wait_plot(pg, meta)
+    pg.get_by_role("tab", name="Pareto front").click()
+    _wait_plot(pg, "pareto")
 
     # Trial: click through to the best one
     database = db.connect(study_url)
     try:
-        best = queries.get_study(database, STUDY).best_trial
+        best = _best(database, STUDY).trial_number
     finally:
         database.close()
-    pg.locator("a", has_text="Open the best trial").first.click()
+    pg.locator("a", has_text=f"Open trial {best}").first.click()
     _settle(pg, f"Trial {best} of {STUDY}")
     _wait_plot(pg, "topology")
-    _screenshot(pg, "trial")
+    _docs(_screenshot(pg, "trial"), "trial-page.png")
     downloads = {}
     for fmt in FORMATS:
         with pg.expect_download(timeout=60_000) as info:
@@ -266,3 +283,117 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
     assert pg.get_by_text("read-only", exact=False).count() >= 1
     assert pg.get_by_text("--allow-new-studies", exact=False).count() >= 1
     _screenshot(pg, "new_study")
+
+
+def _docs(shot: Path, name: str) -> None:
+    """``UI_DOCS_SCREENSHOT=1``: the README's picture ``docs/img/NAME`` is retaken from this page."""
+    if os.environ.get("UI_DOCS_SCREENSHOT") == "1":
+        DOCS_IMG.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, DOCS_IMG / name)
+
+
+def _best(database: db.Database, study: str) -> Any:
+    """What `advisor best` recommends: the level with the most throughput per GPU meeting the study's SLOs."""
+    slos = list(job_from_dict(queries.get_study(database, study).job).slos)
+    return queries.best_under_slo(database, study, slos, metric="throughput_per_gpu")
+
+
+def _main_text(pg: Any) -> str:
+    return pg.evaluate("() => document.querySelector('[data-testid=stMain]').innerText")
+
+
+def _throughputs_carry_concurrency(text: str) -> int:
+    """Every "N tok/s/GPU" on the page is followed by "@ c=" (the load level it was measured at)."""
+    found = list(re.finditer(r"\d[\d,.]* tok/s/GPU", text))
+    for m in found:
+        assert re.match(r" @ c=\d+", text[m.end():]), text[max(0, m.start() - 80):m.end() + 40]
+    return len(found)
+
+
+def test_recommendation_exports_a_launch_script_vllm_parses(page: Any, dashboard: str, study_url: str) -> None:
+    pg = page
+    database = db.connect(study_url)
+    try:
+        best = _best(database, STUDY)
+    finally:
+        database.close()
+    pg.goto(f"{dashboard}/study?study={STUDY}")
+    _settle(pg, f"Study {STUDY}")
+    head = pg.locator("h4", has_text="Run trial").first.inner_text()
+    assert head.startswith(f"Run trial {best.trial_number}:"), head
+    text = _main_text(pg)
+    assert f"tok/s/GPU @ c={best.concurrency}," in text
+    assert _throughputs_carry_concurrency(text) >= 2
+    assert pg.locator("[data-testid=stAppDeployButton]").count() == 0  # Streamlit's toolbar in viewer mode
+    with pg.expect_download(timeout=60_000) as info:
+        pg.locator(".st-key-rec_export_vllm button").first.click()
+    script = Path(info.value.path()).read_text()
+    assert script.startswith("#!") and f"study '{STUDY}', trial {best.trial_number}" in script
+    serve = [ln for ln in script.splitlines() if " serve " in ln and not ln.startswith("#")]
+    assert serve
+    from tests.vllm_parser import parse_serve_args  # vLLM's own parser, from the installed CPU build
+
+    for line in serve:
+        argv = shlex.split(line.split(" > ")[0].replace('"${NODE', "'${NODE").replace('_IP}"', "_IP}'"))
+        args = argv[argv.index("serve") + 1:]
+        ns = parse_serve_args(args)
+        assert ns.model_tag == args[0] or getattr(ns, "model", None) == args[0]
+
+
+def test_switching_studies_keeps_nothing_of_the_first(page: Any, dashboard: str, study_url: str) -> None:
+    pg = page
+    pg.goto(f"{dashboard}/study?study={STUDY}&tab=Curves")
+    _settle(pg, f"Study {STUDY}")
+    _wait_plot(pg, "curves")
+    pg.get_by_role("tab", name="Trials").click()
+    box = pg.locator(f".st-key-trials_text-{STUDY} input")
+    box.wait_for(timeout=60_000)
+    box.fill("TP8")
+    box.press("Enter")
+    pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+    pg.locator("[data-testid=stSidebar] [data-testid=stSelectbox]").first.click()
+    pg.get_by_role("option", name=OTHER, exact=True).click()
+    _settle(pg, f"Study {OTHER}")
+    mine = pg.locator(f".st-key-trials_text-{OTHER} input")  # widgets are keyed by study (common.key)
+    mine.wait_for(timeout=60_000)
+    assert "tab=Trials" in pg.url and f"study={OTHER}" in pg.url
+    assert mine.input_value() == ""  # no filter of the first study
+    assert pg.locator(f".st-key-trials_text-{STUDY}").count() == 0
+    pg.get_by_role("tab", name="Curves").click()
+    _wait_plot(pg, "curves")
+    shown = pg.evaluate("""() => [...document.querySelectorAll('.js-plotly-plot')]
+        .filter(e => e.layout && e.layout.meta === 'curves')
+        .flatMap(e => e.data.map(d => d.meta)).filter(m => typeof m === 'number')""")
+    database = db.connect(study_url)
+    try:
+        mine = {t.number for t in queries.list_trials(database, OTHER, states=["complete"])}
+    finally:
+        database.close()
+    assert shown and set(shown) <= mine  # highlighted: trials of this study's front only
+
+
+def test_unknown_study_in_the_url_is_said(page: Any, dashboard: str) -> None:
+    pg = page
+    pg.goto(f"{dashboard}/study?study=no-such-study")
+    _settle(pg, "Study ")
+    assert pg.get_by_text("There is no study named no-such-study", exact=False).count() >= 1
+
+
+def test_compare_studies_shows_both_fronts(page: Any, dashboard: str) -> None:
+    pg = page
+    pg.goto(f"{dashboard}/compare_studies?studies={STUDY},{OTHER}")
+    _settle(pg, "Compare studies")
+    _wait_plot(pg, "studies_front")
+    front = next(p for p in _plots(pg) if p["meta"] == "studies_front")
+    assert {t["meta"] for t in front["traces"]} == {STUDY, OTHER} and all(t["n"] >= 1 for t in front["traces"])
+    _wait_plot(pg, "studies_history")
+    _throughputs_carry_concurrency(_main_text(pg))
+    _docs(_screenshot(pg, "compare-studies"), "compare-studies.png")
+    pg.goto(dashboard)
+    _settle(pg, "Studies")
+    assert _throughputs_carry_concurrency(_main_text(pg)) >= 2
+
+
+def test_no_request_left_the_machine(page: Any) -> None:
+    """Run last in this module: every page the tests opened asked only the dashboard."""
+    assert OUTSIDE == []

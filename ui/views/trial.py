@@ -126,7 +126,11 @@ else:
     st.caption("Each column is one load level (concurrency c); ✓/✗ rows say which SLO it meets; numbers in "
                "parentheses are bootstrap 95 % intervals over requests, where the benchmark measured them.")
     with st.expander("Every metric"):
-        st.dataframe(pd.DataFrame([m.model_dump(exclude={"raw"}) for m in levels]), hide_index=True, width="stretch")
+        every = pd.DataFrame([m.model_dump(exclude={"raw"}) for m in levels])
+        floats = [c for c in every.columns if every[c].dtype.kind == "f"]
+        st.dataframe(every, hide_index=True, width="stretch", key="every_metric",
+                     column_config={c: st.column_config.NumberColumn(advice.short(c), format="%,.2f")
+                                    for c in floats})
     st.subheader("Per-rank imbalance")
     imb = plots.imbalance_figure(levels)
     if imb is None:
