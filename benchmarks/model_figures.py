@@ -23,9 +23,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from executors import place
-from executors import perf_derived, perf_levels, perf_measurement, perf_params, perf_step
-from executors.perf_model import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: benchmarks.seed_scenario, as the tests import it
+
+from benchmarks.seed_scenario import (  # noqa: E402
+    AGENTIC,
+    DSV3_FP4,
+    GB300,
+    SEED_DEP2,
+    SEED_DEP4,
+    SEED_DP_LOSS,
+    A,
+    decode,
+    pd,
+    prefill,
+)
+from executors import perf_derived, perf_levels, perf_measurement, perf_params, perf_step, place  # noqa: E402
+from executors.perf_model import (  # noqa: E402
     PerfParams,
     decode_step_time,
     decode_throughput_per_gpu,
@@ -34,50 +48,15 @@ from executors.perf_model import (
     predict,
     prefill_throughput_per_gpu,
 )
-from executors.perf_params import _GPU_OVERRIDES
-from search_spaces import (
-    All2AllBackend,
-    ClusterSpec,
-    DeploymentConfig,
-    EPLBConfig,
-    LengthDist,
-    Mode,
-    Role,
-    RoleConfig,
-    Workload,
-    model_preset,
-)
+from executors.perf_params import _GPU_OVERRIDES  # noqa: E402
+from search_spaces import DeploymentConfig, Mode, Role, RoleConfig  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "performance-model.md"
 README = ROOT / "README.md"
 MODULES = [perf_params, perf_derived, perf_step, perf_levels, perf_measurement]
 BLOCK = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 TOLERANCE = 0.01
-
-# ---------------------------------------------------------------------------------- the seed scenario (§7)
-# GB300 NVL72, DeepSeek-V3 shapes with NVFP4 weights, ISL 8192 / OSL 1024 ± 80%, prefix reuse 0.5: the same
-# scenario tests/test_perf_model.py checks the directions on.
-A = All2AllBackend
-DSV3_FP4 = model_preset("deepseek-v3").model_copy(update={"weight_bytes": 0.5})
-GB300 = ClusterSpec(gpu="GB300", nodes=18, gpus_per_node=4)
-AGENTIC = Workload(isl=LengthDist(mean=8192, range_ratio=0.8), osl=LengthDist(mean=1024, range_ratio=0.8),
-                   prefix_reuse=0.5, load_levels=[256, 1024, 4096])
-#: The seed report's figures (/work/shared/seed/vllm-wide-ep-deepseek-report.txt).
-SEED_DEP2, SEED_DEP4, SEED_DP_LOSS = 64_400, 53_300, 0.136
-
-
-def prefill(dp: int, instances: int = 1) -> RoleConfig:
-    return RoleConfig(role=Role.PREFILL, instances=instances, data_parallel_size=dp, enable_expert_parallel=True,
-                      all2all_backend=A.DEEPEP_HIGH_THROUGHPUT, max_num_batched_tokens=16384)
-
-
-def decode(ep: int, eplb: int | None = None, **kw: Any) -> RoleConfig:
-    if eplb is not None:
-        kw["eplb"] = EPLBConfig(enabled=True, num_redundant_experts=eplb)
-    return RoleConfig(role=Role.DECODE, data_parallel_size=ep, enable_expert_parallel=True,
-                      all2all_backend=A.DEEPEP_LOW_LATENCY, **kw)
 
 
 # ---------------------------------------------------------------------------------- formatting
@@ -233,7 +212,7 @@ def seed_pd() -> str:
     mixed = RoleConfig(role=Role.MIXED, data_parallel_size=16, enable_expert_parallel=True, max_num_seqs=128,
                        all2all_backend=A.DEEPEP_LOW_LATENCY)
     agg = DeploymentConfig(mode=Mode.AGGREGATED, decode=mixed)
-    dis = DeploymentConfig(mode=Mode.DISAGGREGATED, prefill=prefill(2, 4), decode=decode(8, max_num_seqs=128))
+    dis = pd(prefill(2, 4), decode(8, max_num_seqs=128))
     p = default_params("GB300")
     ma = predict(place(agg, GB300), DSV3_FP4, AGENTIC, p)
     md = predict(place(dis, GB300), DSV3_FP4, AGENTIC, p)
@@ -316,6 +295,8 @@ def main() -> None:
     if bad:
         print("\n".join(bad))
         sys.exit(1)
+    if a.check:
+        print(f"every figure in {DOC.relative_to(ROOT)} and {README.name} agrees with the model")
 
 
 if __name__ == "__main__":

@@ -118,10 +118,6 @@ def _wd(w: Workload) -> _WorkloadDerived:
 
 #: The low-latency all-to-all backends: one message per (token, expert) pair, FP8 dispatch, chunked calls.
 _LL = {All2AllBackend.DEEPEP_LOW_LATENCY, All2AllBackend.NIXL_EP}
-#: Low-latency kernels dispatch at most this many tokens per rank per call; vLLM chunks larger batches.
-LL_MAX_TOKENS = 256
-#: vLLM's default DBO thresholds (tokens per rank) below which a step is not split.
-DBO_DECODE_THRESHOLD, DBO_PREFILL_THRESHOLD = 32, 512
 
 
 class _Role:

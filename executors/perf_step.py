@@ -7,16 +7,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from executors.perf_derived import (
-    DBO_DECODE_THRESHOLD,
-    DBO_PREFILL_THRESHOLD,
-    LL_MAX_TOKENS,
-    _md,
-    _Role,
-    _wd,
-)
+from executors.perf_derived import _md, _Role, _wd
 from executors.perf_params import PerfParams, default_params
 from search_spaces import ClusterSpec, ModelProfile, RoleConfig, Workload
+
+#: Low-latency kernels dispatch at most this many tokens per rank per call; vLLM chunks larger batches.
+LL_MAX_TOKENS = 256
+#: vLLM's default DBO thresholds (tokens per rank) below which a step is not split.
+DBO_DECODE_THRESHOLD, DBO_PREFILL_THRESHOLD = 32, 512
 
 
 class Step(NamedTuple):

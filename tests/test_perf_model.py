@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from benchmarks.seed_scenario import AGENTIC, DSV3_FP4, GB300, A, decode, pd, prefill
 from executors import place
 from executors.perf_model import (
     CALIBRATABLE,
@@ -23,10 +24,8 @@ from executors.perf_model import (
 )
 from executors.simulated import SimulatedExecutor
 from search_spaces import (
-    All2AllBackend,
     ClusterSpec,
     DeploymentConfig,
-    EPLBConfig,
     LengthDist,
     Measurement,
     Mode,
@@ -40,30 +39,8 @@ from search_spaces import (
     preset_names,
 )
 
-A = All2AllBackend
-DSV3_FP4 = model_preset("deepseek-v3").model_copy(update={"weight_bytes": 0.5})
 DSV3_FP8 = model_preset("deepseek-v3")
-GB300 = ClusterSpec(gpu="GB300", nodes=18, gpus_per_node=4)
 H200 = ClusterSpec(gpu="H200", nodes=4, gpus_per_node=8)
-AGENTIC = Workload(isl=LengthDist(mean=8192, range_ratio=0.8), osl=LengthDist(mean=1024, range_ratio=0.8),
-                   prefix_reuse=0.5, load_levels=[256, 1024, 4096])
-
-
-def prefill(dp: int, instances: int = 1, **kw) -> RoleConfig:
-    kw.setdefault("all2all_backend", A.DEEPEP_HIGH_THROUGHPUT)
-    kw.setdefault("max_num_batched_tokens", 16384)
-    return RoleConfig(role=Role.PREFILL, instances=instances, data_parallel_size=dp, enable_expert_parallel=True, **kw)
-
-
-def decode(ep: int, instances: int = 1, eplb: int | None = None, **kw) -> RoleConfig:
-    kw.setdefault("all2all_backend", A.DEEPEP_LOW_LATENCY)
-    if eplb is not None:
-        kw["eplb"] = EPLBConfig(enabled=True, num_redundant_experts=eplb)
-    return RoleConfig(role=Role.DECODE, instances=instances, data_parallel_size=ep, enable_expert_parallel=True, **kw)
-
-
-def pd(p: RoleConfig, d: RoleConfig) -> DeploymentConfig:
-    return DeploymentConfig(mode=Mode.DISAGGREGATED, prefill=p, decode=d)
 
 
 def run(cfg: DeploymentConfig, cluster: ClusterSpec = GB300, model=DSV3_FP4,
