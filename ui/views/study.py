@@ -51,7 +51,11 @@ def rerun_gap_s() -> float:
     return max(s.refresh_s, 4 * st.session_state.get("study_render_s", 0.0))
 
 
-@st.fragment(run_every=s.refresh_s)
+#: A study that is done is polled slowly (a tuner may resume it); a running one every refresh.
+POLL_S = s.refresh_s if info.state == "running" or info.finished < info.budget else max(s.refresh_s, 30.0)
+
+
+@st.fragment(run_every=POLL_S)
 def progress() -> None:
     live = data.study(url, name)
     if live is None:
@@ -147,7 +151,8 @@ else:
         if t is not None and t.topology:
             policy = t.config.router_policy if t.config else "?"
             st.plotly_chart(plots.topology_figure(t.topology, f"router ({policy})"), key=K("rec_topology"),
-                            width="stretch")
+                            width="stretch", config={"staticPlot": True})  # a glance; the trial page has hovers
+            st.caption("Where each instance runs: prefill blue, decode orange, mixed green; lines from the router.")
 for line in data.verdict(url, name, info.stamp):
     st.caption(line)
 
@@ -187,6 +192,8 @@ def pareto() -> None:
     st.caption(f"{len(points)} trial × load-level points · the front: {n_front} points from {len(front)} distinct "
                "deployment(s), levels meeting every SLO · click a point to open its trial")
     names = dict(zip(trials_df["config"], trials_df["deployment"], strict=True)) if not trials_df.empty else {}
+    short_names = dict(zip(trials_df["trial"].astype(int), trials_df["deployment"], strict=True)) \
+        if not trials_df.empty else {}
     event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names), key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
@@ -198,9 +205,14 @@ def pareto() -> None:
         st.warning("No measured level meets every SLO yet, so there is no front to recommend.")
         return
     st.markdown(f"**The front by deployment: {len(front)}**")
-    shown = front.rename(columns={"levels": "levels on the front", "config": "deployment"})
-    st.dataframe(shown, hide_index=True, width="stretch", key=K("front_table"),
-                 column_config=common.number_columns(shown, [px, py]))
+    # a small static table (st.table): the page's first paint then needs no data-grid component
+    shown = pd.DataFrame({"trial": front["trial"].astype(int).astype(str), "trials": front["trials"],
+                          "levels on the front": front["levels"],
+                          f"best {advice.short(px)}": front[px].map(advice.num),
+                          f"its {advice.short(py)}": front[py].map(advice.num),
+                          "GPUs": front["gpus"].map(lambda g: "–" if pd.isna(g) else str(int(g))),
+                          "deployment": front["trial"].map(lambda t: short_names.get(int(t), ""))})
+    st.table(shown.set_index("trial"))
 
 
 def curves() -> None:
