@@ -173,7 +173,10 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
                         best: dict[str, Any], ray_address: str | None, info: SpaceReport) -> api.TuneSummary:
     ran = api.executed_trials(job, url, study)  # the storage answers before anything else is said
     console.print(f"{job.name}: {info.valid:,} valid of {info.candidates:,} candidates", highlight=False)
-    if label := routing_label(job.workload):
+    if (label := routing_label(job.workload)) and job.executor.kind is ExecutorKind.SIMULATED:
+        console.print(f"workload.expert_routing {job.workload.expert_routing}: the performance model does not model "
+                      "routing skew; predictions are for the model's own routing", markup=False, highlight=False)
+    elif label:
         console.print(f"{label} on every server (vLLM's routing simulator: timings, not valid text)",
                       markup=False, highlight=False)
     _space_warnings(info, budget)
@@ -266,19 +269,17 @@ def _best(study: str, url: str, top: int) -> None:
 
 def _routing_lines(url: str, study: str) -> list[str]:
     """"simulated routing: zipf 1.1 (12 of 12 levels)" for each simulated expert routing the study's levels were
-    measured with (none for the real router); levels stored before routing was recorded read the job's."""
+    measured with (none for the real router, nor for levels without one: the performance model's, or stored
+    before routing was recorded)."""
     import db
     from db import queries
 
     database = db.connect(url)
     try:
         _, rows = queries.level_table(database, study, ["expert_routing"])
-        stored = Counter(r.expert_routing for r in rows)
-        if stored.get(None):
-            job = api.job_of_study(database, study)
-            stored[str(job.workload.expert_routing)] += stored.pop(None)
     finally:
         database.close()
+    stored = Counter(r.expert_routing for r in rows)
     total = sum(stored.values())
     return [f"{label} ({n} of {total} levels)" for value, n in stored.most_common()
             if (label := routing_label(value))]

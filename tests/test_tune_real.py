@@ -4,6 +4,9 @@ vLLM serving the tiny dummy-weight MoE, vllm-router, `vllm bench serve`. Nothing
 One module-scoped study (about 5 minutes on 2 cores): a first run whose servers get a broken flag (the trial
 must FAIL with vLLM's own error line), then the same study continued with the grid of the cpu-tiny-moe preset
 — aggregated and 1 prefill + 1 decode, max-num-seqs 4 and 16 — each measured at 2 load levels.
+
+The study's workload routes tokens with a Zipf skew (``expert_routing: zipf``, issue #18): every server runs
+vLLM's routing simulator with the ``zipf_1.1`` strategy our vLLM plugin registers, and every level stores it.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def study(tmp_path_factory, ray_head):
     # the fixed levels only, no baseline, no repeats: this study is about the Ray path (tests/test_knee_real.py
     # covers the measurement protocol)
     base = {"name": "real", "preset": "cpu-tiny-moe", "sampler": {"kind": "grid", "seed": 0},
-            "workload": {"knee_search": False}, "baseline": {"enabled": False}, "budget": {"repeat_top": 0},
+            "workload": {"knee_search": False, "expert_routing": "zipf"}, "baseline": {"enabled": False},
+            "budget": {"repeat_top": 0},
             "executor": {"kind": "ray", "run_dir": str(work / "runs"), "timeouts": {"health_s": 240}}}
     broken = json.loads(json.dumps(base))
     broken["executor"]["extra_serve_args"] = ["--max-num-seqs", "notanumber"]
@@ -87,7 +91,10 @@ def study(tmp_path_factory, ray_head):
     t0 = time.monotonic()
     first = advisor("tune", "broken.yaml", "--trials", "1", "--storage", url, "--ray-address", ray_head, cwd=work)
     broken_s = time.monotonic() - t0
-    second = advisor("tune", "job.yaml", "--trials", "4", "--storage", url, "--ray-address", ray_head, cwd=work)
+    t1 = time.monotonic()
+    second = advisor("tune", "job.yaml", "--trials", "4", "--storage", url, "--ray-address", ray_head, cwd=work,
+                     timeout=1800)  # a hang guard: 4 trials take ~4 min alone on 2 cores, far longer beside other work
+    print(f"broken run {broken_s:.0f} s, 4 trials {time.monotonic() - t1:.0f} s")
     return {"work": work, "url": url, "first": first, "second": second, "broken_s": broken_s, "ray": ray_head}
 
 
@@ -148,6 +155,7 @@ def test_best_and_export_on_the_real_study_and_the_launch_script_runs(study) -> 
     work, url = study["work"], study["url"]
     best = advisor("best", "real", "--storage", url, cwd=work)
     assert best.returncode == 0 and "best:" in best.stdout, best.stdout + best.stderr
+    assert "simulated routing: zipf 1.1" in best.stdout, best.stdout  # the numbers say what traffic they saw
     out = work / "export"
     exp = advisor("export", "real", "--format", "all", "--out", str(out), "--storage", url, cwd=work)
     assert exp.returncode == 0, exp.stderr
@@ -200,3 +208,36 @@ def test_calibrate_fits_the_model_to_the_real_measurements(study) -> None:
     from executors.perf_model import PerfParams
 
     PerfParams.load(work / "cpu.json")  # what a job's executor.perf_params loads
+
+
+def _server_logs(t: db.Trial) -> dict[str, str]:
+    """The trial's vLLM server logs (not the router's), by process name."""
+    paths = (t.resources or {}).get("log_paths") or {}
+    return {n: Path(p).read_text(errors="replace") for n, p in paths.items() if n != "router"}
+
+
+def test_every_server_routes_with_the_zipf_plugin(study) -> None:
+    """Issue #18: the zipf strategy reached every server of every trial (mixed, prefill and decode): our plugin
+    registered it in vLLM's engine processes and vLLM's routing simulator ran it on the CPU MoE layers."""
+    done = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE]
+    assert done
+    roles = set()
+    for t in done:
+        logs = _server_logs(t)
+        assert logs, t.resources
+        for name, text in logs.items():
+            roles.add(name.split("-")[0])
+            assert "deploy-advisor routing plugin: registered MoE routing strategy zipf_1.1" in text, (name, text[-3000:])
+            assert "Simulating MoE routing using a zipf_1.1 strategy" in text, (name, text[-3000:])
+    assert roles == {"mixed", "prefill", "decode"}, roles  # the aggregated servers and the P/D pair
+
+
+def test_every_level_stores_the_routing_it_ran_with(study) -> None:
+    done = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE]
+    levels = [m for t in done for m in t.measurements]
+    assert levels and {m.expert_routing for m in levels} == {"zipf 1.1"}
+    assert all((t.resources or {}).get("expert_routing") == "zipf 1.1" for t in done)
+    every = sum(len(t.measurements) for t in _trials(study["url"]))  # failed trials' levels too
+    r = advisor("trials", "real", "--storage", study["url"], cwd=study["work"])
+    assert r.returncode == 0 and f"simulated routing: zipf 1.1 ({every} of {every} levels)" in r.stdout, (
+        r.stdout + r.stderr)
