@@ -391,6 +391,7 @@ def test_compare_studies_shows_both_fronts(page: Any, dashboard: str) -> None:
     _docs(_screenshot(pg, "compare-studies"), "compare-studies.png")
     pg.goto(dashboard)
     _settle(pg, "Studies")
+    pg.get_by_text("tok/s/GPU @ c=", exact=False).first.wait_for(timeout=60_000)  # the list redraws while it loads
     assert _throughputs_carry_concurrency(_main_text(pg)) >= 2
 
 

@@ -55,7 +55,7 @@ def buttons(url: str, study: str, number: int, run_dir: Path, *, prefix: str = "
             formats: Sequence[str] = FORMATS, titles: bool = False) -> None:
     """One download button per format, keyed ``{prefix}_{fmt}``."""
     fmts = [f for f in formats if f in FORMATS]
-    cols = st.columns(len(fmts))
+    cols = st.columns([max(1.0, len(TITLES.get(f, f)) / 8) for f in fmts] if titles else len(fmts))
     for col, fmt in zip(cols, fmts, strict=True):
         t = target(fmt)
         col.download_button(TITLES.get(fmt, fmt) if titles else fmt, data=exporter(url, study, number, fmt, run_dir),

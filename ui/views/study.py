@@ -65,7 +65,7 @@ def progress() -> None:
             time.monotonic() - st.session_state.get("study_rendered_at", 0.0) >= rerun_gap_s():
         st.rerun(scope="app")  # a trial started or finished: redraw everything
     repeats = live.count("complete") + live.count("failed") - live.executed
-    cols = st.columns([1, 1, 1, 1, 1, 1, 3])
+    cols = st.columns([1.4, 1, 1, 1, 1, 1])
     cols[0].metric("state", live.state)
     cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="complete + failed, repeats left out "
                    "(what the budget counts)")
@@ -76,8 +76,8 @@ def progress() -> None:
     cols[4].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
     cols[5].metric("running", live.count("running"))
     bp = data.best_point(url, name, live.stamp, x, y)
-    cols[6].metric(f"best {advice.short(x)} under the SLOs", data.point_text(bp, x, y),
-                   help=f"trial {bp[0]}" if bp is not None else "no level meets the SLOs yet")
+    st.markdown(f"**Best under the SLOs so far:** trial {bp[0]}, {data.point_text(bp, x, y)}" if bp is not None
+                else "**Best under the SLOs so far:** no measured level meets every SLO yet")
     if repeats > 0:
         st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
                    f"of which {repeats} repeat an earlier deployment (its measurements stand, not run again).")
@@ -142,7 +142,7 @@ else:
         alts = [(k, p) for k, p in alts if p is not None]
         if alts:
             st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
-        st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front.")
+        st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front (the Pareto tab lists them).")
         downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
                                                                                      "json"), titles=True)
         common.trial_link(name, b.trial, f"Open trial {b.trial}")
@@ -150,9 +150,10 @@ else:
         t = data.trial(url, name, b.trial, info.stamp)
         if t is not None and t.topology:
             policy = t.config.router_policy if t.config else "?"
-            st.plotly_chart(plots.topology_figure(t.topology, f"router ({policy})"), key=K("rec_topology"),
+            st.plotly_chart(plots.topology_figure(t.topology, "router"), key=K("rec_topology"),
                             width="stretch", config={"staticPlot": True})  # a glance; the trial page has hovers
-            st.caption("Where each instance runs: prefill blue, decode orange, mixed green; lines from the router.")
+            st.caption(f"Where each instance runs: prefill blue, decode orange, mixed green; lines from the router "
+                       f"({policy}).")
 for line in data.verdict(url, name, info.stamp):
     st.caption(line)
 
