@@ -21,7 +21,8 @@ from ui.settings import settings
 
 ICON = Path(__file__).resolve().parent / "assets" / "icon.png"
 st.set_option("client.toolbarMode", "viewer")  # also when started without the config file beside this script
-st.set_page_config(page_title="deploy-advisor", page_icon=str(ICON), layout="wide")
+st.set_page_config(page_title="deploy-advisor", page_icon=str(ICON) if ICON.exists() else None,  # None: Streamlit's own
+                   layout="wide")
 
 s = settings()
 nav = st.navigation([

@@ -75,8 +75,9 @@ def progress() -> None:
     cols[3].metric("failed", live.count("failed"))
     cols[4].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
     cols[5].metric("running", live.count("running"))
-    bp = data.best_point(url, name, live.stamp, x, y)
-    st.markdown(f"**Best under the SLOs so far:** trial {bp[0]}, {data.point_text(bp, x, y)}" if bp is not None
+    # the page's own levels table (cached by the same stamp), not a second read
+    best = advice.recommend(data.levels(url, name, live.stamp, x, y), trials_df.iloc[0:0], info.slos, x, y).best
+    st.markdown(f"**Best under the SLOs so far:** trial {best.trial}, {best.text()}" if best is not None
                 else "**Best under the SLOs so far:** no measured level meets every SLO yet")
     if repeats > 0:
         st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
