@@ -145,7 +145,7 @@ def folds_of(samples: Sequence[Sample], k: int | None, seed: int) -> list[list[S
 
 
 # ---------------------------------------------------------------------------------------------- model
-class _Problem:
+class Problem:
     """Log ratios predicted / measured of some samples as a function of the parameters."""
 
     def __init__(self, samples: Sequence[Sample]) -> None:
@@ -173,7 +173,7 @@ class _Problem:
         return Errors.of(self.log_ratios(params), self.levels)
 
 
-def _sensitive(problem: _Problem, theta0: PerfParams, candidates: Sequence[str]) -> list[str]:
+def sensitive(problem: Problem, theta0: PerfParams, candidates: Sequence[str]) -> list[str]:
     """The parameters that move some prediction of ``problem`` when nudged by 5% of their range."""
     bounds = dict(zip(CALIBRATABLE, PerfParams.bounds(), strict=True))
     base = np.array([lr for _, lr in problem.log_ratios(theta0)])
@@ -187,7 +187,7 @@ def _sensitive(problem: _Problem, theta0: PerfParams, candidates: Sequence[str])
     return out
 
 
-def fit(problem: _Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParams:
+def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParams:
     """Bounded least squares on the log ratios plus the ridge towards ``theta0``, each parameter scaled to
     [0, 1] of its documented range."""
     from scipy.optimize import least_squares  # heavy import, only for this command
@@ -224,8 +224,8 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         raise BadInput(f"studies: measured on different GPU kinds ({', '.join(gpus)}); calibrate one kind at a time")
     theta0 = start or default_params(gpus[0])
     candidates = list(names or CALIBRATABLE)
-    every = _Problem(samples)
-    fitted = _sensitive(every, theta0, candidates)
+    every = Problem(samples)
+    fitted = sensitive(every, theta0, candidates)
     params = fit(every, theta0, fitted)
     cal = Calibration(
         studies=sorted({s.study for s in samples}), gpu=gpus[0], params=params, fitted=fitted,
@@ -238,9 +238,9 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         parts = folds_of(samples, folds, seed)
         ratios: list[tuple[str, float]] = []
         for i, test in enumerate(parts):
-            train = _Problem([s for j, part in enumerate(parts) if j != i for s in part])
-            p = fit(train, theta0, _sensitive(train, theta0, candidates))
-            ratios += _Problem(test).log_ratios(p)
+            train = Problem([s for j, part in enumerate(parts) if j != i for s in part])
+            p = fit(train, theta0, sensitive(train, theta0, candidates))
+            ratios += Problem(test).log_ratios(p)
         cal.folds = len(parts)
         cal.after["held_out"] = Errors.of(ratios, every.levels)
     else:

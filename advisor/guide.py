@@ -39,7 +39,7 @@ from typing import Any
 
 import optuna
 
-from advisor.calibrate import Sample, _Problem, _sensitive, fit, fitted_values
+from advisor.calibrate import Problem, Sample, fit, fitted_values, sensitive
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
@@ -188,8 +188,8 @@ class ModelGuide:
     def refit(self) -> None:
         if not self.samples:
             return
-        problem = _Problem(self.samples[-MAX_FIT_TRIALS:])
-        self.params = fit(problem, self.start, _sensitive(problem, self.start, list(CALIBRATABLE)))
+        problem = Problem(self.samples[-MAX_FIT_TRIALS:])
+        self.params = fit(problem, self.start, sensitive(problem, self.start, list(CALIBRATABLE)))
 
     # ---------------------------------------------------------------------------------------- ranking
     def _outcome(self, cfg: DeploymentConfig) -> Outcome:

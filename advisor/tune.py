@@ -605,7 +605,9 @@ def _record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
 
 def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,
           state: TrialState, *, executed: bool = True) -> None:
-    """Every outcome reaches Optuna as COMPLETE with a constraint, so samplers learn from failures too.
+    """Every outcome of a deployment reaches Optuna as COMPLETE with a constraint, so samplers learn from failures
+    too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
+    has no result, and Optuna's own views (optuna-dashboard) would show a COMPLETE one as a trial with values 0.
 
     Told at most once: a resuming tuner may have told this trial from its record already
     (``_tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
@@ -614,6 +616,9 @@ def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None
         trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
         if cfg is not None:
             trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+        if state is TrialState.INVALID:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            return
         if _CONSTRAINT_KEY not in study._storage.get_trial_system_attrs(trial._trial_id):  # set by a killed tuner
             trial.set_constraint("slo", outcome.violation)
         study.tell(trial, outcome.values, skip_if_finished=True)
