@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import bench, metrics, procs
+from executors import bench, bench_zygote, metrics, procs
 from executors.base import Deployment, DeploymentFailed, Executor, FailureKind, PreflightFailed
 from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
 from executors.platform import Platform
@@ -77,7 +77,8 @@ class _NodeAgent:
 
     def __init__(self) -> None:
         self.procs: dict[str, procs.ManagedProcess] = {}
-        self.foreign: dict[str, int] = {}  # groups started by others on this node (the bench task)
+        self.foreign: dict[str, int] = {}  # groups started for others on this node (the bench levels)
+        self.zygote: bench_zygote.Zygote | None = None  # the service node's bench levels fork from it
         self.shm: set[str] = set()
         self.dirs: list[str] = []
 
@@ -150,14 +151,29 @@ class _NodeAgent:
     def eplb(self, name: str, since: int) -> float | None:
         return metrics.eplb_balancedness(self.procs[name].log_path, since)
 
+    def bench(self, platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str,
+              tokenizer: str, out_dir: str, timeout_s: float) -> dict[str, Any]:
+        """One level of ``vllm bench serve`` on this node, forked from the node's zygote where the platform
+        allows (executors/bench_zygote.py); its groups are registered here, so ``stop_all`` stops them."""
+        platform = Platform.model_validate_json(platform_json)
+        if self.zygote is None and bench_zygote.usable(platform):
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            self.zygote = bench_zygote.Zygote(platform, out_dir, lambda g: self.register("bench-zygote", g))
+        return _bench_level(platform, Workload.model_validate_json(workload_json), spec, url, model, tokenizer,
+                            out_dir, timeout_s, self.register, self.forget, self.zygote)
+
     def stop_all(self, term_timeout: float) -> dict[str, Any]:
+        foreign = dict(self.foreign)  # first: closing the zygote ends a running level's wait, which forgets it
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
         for p in self.procs.values():
             if p.alive:
                 self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
         # every group of this node at once: teardown waits for the slowest, not the sum
-        groups = [(pgid, None) for pgid in self.foreign.values()] + [(p.pgid, p.popen) for p in self.procs.values()]
+        groups = [(pgid, None) for pgid in foreign.values()] + [(p.pgid, p.popen) for p in self.procs.values()]
         gone = procs.stop_groups(groups, term_timeout)
-        stopped = {name: gone[pgid] for name, pgid in self.foreign.items()}
+        stopped = {name: gone[pgid] for name, pgid in foreign.items()}
         stopped |= {name: gone[p.pgid] for name, p in self.procs.items()}
         removed = procs.remove_shm(self.shm)
         for d in self.dirs:
@@ -165,11 +181,10 @@ class _NodeAgent:
         return {"stopped": stopped, "shm_removed": removed}
 
 
-def _bench_task(platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str, tokenizer: str,
-                out_dir: str, timeout_s: float, agent: Any) -> dict[str, Any]:
-    """A Ray task: one ``vllm bench serve`` run, its group registered with ``agent`` while it runs."""
-    platform = Platform.model_validate_json(platform_json)
-    workload = Workload.model_validate_json(workload_json)
+def _bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, url: str, model: str, tokenizer: str,
+                 out_dir: str, timeout_s: float, register: Any, forget: Any,
+                 zygote: bench_zygote.Zygote | None) -> dict[str, Any]:
+    """One ``vllm bench serve`` run, its group registered (``register(tag, pgid)``) while it runs."""
     bdir = Path(out_dir)
     bdir.mkdir(parents=True, exist_ok=True)
     ds = bench.prepare_dataset(workload, spec, tokenizer, bdir)
@@ -179,12 +194,12 @@ def _bench_task(platform_json: str, workload_json: str, spec: bench.LevelSpec, u
     tag = f"bench-{spec.name}"
     try:
         run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
-                              timeout_s=timeout_s, cwd=bdir,
-                              on_start=lambda pgid: _get(agent.register.remote(tag, pgid)))
+                              timeout_s=timeout_s, cwd=bdir, on_start=lambda pgid: register(tag, pgid),
+                              zygote=zygote)
     except bench.BenchFailed as e:
         return {"ok": False, "reason": e.reason, "tail": e.tail}
     finally:
-        _get(agent.forget.remote(tag))
+        forget(tag)
     return {"ok": True, "result": run.result, "wall_s": run.wall_s}
 
 
@@ -208,7 +223,6 @@ class _RayHandle:
     shards: list[_Shard] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)  # instance → API URL
     service: Any = None  # the router/bench agent
-    service_affinity: Any = None  # scheduling strategy pinning bench tasks to the router's node
     bench_refs: list[Any] = field(default_factory=list)
 
 
@@ -258,7 +272,6 @@ class RayExecutor(Executor):
         self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._started_ray = False
         self._agent_cls: Any = None
-        self._bench_fn: Any = None
 
     # ---------------------------------------------------------------- Ray connection
     def _ray(self, topology: Topology | None) -> Any:
@@ -281,7 +294,6 @@ class RayExecutor(Executor):
                 self._started_ray = True
         if self._agent_cls is None:
             self._agent_cls = ray.remote(max_concurrency=16)(_NodeAgent)
-            self._bench_fn = ray.remote(max_retries=0)(_bench_task)
         return ray
 
     def preflight(self, cluster: ClusterSpec) -> list[str]:
@@ -317,7 +329,7 @@ class RayExecutor(Executor):
         if ray.is_initialized() and self._started_ray:
             ray.shutdown()
         self._started_ray = False
-        self._agent_cls = self._bench_fn = None
+        self._agent_cls = None
 
     # ---------------------------------------------------------------- helpers
     def _slot_env(self, platform: Platform, info: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -332,7 +344,7 @@ class RayExecutor(Executor):
         t0 = time.monotonic()
         ray = self._ray(topology)
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         dep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         ddir = self.run_dir / dep_id
@@ -401,7 +413,7 @@ class RayExecutor(Executor):
                             node_shard.start_rank) if nixl_on else None
                     self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd, nixl)
             self._wait_servers(h, heads, t0)
-            # 3. router on a service agent (no GPUs), bench tasks pinned to its node
+            # 3. router on a service agent (no GPUs), which also runs the bench levels
             h.service = self._agent_cls.options(num_cpus=0).remote()
             h.agents.append(h.service)
             sinfo = _get(h.service.info.remote())
@@ -429,7 +441,6 @@ class RayExecutor(Executor):
                 if not res["ok"]:
                     kind = FailureKind.START if res["kind"] == "exited" else FailureKind.HEALTH_TIMEOUT
                     raise DeploymentFailed(kind, f"router: {res['reason']}", res["tail"])
-            h.service_affinity = NodeAffinitySchedulingStrategy(node_id=sinfo["node_id"], soft=False)
             dep.url = router_url
         except BaseException as e:
             self.teardown(dep)
@@ -553,9 +564,8 @@ class RayExecutor(Executor):
                  for inst in deployment.topology.instances}
 
         def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
-            ref = self._bench_fn.options(num_cpus=0, scheduling_strategy=h.service_affinity).remote(
-                h.platform.model_dump_json(), workload.model_dump_json(), spec, url, self.served_model_name,
-                str(self.model_path), str(bdir), self.bench_timeout_s, h.service)
+            ref = h.service.bench.remote(h.platform.model_dump_json(), workload.model_dump_json(), spec, url,
+                                         self.served_model_name, str(self.model_path), str(bdir), self.bench_timeout_s)
             h.bench_refs.append(ref)
             try:
                 out = _get(ref, timeout=self.bench_timeout_s + 120)
