@@ -135,7 +135,10 @@ def study(cluster, tmp_path_factory):
     deadline = time.monotonic() + 600
     killed_with: dict[str, Any] = {}
     while time.monotonic() < deadline and first.poll() is None:
-        running = [t for t in _trials(url) if t.state is TrialState.RUNNING] if (work / "twohost.db").exists() else []
+        try:  # the database file exists a moment before the tuner has created the study in it
+            running = [t for t in _trials(url) if t.state is TrialState.RUNNING] if (work / "twohost.db").exists() else []
+        except db.UnknownStudy:
+            running = []
         procs_ = [p for t in running for p in (t.resources or {}).get("processes") or []]
         if len({p["node"] for p in procs_}) == 2 and _servers(cluster.a) and _servers(cluster.b):
             time.sleep(5)  # let the servers get going
