@@ -81,7 +81,11 @@ class Zygote:
         except OSError:
             raise ZygoteGone("the bench zygote exited", proc.tail(60)) from None
         deadline = time.monotonic() + timeout_s
-        pid = int(self._reply("pid", deadline))
+        try:
+            pid = int(self._reply("pid", deadline))
+        except BaseException:  # no answer (its import outlasted the level's time): a late one must not be read
+            self.close()  # as the next level's
+            raise
         if on_start is not None:
             on_start(pid)
         try:
