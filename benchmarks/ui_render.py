@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import socket
 import statistics
@@ -182,7 +183,9 @@ def time_browser(url: str, loads: int = 3) -> list[dict[str, float]]:
         port = s.getsockname()[1]
     env = {**os.environ, "ADVISOR_STORAGE": url}
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    # the CLI names Streamlit's own process group on its first line: stopped below should the CLI die first
+    server_group = int(m.group(1)) if (m := re.search(r"process group (\d+)", proc.stdout.readline())) else None
     out = []
     try:
         with sync_playwright() as p:
@@ -215,6 +218,11 @@ def time_browser(url: str, loads: int = 3) -> list[dict[str, float]]:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        if server_group is not None:
+            try:
+                os.killpg(server_group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return out
 
 
