@@ -207,11 +207,11 @@ def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
     from alembic import command
     from sqlalchemy import inspect
 
-    from db.engine import _alembic_config
+    from db.connection import alembic_config
 
     with connect(url) as d:
         d.upsert_study("s", {})
-        cfg = _alembic_config()
+        cfg = alembic_config()
         with d._engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "base")
@@ -226,12 +226,12 @@ def test_upgrade_to_0002_keeps_earlier_trials_and_records_who_proposed(url: str)
     proposer reads None; trials recorded afterwards carry theirs."""
     from alembic import command
 
-    from db.engine import _alembic_config
+    from db.connection import alembic_config
 
     with connect(url) as d:
         d.upsert_study("s", {})
         d.start_trial("s", 0, params={"a": 1}, worker="w", proposer="model")
-        cfg = _alembic_config()
+        cfg = alembic_config()
         with d._engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0001")  # as an older deploy-advisor left it
@@ -564,7 +564,7 @@ def test_exception_mid_finish_rolls_everything_back(database: Database, monkeypa
     import db.engine as engine
 
     tid = database.start_trial(STUDY, 0, params={})
-    real = engine._measurement_row
+    real = engine.measurement_row
     calls = {"n": 0}
 
     def second_one_breaks(trial_id: int, m: Measurement):  # type: ignore[no-untyped-def]
@@ -573,14 +573,14 @@ def test_exception_mid_finish_rolls_everything_back(database: Database, monkeypa
             raise RuntimeError("disk on fire")
         return real(trial_id, m)
 
-    monkeypatch.setattr(engine, "_measurement_row", second_one_breaks)
+    monkeypatch.setattr(engine, "measurement_row", second_one_breaks)
     with pytest.raises(RuntimeError, match="disk on fire"):
         database.finish_trial(tid, TrialState.COMPLETE, measurements=[full_measurement(8), full_measurement(16)],
                               timings={"deploy_s": 1.0}, objectives={"o": 1.0}, reason="r")
     assert calls["n"] == 2  # it failed after the trial row and the first level were written
     _assert_untouched(database, 0)
 
-    monkeypatch.setattr(engine, "_measurement_row", real)
+    monkeypatch.setattr(engine, "measurement_row", real)
     database.finish_trial(tid, TrialState.COMPLETE, measurements=[full_measurement(8), full_measurement(16)])
     assert _sql_count(database, "advisor_measurements") == 2
 

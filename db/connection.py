@@ -1,0 +1,174 @@
+"""Opening a database and migrating it: URLs, SQLAlchemy engines, SQLite's settings, Alembic, Optuna's storage.
+
+Kept apart from ``db.engine`` (the ``Database`` and its writes) so that what a backend needs to be opened safely
+by several processes at once reads in one place: on PostgreSQL migrations and Optuna's table creation run under
+one advisory lock; on SQLite every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time, others wait
+up to ``SQLITE_BUSY_TIMEOUT_S``) and the file is in WAL mode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, func, make_url, select
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import NullPool, StaticPool
+
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+SQLITE_BUSY_TIMEOUT_S = 60.0
+#: Key of the PostgreSQL advisory lock held while migrating (the bytes of "advisor").
+PG_MIGRATION_LOCK = int.from_bytes(b"advisor", "big")
+_HERE = Path(__file__).resolve().parent
+
+
+def normalize_url(url: str) -> str:
+    """The URL our engine (and Optuna's storage, which should get the same string) uses.
+
+    ``postgresql://`` gets the psycopg 3 driver (``postgresql+psycopg://``), the one this project installs.
+    Raises ``ValueError`` with one line for what is not a URL of a supported backend.
+    """
+    try:
+        u = make_url(url)
+    except ArgumentError:
+        raise ValueError(
+            f"storage {url!r} is not a database URL; use sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
+        ) from None
+    backend = u.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ValueError(f"storage backend {backend!r} is not supported; allowed: {', '.join(SUPPORTED_BACKENDS)}")
+    if u.drivername == "postgresql":
+        u = u.set(drivername="postgresql+psycopg")
+    return u.render_as_string(hide_password=False)
+
+
+def one_line(error: BaseException | None, password: str | None) -> str:
+    """The first line of a driver's message, the password (should a driver echo it) replaced."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(error).__name__
+    return text.replace(password, "***") if password else text
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _json_dumps(value: Any) -> str:
+    """JSON has no NaN/Infinity (PostgreSQL refuses them): a non-finite number is stored as null."""
+    return json.dumps(_json_safe(value), allow_nan=False)
+
+
+def make_engine(url: str, *, echo: bool) -> Engine:
+    """An engine for a normalized ``url``: PostgreSQL with pre-ping; SQLite with foreign keys, WAL, and
+    transactions that begin for real (``BEGIN IMMEDIATE`` under the ``advisor_write`` execution option)."""
+    u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        return create_engine(u, echo=echo, pool_pre_ping=True, json_serializer=_json_dumps)
+
+    memory = u.database in (None, "", ":memory:") or u.query.get("mode") == "memory"
+    if memory:
+        engine = create_engine(
+            u, echo=echo, json_serializer=_json_dumps, poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+        )
+    else:
+        assert u.database is not None
+        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            u, echo=echo, json_serializer=_json_dumps, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
+        )
+
+    # pysqlite's own transaction handling begins late (not before SELECT or DDL); take it over, as SQLAlchemy's
+    # docs recommend, so that a transaction is a real one and writers can ask for the write lock up front.
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+        sqlite_fast_sync(dbapi_connection)
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("advisor_write") else "BEGIN")
+
+    return engine
+
+
+def sqlite_fast_sync(dbapi_connection: Any) -> None:
+    """WAL + synchronous=NORMAL: one fsync per checkpoint instead of per commit. A crash can lose the last
+    commits but never corrupts the file; a simulated study writes thousands of small rows and was I/O-bound."""
+    cursor = dbapi_connection.cursor()
+    # Switching a new file to WAL needs it to itself, and SQLite answers "database is locked" at once — without
+    # its busy handler — while another process is migrating it (workers starting together): wait and retry.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def optuna_storage(url: str) -> Any:
+    """Optuna's RDB storage on the same URL (and the same driver) as our tables, with the same SQLite settings."""
+    import optuna
+
+    url = normalize_url(url)
+    sqlite = url.startswith("sqlite")
+    if sqlite:
+        storage = optuna.storages.RDBStorage(url)
+    else:
+        # Optuna creates its tables on first use without a lock: workers starting together on a new database
+        # would race (duplicate pg_type rows). Hold the migration lock while it does.
+        lock_engine = create_engine(url, poolclass=NullPool)
+        try:
+            with lock_engine.connect() as conn:
+                conn.execute(select(func.pg_advisory_lock(PG_MIGRATION_LOCK)))
+                try:
+                    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+                finally:
+                    conn.execute(select(func.pg_advisory_unlock(PG_MIGRATION_LOCK)))
+                    conn.commit()
+        finally:
+            lock_engine.dispose()
+    if sqlite:
+        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))  # type: ignore[union-attr]
+        storage.engine.dispose()  # connections made before the listener get the settings on reconnect
+    return storage
+
+
+def alembic_config() -> Config:
+    """Alembic's configuration for our ``advisor_*`` tables (``db/alembic.ini``, scripts in ``db/migrations``)."""
+    ini = _HERE / "alembic.ini"
+    cfg = Config(str(ini)) if ini.exists() else Config()
+    cfg.set_main_option("script_location", str(_HERE / "migrations").replace("%", "%%"))
+    return cfg
+
+
+def upgrade(engine: Engine) -> None:
+    """``alembic upgrade head`` in one transaction that only one process at a time can hold."""
+    cfg = alembic_config()
+    postgres = engine.dialect.name == "postgresql"
+    with engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
+        if postgres:
+            conn.execute(select(func.pg_advisory_xact_lock(PG_MIGRATION_LOCK)))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
