@@ -19,30 +19,30 @@ import itertools
 import os
 import shutil
 import time
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from executors import bench, bench_zygote, metrics, procs
-from executors.base import Deployment, DeploymentFailed, Executor, FailureKind
-from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
+from executors.base import Deployment, DeploymentFailed, FailureKind
+from executors.measure import LevelRunner, MeasurePlan, ServerView
 from executors.platform import Platform
-from executors.serving import (
-    cache_key,
+from executors.render import Endpoint, router_args, slot_env
+from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead.py imports it from here
     check_routing,
-    deployment_platform,
     engine_version,
     server_unhealthy,
     start_failure,
     vllm_cache_root,
     wait_router,
 )
-from executors.render import Endpoint, router_args, serve_args, serve_command, slot_env
 from executors.topology import Instance, NodeShard, Topology
-from search_spaces import Measurement, Mode, Workload
-from search_spaces.workload import ExpertRouting, routing_env
+from executors.vllm_executor import VllmExecutor
+from search_spaces import Measurement, Workload
+from search_spaces.workload import routing_env
+
+__all__ = ["LocalExecutor", "engine_version"]
 
 
 # ------------------------------------------------------------------------------------------ local executor
@@ -64,47 +64,17 @@ class _LocalHandle:
     shm: set[str] = field(default_factory=set)
 
 
-class LocalExecutor(Executor):
+class LocalExecutor(VllmExecutor):
     """Runs a topology's instances and router as subprocesses of this machine (single node only)."""
 
     kind = "local"
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        platform: Platform,
-        served_model_name: str | None = None,
-        max_model_len: int | None = None,
-        run_dir: str | Path,
-        health_timeout_s: float = 180,
-        bench_timeout_s: float = 600,
-        teardown_timeout_s: float = 30,
-        router_timeout_s: float = 60,
-        host: str = "127.0.0.1",
-        extra_serve_args: Sequence[str] = (),
-        expert_routing: ExpertRouting | str = "real",
-        eplb_log_balancedness: bool = False,
-    ) -> None:
-        self.model_path = Path(model_path).resolve()
-        self.platform = platform
-        self.served_model_name = served_model_name or self.model_path.name
-        self.max_model_len = max_model_len
-        self.run_dir = Path(run_dir).resolve()
-        self.health_timeout_s = health_timeout_s
-        self.bench_timeout_s = bench_timeout_s
-        self.teardown_timeout_s = teardown_timeout_s
-        self.router_timeout_s = router_timeout_s
-        self.host = host
-        self.extra_serve_args = list(extra_serve_args)
-        # the workload's asks of every server (workload.expert_routing, workload.eplb_log_balancedness)
-        self.expert_routing = ExpertRouting.model_validate(expert_routing)
-        self.eplb_log_balancedness = eplb_log_balancedness
-        self.engine_version = engine_version()
-        self._cache_key = cache_key(self.model_path, self.engine_version, platform)
-        self._used_ports: set[int] = set()
-
     # ---------------------------------------------------------------- helpers
+    @cached_property
+    def _used_ports(self) -> set[int]:
+        """Ports this executor handed out, never handed out again (a stopped server's may linger)."""
+        return set()
+
     def _port(self) -> int:
         p = procs.free_port(self.host, self._used_ports)
         self._used_ports.add(p)
@@ -131,21 +101,14 @@ class LocalExecutor(Executor):
 
     def instance_command(self, inst: Instance, shard: NodeShard, port: int, platform: Platform,
                          topology: Topology) -> list[str]:
-        head = Endpoint(host=self.host, port=port, bind_host=self.host)
-        args = serve_args(inst, shard, cfg=topology.config, model=str(self.model_path), platform=platform,
-                          head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
-        return serve_command(platform, args)
+        return self._serve_command(inst, shard, Endpoint(host=self.host, port=port, bind_host=self.host), platform,
+                                   topology)
 
     # ---------------------------------------------------------------- deploy
     def deploy(self, topology: Topology) -> Deployment:
         t0 = time.monotonic()
         self._check_node(topology)
-        dep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        ddir = self.run_dir / dep_id
-        ddir.mkdir(parents=True, exist_ok=True)
-        kv_dir = Path(self.platform.kv_connector_extra.get("shared_storage_path", str(ddir))) / dep_id
-        platform = deployment_platform(self.platform, kv_dir)
+        _, ddir, kv_dir, platform = self._deployment_dirs()
         handle = _LocalHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, resources={"executor": self.kind, "pgids": [], "ports": [], "log_paths": {},
                                               "run_dir": str(ddir), "kv_dir": str(kv_dir), "shm": [],
@@ -228,13 +191,9 @@ class LocalExecutor(Executor):
         url = deployment.url
 
         def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
-            ds = bench.prepare_dataset(workload, spec, str(self.model_path), bdir)
-            name = f"{spec.name}.json"
-            args = bench.bench_args(workload, spec, base_url=url, model=self.served_model_name,
-                                    tokenizer=str(self.model_path), result_dir=str(bdir), result_filename=name,
-                                    dataset_path=ds)
-            run = bench.run_bench(h.platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
-                                  timeout_s=self.bench_timeout_s, cwd=bdir, on_start=started, zygote=zygote)
+            run = bench.run_level(h.platform, workload, spec, url=url, model=self.served_model_name,
+                                  tokenizer=str(self.model_path), out_dir=bdir, timeout_s=self.bench_timeout_s,
+                                  on_start=started, zygote=zygote)
             return run.result, run.wall_s
 
         def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
@@ -256,9 +215,7 @@ class LocalExecutor(Executor):
                              [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
                              marks, eplb)
         try:
-            return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
-                                      disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
+            return self._measure_levels(deployment, workload, plan, runner)
         finally:
             if zygote is not None:
                 zygote.close()
@@ -277,9 +234,6 @@ class LocalExecutor(Executor):
         shutil.rmtree(h.kv_dir, ignore_errors=True)
         deployment.resources["stopped"] = stopped
         deployment.resources["shm_removed"] = removed
-        try:
-            self._save(deployment)
-        except OSError:
-            pass
+        self._save_after_teardown(deployment)
 
 

