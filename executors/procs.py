@@ -4,12 +4,15 @@ Nothing here looks a process up by name. Every command starts a new session (``s
 its pid is its process-group id and everything it forks stays in that group: ``stop_group`` sends TERM
 to the group, waits, then KILL. Shared-memory segments a vLLM instance maps are recorded by name while it
 runs (``shm_segments``) and only those names are removed after it stopped (``remove_shm``).
+
+Here: starting, waiting and stopping. Reading ``/proc`` (owner marks, a group's members, shared memory) is
+``executors.proc_scan``, reading logs (tail, error line) ``executors.proc_logs``; both are re-exported, so
+``procs.NAME`` is the one way callers reach them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -20,25 +23,27 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-SHM_DIR = Path("/dev/shm")
-#: Segment names a vLLM server (or the Python multiprocessing it uses) creates; others are never removed.
-SHM_PREFIXES = ("vllm", "psm_", "sem.mp-", "torch_")
+from executors.proc_logs import error_line, read_tail
+from executors.proc_scan import (
+    OWNER_ENV,
+    SHM_DIR,
+    SHM_PREFIXES,
+    Marked,
+    group_pids,
+    live_group_pids,
+    marked_processes,
+    owner_mark,
+    pid_alive,
+    remove_shm,
+    shm_segments,
+)
 
-
-OWNER_ENV = "DEPLOY_ADVISOR_LOG"
-
-
-def owner_mark(pid: int) -> str | None:
-    """The ``DEPLOY_ADVISOR_LOG`` a live process was started with (None: gone, not ours, or unreadable)."""
-    try:
-        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    prefix = f"{OWNER_ENV}=".encode()
-    for item in env:
-        if item.startswith(prefix):
-            return item[len(prefix):].decode(errors="replace")
-    return None
+__all__ = [
+    "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "ManagedProcess", "Marked", "ProcessExited",
+    "error_line", "free_port", "group_alive", "group_pids", "http_get", "live_group_pids", "marked_processes",
+    "owner_mark", "pid_alive", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
+    "stop_group", "stop_groups", "stop_strays", "wait_healthy",
+]
 
 
 class ProcessExited(RuntimeError):
@@ -227,60 +232,6 @@ def free_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:
     raise RuntimeError("no free port found")
 
 
-def read_tail(path: str | Path, lines: int = 60, max_bytes: int = 256_000) -> str:
-    """The last ``lines`` lines of a log file ("" when it does not exist)."""
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - max_bytes))
-            data = fh.read()
-    except OSError:
-        return ""
-    text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
-
-
-_LOG_LEVEL = re.compile(r"\b(INFO|WARNING|DEBUG)\b\s+\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
-_ERR_PREFIX = re.compile(r"^(?:\([^)]*\)\s*)?(?:ERROR|CRITICAL)\s+\d{2}-\d{2} \d{2}:\d{2}:\d{2}\s+\[[^\]]*\]\s*")
-_EXC = re.compile(r"^\s*(?:\([^)]*\)\s*)?([\w.]*(?:Error|Exception|Exit|Interrupt))(?::\s*(.*))?$")
-_ARGPARSE = re.compile(r"^\S+: error: .+")
-_VALUE_ERR = re.compile(r"^\s*(Value error|Assertion failed), (.+)")
-_GENERIC = ("Engine core initialization failed", "See root cause above", "Failed core proc", "died unexpectedly",
-            "See stack trace (above)", "EngineDeadError")
-
-
-def error_line(text: str) -> str | None:
-    """The most informative error line of a vLLM log: an argparse error, a pydantic validation message,
-    else the last exception line that is not vLLM's generic "see root cause above" wrapper."""
-    lines = text.splitlines()
-    candidates: list[str] = []
-    for i, raw in enumerate(lines):
-        line = _ERR_PREFIX.sub("", raw.strip())  # "(EngineCore pid=1) ERROR 12-01 02:45:08 [core.py:1] " → ""
-        if not line or _LOG_LEVEL.search(line):
-            continue
-        if _ARGPARSE.match(line) or _VALUE_ERR.match(line):
-            candidates.append(line)
-            continue
-        m = _EXC.match(line)
-        if m and m.group(2):
-            msg = line
-            if "validation error" in (m.group(2) or ""):  # pydantic: the reason is on the next lines
-                for nxt in lines[i + 1:i + 4]:
-                    v = _VALUE_ERR.match(nxt)
-                    if v:
-                        msg = f"{m.group(1)}: {v.group(2)}"
-                        break
-            candidates.append(msg)
-    informative = [c for c in candidates if not any(g in c for g in _GENERIC)]
-    pick = (informative or candidates or [None])[-1]
-    if pick is not None:
-        pick = re.sub(r"\s*\[type=\w+, input_value=.*$", "", pick)  # pydantic's echo of the whole input
-    if pick is None:
-        errs = [ln.strip() for ln in lines if " ERROR " in ln or "error:" in ln]
-        pick = errs[-1] if errs else None
-    return pick[:1000] if pick else None
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
@@ -326,121 +277,7 @@ def wait_healthy(
         time.sleep(interval)
 
 
-def shm_segments(pids: Iterable[int]) -> set[str]:
-    """Names of ``/dev/shm`` segments that these processes map now (vLLM's ``vllm_*`` and friends)."""
-    found: set[str] = set()
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        for line in maps.splitlines():
-            idx = line.find(str(SHM_DIR) + "/")
-            if idx < 0:
-                continue
-            name = line[idx + len(str(SHM_DIR)) + 1:].split(" (deleted)")[0].strip()
-            if name and "/" not in name and name.startswith(SHM_PREFIXES):
-                found.add(name)
-    return found
 
-
-def group_pids(pgid: int) -> list[int]:
-    """Every live process of a process group (read from /proc)."""
-    out: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
-
-
-def remove_shm(names: Iterable[str]) -> list[str]:
-    """Unlink the recorded segments that still exist; the names removed."""
-    removed: list[str] = []
-    for name in names:
-        if "/" in name or not name.startswith(SHM_PREFIXES):
-            continue
-        p = SHM_DIR / name
-        try:
-            p.unlink()
-            removed.append(name)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            pass
-    return removed
-
-
-def _state(pid: int) -> str | None:
-    """The process's state letter from /proc (None: no such process)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs. A zombie counts as gone: an orphan's zombie is collected by pid 1 only, and
-    some container inits never do, so waiting for it to vanish would wait forever."""
-    return _state(pid) not in (None, "Z")
-
-
-def live_group_pids(pgid: int) -> list[int]:
-    """``group_pids`` without zombies: what is left to stop of a group whose leader may have died."""
-    return [p for p in group_pids(pgid) if pid_alive(p)]
-
-
-@dataclass(frozen=True)
-class Marked:
-    """A live process carrying our owner mark (``OWNER_ENV``)."""
-
-    pid: int
-    pgid: int
-    mark: str
-
-
-def _netns(pid: int | str) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/net")
-    except OSError:
-        return None
-
-
-def marked_processes(marks: Iterable[str], prefix: str | Path | None = None) -> list[Marked]:
-    """Live processes whose ``OWNER_ENV`` is one of ``marks`` or a path under ``prefix``, found by reading
-    every /proc/PID/environ — the way to find the engine processes of a group whose leader died, since
-    only the mark (inherited by every child) ties them to us; a name would also match strangers.
-
-    Only processes of this network namespace count: nodes that are namespaces of one machine share the pid
-    space, and each node's cleanup must stop its own processes only. Marks compare as given, so pass the
-    resolved paths ``start`` wrote (it resolves the log path).
-    """
-    wanted = set(marks)
-    under = str(prefix).rstrip("/") + "/" if prefix else None
-    here = _netns("self")
-    me = os.getpid()
-    out: list[Marked] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        pid = int(entry.name)
-        mark = owner_mark(pid)
-        if mark is None or not (mark in wanted or (under and (mark + "/").startswith(under))):
-            continue
-        if here is not None and _netns(pid) != here:
-            continue
-        try:
-            pgid = os.getpgid(pid)
-        except ProcessLookupError:
-            continue
-        if pid_alive(pid):
-            out.append(Marked(pid, pgid, mark))
-    return out
 
 
 def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeout: float = 30.0, *,

@@ -1,0 +1,150 @@
+"""What /proc says about processes: our owner mark, a group's members, which are alive, the shared memory they map.
+
+Everything here reads ``/proc`` and never signals: finding is kept apart from stopping (``executors.procs``), so
+the rules that decide which processes are ours — the ``OWNER_ENV`` mark every process we start carries, this
+network namespace only, a zombie counted as gone — read in one place. Nothing here looks a process up by name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+SHM_DIR = Path("/dev/shm")
+#: Segment names a vLLM server (or the Python multiprocessing it uses) creates; others are never removed.
+SHM_PREFIXES = ("vllm", "psm_", "sem.mp-", "torch_")
+
+#: Every process we start carries this variable (its log path): the mark cleanup checks before it stops one.
+OWNER_ENV = "DEPLOY_ADVISOR_LOG"
+
+
+def owner_mark(pid: int) -> str | None:
+    """The ``DEPLOY_ADVISOR_LOG`` a live process was started with (None: gone, not ours, or unreadable)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    prefix = f"{OWNER_ENV}=".encode()
+    for item in env:
+        if item.startswith(prefix):
+            return item[len(prefix):].decode(errors="replace")
+    return None
+
+
+def shm_segments(pids: Iterable[int]) -> set[str]:
+    """Names of ``/dev/shm`` segments that these processes map now (vLLM's ``vllm_*`` and friends)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            idx = line.find(str(SHM_DIR) + "/")
+            if idx < 0:
+                continue
+            name = line[idx + len(str(SHM_DIR)) + 1:].split(" (deleted)")[0].strip()
+            if name and "/" not in name and name.startswith(SHM_PREFIXES):
+                found.add(name)
+    return found
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process of a process group (read from /proc)."""
+    out: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            out.append(int(entry.name))
+    return out
+
+
+def remove_shm(names: Iterable[str]) -> list[str]:
+    """Unlink the recorded segments that still exist; the names removed."""
+    removed: list[str] = []
+    for name in names:
+        if "/" in name or not name.startswith(SHM_PREFIXES):
+            continue
+        p = SHM_DIR / name
+        try:
+            p.unlink()
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+    return removed
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (None: no such process)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs. A zombie counts as gone: an orphan's zombie is collected by pid 1 only, and
+    some container inits never do, so waiting for it to vanish would wait forever."""
+    return _state(pid) not in (None, "Z")
+
+
+def live_group_pids(pgid: int) -> list[int]:
+    """``group_pids`` without zombies: what is left to stop of a group whose leader may have died."""
+    return [p for p in group_pids(pgid) if pid_alive(p)]
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A live process carrying our owner mark (``OWNER_ENV``)."""
+
+    pid: int
+    pgid: int
+    mark: str
+
+
+def _netns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def marked_processes(marks: Iterable[str], prefix: str | Path | None = None) -> list[Marked]:
+    """Live processes whose ``OWNER_ENV`` is one of ``marks`` or a path under ``prefix``, found by reading
+    every /proc/PID/environ — the way to find the engine processes of a group whose leader died, since
+    only the mark (inherited by every child) ties them to us; a name would also match strangers.
+
+    Only processes of this network namespace count: nodes that are namespaces of one machine share the pid
+    space, and each node's cleanup must stop its own processes only. Marks compare as given, so pass the
+    resolved paths ``start`` wrote (it resolves the log path).
+    """
+    wanted = set(marks)
+    under = str(prefix).rstrip("/") + "/" if prefix else None
+    here = _netns("self")
+    me = os.getpid()
+    out: list[Marked] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        mark = owner_mark(pid)
+        if mark is None or not (mark in wanted or (under and (mark + "/").startswith(under))):
+            continue
+        if here is not None and _netns(pid) != here:
+            continue
+        try:
+            pgid = os.getpgid(pid)
+        except ProcessLookupError:
+            continue
+        if pid_alive(pid):
+            out.append(Marked(pid, pgid, mark))
+    return out
