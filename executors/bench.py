@@ -45,14 +45,6 @@ from executors.datasets import custom_dataset
 from executors.platform import Platform
 from search_spaces import Dataset, Workload
 
-__all__ = [
-    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "METRICS", "PERCENTILES", "SATURATION",
-    "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "intervals",
-    "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
-    "request_latencies", "run_bench", "run_level", "summarize_raw",
-]
-
-
 
 class BenchFailed(RuntimeError):
     def __init__(self, reason: str, tail: str = "") -> None:
@@ -229,3 +221,12 @@ def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: s
                       result_filename=name, dataset_path=ds)
     return run_bench(platform, args, result_path=out_dir / name, log_path=out_dir / f"{spec.name}.log",
                      timeout_s=timeout_s, cwd=out_dir, on_start=on_start, zygote=zygote)
+
+
+#: What callers reach as ``MODULE.NAME``, the re-exported parts included.
+__all__ = [
+    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "METRICS", "PERCENTILES", "SATURATION",
+    "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "intervals",
+    "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
+    "request_latencies", "run_bench", "run_level", "summarize_raw",
+]

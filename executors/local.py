@@ -19,6 +19,8 @@ import itertools
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,11 +28,10 @@ from typing import Any
 
 from executors import bench, bench_zygote, metrics, procs
 from executors.base import Deployment, DeploymentFailed, FailureKind
-from executors.measure import LevelRunner, MeasurePlan, ServerView
+from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
 from executors.render import Endpoint, router_args, slot_env
 from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead.py imports it from here
-    check_routing,
     engine_version,
     server_unhealthy,
     start_failure,
@@ -39,7 +40,7 @@ from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead
 )
 from executors.topology import Instance, NodeShard, Topology
 from executors.vllm_executor import VllmExecutor
-from search_spaces import Measurement, Workload
+from search_spaces import Workload
 from search_spaces.workload import routing_env
 
 __all__ = ["LocalExecutor", "engine_version"]
@@ -181,14 +182,12 @@ class LocalExecutor(VllmExecutor):
                 raise DeploymentFailed(FailureKind.CRASH, f"{s.name} died while serving: {reason}",
                                        s.proc.tail(80))
 
-    def measure(self, deployment: Deployment, workload: Workload,
-                plan: MeasurePlan | None = None) -> list[Measurement]:
+    @contextmanager
+    def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> Iterator[LevelRunner]:
+        """Levels run here, forked from one zygote per deployment where the platform allows (closed after)."""
         h: _LocalHandle = deployment.handle
-        assert deployment.url, "deploy() did not finish"
-        check_routing(workload, self.expert_routing)
-        bdir = h.dir / "bench"
         bdir.mkdir(exist_ok=True)
-        url = deployment.url
+        url = deployment.url or ""
 
         def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
             run = bench.run_level(h.platform, workload, spec, url=url, model=self.served_model_name,
@@ -211,11 +210,10 @@ class LocalExecutor(VllmExecutor):
                     if (v := metrics.eplb_balancedness(s.proc.log_path, m.get(s.name, 0))) is not None]
             return min(vals) if vals else None
 
-        runner = LevelRunner(run_level, lambda: self._check_alive(h),
-                             [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
-                             marks, eplb)
         try:
-            return self._measure_levels(deployment, workload, plan, runner)
+            yield LevelRunner(run_level, lambda: self._check_alive(h),
+                              [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
+                              marks, eplb)
         finally:
             if zygote is not None:
                 zygote.close()

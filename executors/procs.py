@@ -38,13 +38,6 @@ from executors.proc_scan import (
     shm_segments,
 )
 
-__all__ = [
-    "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "ManagedProcess", "Marked", "ProcessExited",
-    "error_line", "free_port", "group_alive", "group_pids", "http_get", "live_group_pids", "marked_processes",
-    "owner_mark", "pid_alive", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
-    "stop_group", "stop_groups", "stop_strays", "wait_healthy",
-]
-
 
 class ProcessExited(RuntimeError):
     """The process died before it became healthy."""
@@ -232,8 +225,6 @@ def free_port(host: str = "127.0.0.1", avoid: Iterable[int] = ()) -> int:
     raise RuntimeError("no free port found")
 
 
-
-
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     """(status, body); status 0 when nothing answered."""
     req = urllib.request.Request(url, headers={"User-Agent": "deploy-advisor"})
@@ -277,9 +268,6 @@ def wait_healthy(
         time.sleep(interval)
 
 
-
-
-
 def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeout: float = 30.0, *,
                 kill_timeout: float = 10.0) -> set[int]:
     """TERM process groups and single processes that are not children of ours (what a dead tuner left),
@@ -315,3 +303,12 @@ def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeo
         if not left:
             break
     return left
+
+
+#: What callers reach as ``MODULE.NAME``, the re-exported parts included.
+__all__ = [
+    "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "ManagedProcess", "Marked", "ProcessExited",
+    "error_line", "free_port", "group_alive", "group_pids", "http_get", "live_group_pids", "marked_processes",
+    "owner_mark", "pid_alive", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
+    "stop_group", "stop_groups", "stop_strays", "wait_healthy",
+]

@@ -34,21 +34,23 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from executors import bench
 from executors.base import Deployment, DeploymentFailed, FailureKind
-from executors.measure import LevelRunner, MeasurePlan, ServerView
+from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
 from executors.ray_agent import NodeAgent
 from executors.ray_cluster import check_cluster, environment_failure, has_gpus, init_ray, ray_get, release
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
-from executors.serving import check_routing, server_unhealthy, start_failure, vllm_cache_root
+from executors.serving import server_unhealthy, start_failure, vllm_cache_root
 from executors.topology import Instance, Topology
 from executors.vllm_executor import VllmExecutor
-from search_spaces import ClusterSpec, Measurement, Mode, Workload
+from search_spaces import ClusterSpec, Mode, Workload
 from search_spaces.workload import routing_env
 
 BUNDLE_CPU = 0.01  # agents do no work themselves; the servers' cores are the GPU slots
@@ -343,15 +345,13 @@ class RayExecutor(VllmExecutor):
             d = ray_get(h.service.diagnose.remote("router"))
             raise DeploymentFailed(FailureKind.CRASH, f"router died: {d['error'] or d['returncode']}", d["tail"])
 
-    def measure(self, deployment: Deployment, workload: Workload,
-                plan: MeasurePlan | None = None) -> list[Measurement]:
+    @contextmanager
+    def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> Iterator[LevelRunner]:
+        """Levels run as tasks on the service agent's node; a lost node or agent is an environment failure."""
         import ray
 
         h: _RayHandle = deployment.handle
-        assert deployment.url, "deploy() did not finish"
-        check_routing(workload, self.expert_routing)
-        bdir = h.dir / "bench"
-        url = deployment.url
+        url = deployment.url or ""
         heads = {inst.name: next(s for s in h.shards if s.instance == inst.name)
                  for inst in deployment.topology.instances}
 
@@ -384,9 +384,8 @@ class RayExecutor(VllmExecutor):
             return min(vals) if vals else None
 
         servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
-        runner = LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
         try:
-            return self._measure_levels(deployment, workload, plan, runner)
+            yield LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
         except Exception as e:
             env_failure = environment_failure(e)
             if env_failure is not None:

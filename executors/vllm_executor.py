@@ -2,8 +2,8 @@
 (``executors.ray_executor``).
 
 Both take the same settings, give each deployment its own folder (and KV shared-storage folder), render a
-server's command line the same way, run the same measurement loop (``executors.measure``) and keep their
-resource record on disk after teardown when they can. Written once here, so a change to any of these reaches
+server's command line the same way, run the same measurement loop (``executors.measure``; each says only how it
+runs one level, ``_levels``) and keep their resource record on disk after teardown when they can. Written once here, so a change to any of these reaches
 both executors; only where the processes run (subprocesses here, Ray actors there) differs.
 """
 
@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import time
 import uuid
+from abc import abstractmethod
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from executors.base import Deployment, Executor
 from executors.measure import LevelRunner, MeasurePlan, measure_deployment
 from executors.platform import Platform
 from executors.render import Endpoint, serve_args, serve_command
-from executors.serving import cache_key, deployment_platform, engine_version
+from executors.serving import cache_key, check_routing, deployment_platform, engine_version
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
 from search_spaces.workload import ExpertRouting
@@ -78,12 +80,20 @@ class VllmExecutor(Executor):
                           extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
         return serve_command(platform, args)
 
-    def _measure_levels(self, deployment: Deployment, workload: Workload, plan: MeasurePlan | None,
-                        runner: LevelRunner) -> list[Measurement]:
-        """The one measurement loop on a running deployment, its levels run by ``runner``."""
-        return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
-                                  disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                  timings=deployment.timings, expert_routing=str(self.expert_routing))
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
+        """The one measurement loop (``executors.measure``) on the running deployment; ``_levels`` runs its levels."""
+        assert deployment.url, "deploy() did not finish"
+        check_routing(workload, self.expert_routing)
+        with self._levels(deployment, workload, deployment.handle.dir / "bench") as runner:
+            return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
+                                      disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
+                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
+
+    @abstractmethod
+    def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> AbstractContextManager[LevelRunner]:
+        """How this executor runs ``workload``'s load levels on ``deployment`` (files under ``bdir``), for as long
+        as the ``with`` lasts: a ``LevelRunner``, and whatever must be released after the last level."""
 
     def _save_after_teardown(self, deployment: Deployment) -> None:
         """The final resource record; a run folder that is gone (removed by the user) is no error here."""
