@@ -5,10 +5,11 @@ batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 qu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from executors.perf_derived import _md, _Role, _wd
-from executors.perf_measurement import _finish, _sane
+from executors.perf_measurement import _finish
 from executors.perf_params import MODEL_VERSION, PerfParams, default_params
 from executors.perf_step import _breakdown, _decode_cv, _prefill_capacity, _step
 from search_spaces import Measurement, Mode, ModelProfile, Workload
@@ -36,12 +37,70 @@ def _md1_wait(service: float, u: float) -> float:
     return service * u / (2.0 * (1.0 - u))
 
 
+#: Constants of one deployment under one set of parameters, kept while the same objects are asked again: the
+#: knee search predicts one level at a time, and recomputing a role's constants and the decode step grid for
+#: every level was a third of the model's time. Keyed by the identity of the (immutable) inputs, which the
+#: entry holds, so an id cannot be reused while its entry lives.
+_LEVEL_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def _cached(build: Callable[..., Any], *inputs: Any) -> Any:
+    key = (id(build), *map(id, inputs))
+    hit = _LEVEL_CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
+        return hit[1]
+    if len(_LEVEL_CACHE) >= 1024:  # a study's candidates pass through; bound what stays
+        _LEVEL_CACHE.clear()
+    value = build(*inputs)
+    _LEVEL_CACHE[key] = (inputs, value)
+    return value
+
+
+def _build_roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
+    cfg, md, wd = topo.config, _md(model), _wd(wl)
+    prefill = _Role(cfg.prefill, md, wd, topo.cluster, p, 0) if cfg.prefill is not None else None
+    return prefill, _Role(cfg.decode, md, wd, topo.cluster, p, cfg.speculative_mtp_tokens)
+
+
+def _roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
+    """(prefill role or None, decode role) constants of ``topo``."""
+    return _cached(_build_roles, topo, model, wl, p)
+
+
+def _disaggregated_constants(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
+                             ) -> tuple[float, float, float, float, float, float, list[tuple[float, float]]]:
+    """(KV hand-off time, its capacity, lone prefill latency, decode steps per request, KV batch cap, batch
+    cap, decode step grid) of a P/D deployment: what does not depend on the load level."""
+    cfg, cluster = topo.config, topo.cluster
+    assert cfg.prefill is not None
+    md, wd = _md(model), _wd(wl)
+    Rp, Rd = _roles(topo, model, wl, p)
+    assert Rp is not None
+    spec = cluster.spec
+    # KV hand-off: the whole context (prefix included) moves; NVLink when the cluster is one domain
+    kv_bytes = md.kv_tok * wd.isl
+    one_domain = cluster.total_gpus <= max(spec.scaleup_domain, cluster.gpus_per_node)
+    link = (spec.scaleup_gbps if one_domain else spec.scaleout_gbps) * 1e9 * p.kv_xfer_eff
+    t_kv = p.kv_xfer_latency_s + kv_bytes / link + p.request_latency_s  # the request's way in rides along
+    mu_kv = min(cfg.prefill.gpus, cfg.decode.gpus) * link / kv_bytes
+    # prefill latency of one request with the instance otherwise idle
+    P1 = min(float(cfg.prefill.max_num_batched_tokens), wd.isl_new)
+    s_alone = _step(Rp, 0.0, P1, P1 / wd.isl_new, 0.0)
+    S_p = max(wd.isl_new / P1, 1.0) * s_alone.total
+    # decode: τ(b) at a few batch sizes, interpolated in the closed-loop solve, exact at the answer
+    osl_steps = wd.osl / Rd.acc
+    b_kv = Rd.kv_cap / (wd.isl + wd.osl)
+    b_cap = max(min(float(cfg.decode.max_num_seqs), b_kv), 1.0)
+    grid = sorted({1.0, b_cap ** (1 / 3), b_cap ** (2 / 3), b_cap})
+    pts = [(b, _step(Rd, b, 0.0, 0.0, _decode_cv(Rd, b)).total) for b in grid]
+    return t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts
+
+
 def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
                         levels: list[int]) -> list[Measurement]:
-    cfg, cluster = topo.config, topo.cluster
-    role = cfg.decode
-    md, wd = _md(model), _wd(wl)
-    R = _Role(role, md, wd, cluster, p, cfg.speculative_mtp_tokens)
+    role = topo.config.decode
+    wd = _wd(wl)
+    R = _roles(topo, model, wl, p)[1]
     ranks = role.instances * role.data_parallel_size
     M = float(role.max_num_batched_tokens)
     osl_steps = wd.osl / R.acc
@@ -100,31 +159,15 @@ def _interp(pts: list[tuple[float, float]], b: float) -> float:
 
 def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
                            levels: list[int]) -> list[Measurement]:
-    cfg, cluster = topo.config, topo.cluster
+    cfg = topo.config
     assert cfg.prefill is not None
-    md, wd = _md(model), _wd(wl)
-    Rp = _Role(cfg.prefill, md, wd, cluster, p, 0)
-    Rd = _Role(cfg.decode, md, wd, cluster, p, cfg.speculative_mtp_tokens)
-    spec = cluster.spec
+    wd = _wd(wl)
+    Rp, Rd = _roles(topo, model, wl, p)
+    assert Rp is not None
     gpus = topo.gpus
     ranks_p = cfg.prefill.instances * cfg.prefill.data_parallel_size
     ranks_d = cfg.decode.instances * cfg.decode.data_parallel_size
-    # KV hand-off: the whole context (prefix included) moves; NVLink when the cluster is one domain
-    kv_bytes = md.kv_tok * wd.isl
-    one_domain = cluster.total_gpus <= max(spec.scaleup_domain, cluster.gpus_per_node)
-    link = (spec.scaleup_gbps if one_domain else spec.scaleout_gbps) * 1e9 * p.kv_xfer_eff
-    t_kv = p.kv_xfer_latency_s + kv_bytes / link + p.request_latency_s  # the request's way in rides along
-    mu_kv = min(cfg.prefill.gpus, cfg.decode.gpus) * link / kv_bytes
-    # prefill latency of one request with the instance otherwise idle
-    P1 = min(float(cfg.prefill.max_num_batched_tokens), wd.isl_new)
-    s_alone = _step(Rp, 0.0, P1, P1 / wd.isl_new, 0.0)
-    S_p = max(wd.isl_new / P1, 1.0) * s_alone.total
-    # decode: τ(b) at a few batch sizes, interpolated in the closed-loop solve, exact at the answer
-    osl_steps = wd.osl / Rd.acc
-    b_kv = Rd.kv_cap / (wd.isl + wd.osl)
-    b_cap = max(min(float(cfg.decode.max_num_seqs), b_kv), 1.0)
-    grid = sorted({1.0, b_cap ** (1 / 3), b_cap ** (2 / 3), b_cap})
-    pts = [(b, _step(Rd, b, 0.0, 0.0, _decode_cv(Rd, b)).total) for b in grid]
+    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = _cached(_disaggregated_constants, topo, model, wl, p)
     n_cap = ranks_d * b_cap
     out = []
     for c in levels:
@@ -199,9 +242,7 @@ def predict(topology: Topology, model: ModelProfile, workload: Workload,
         ms = _predict_aggregated(topology, model, workload, p, cs)
     else:
         ms = _predict_disaggregated(topology, model, workload, p, cs)
-    for m in ms:
-        _sane(m)
-    return ms
+    return ms  # sane already: ``_finish`` reports a non-finite or negative number as missing
 
 
 def predict_load(topology: Topology, model: ModelProfile, workload: Workload, load: float,
