@@ -2,12 +2,12 @@
 
 Two files of the same content: ``serve_config.yaml`` (for ``serve run`` / ``serve deploy``) and
 ``llm_app.py`` (``serve run llm_app:app``). Each role is one ``LLMConfig`` whose ``engine_kwargs`` are the
-``vllm serve`` arguments that ``executors.render.serve_args`` renders for the role's head node, turned into
-keyword arguments the way vLLM names them (``--max-num-seqs 256`` → ``max_num_seqs: 256``; a flag without a
-value → ``True``; JSON values such as ``--kv-transfer-config`` → dicts). Nothing about a flag is written
-here twice: only the arguments Ray Serve owns are left out — the model and its served name (they go to
-``model_loading_config``), the HTTP endpoint, and the data-parallel rank placement (Ray Serve's DP server
-gives every rank its replica and sets rank, address and RPC port itself; ``data_parallel_size`` stays).
+``{flag: value}`` mapping ``executors.render.serve_flags`` builds for the role's head node, each flag named
+as vLLM names its engine argument (``render.kwarg_name``: ``--max-num-seqs`` → ``max_num_seqs``; a flag
+without a value → ``True``; JSON values such as ``--kv-transfer-config`` stay dicts). Only the flags Ray Serve
+owns are left out — the served name (it goes to ``model_loading_config`` with the model), the HTTP endpoint,
+and the data-parallel rank placement (Ray Serve's DP server gives every rank its replica and sets rank,
+address and RPC port itself; ``data_parallel_size`` stays).
 
 P/D → ``build_pd_openai_app`` (prefill and decode configs, ``kv_transfer_config`` on both); aggregated →
 ``build_dp_openai_app`` when the instance is data-parallel, else ``build_openai_app``. ``num_replicas`` is the
@@ -16,76 +16,52 @@ role's instance count (Ray Serve multiplies it by ``data_parallel_size`` for DP 
 
 from __future__ import annotations
 
-import json
 import pprint
-import re
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from advisor.executor_factory import platform_for
-from executors import Endpoint, Instance, Platform, place, serve_args
-from executors.render import uses_nixl
+from executors import Endpoint, Instance, Platform, place
+from executors.render import (
+    DP_ADDRESS,
+    DP_RPC_PORT,
+    DP_SIZE_LOCAL,
+    DP_START_RANK,
+    HEADLESS,
+    HOST,
+    PORT,
+    SERVED_MODEL_NAME,
+    kwarg_name,
+    serve_flags,
+    uses_nixl,
+)
 from search_spaces import DeploymentConfig, Mode, Role
 
 if TYPE_CHECKING:
     from advisor.exports import Evidence, ExportOptions
     from advisor.job import TuningJob
 
-#: ``vllm serve`` arguments Ray Serve sets itself (model/served name via model_loading_config, its own HTTP
-#: server, and the DP rank layout its DPServer assigns per replica).
-RAY_OWNED = frozenset({
-    "host", "port", "served_model_name", "headless", "data_parallel_size_local", "data_parallel_start_rank",
-    "data_parallel_address", "data_parallel_rpc_port", "data_parallel_rank",
-})
+#: ``vllm serve`` flags Ray Serve sets itself (served name via model_loading_config, its own HTTP server, and
+#: the DP rank layout its DPServer assigns per replica).
+RAY_OWNED_FLAGS = (HOST, PORT, SERVED_MODEL_NAME, HEADLESS, DP_SIZE_LOCAL, DP_START_RANK, DP_ADDRESS, DP_RPC_PORT)
+#: The same, as engine argument names.
+RAY_OWNED = frozenset(kwarg_name(f) for f in RAY_OWNED_FLAGS)
 #: Set by Ray Serve LLM's NixlConnector backend in each replica, when unset: the host to the replica's node IP
 #: (``ray.util.get_node_ip_address()``), the port to a base (prefill 20000, decode 22000) + the replica's
 #: offset. One value written here would be the same on every node: wrong across nodes.
 RAY_SETS_NIXL = frozenset({"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT"})
 APP_NAME = "deploy-advisor"
-_INT = re.compile(r"^-?\d+$")
-_FLOAT = re.compile(r"^-?\d+\.\d*(e-?\d+)?$")
-
-
-def _value(text: str) -> Any:
-    if text[:1] in "{[":
-        return json.loads(text)
-    if _INT.match(text):
-        return int(text)
-    if _FLOAT.match(text):
-        return float(text)
-    return text
-
-
-def engine_kwargs(args: list[str]) -> tuple[str, dict[str, Any]]:
-    """``vllm serve`` arguments → (model, keyword arguments by vLLM's names), Ray-owned ones included."""
-    if not args or args[0].startswith("-"):
-        raise ValueError(f"a `vllm serve` argument list starts with the model: {args[:3]}")
-    model, kwargs, i = args[0], {}, 1
-    while i < len(args):
-        flag = args[i]
-        if not flag.startswith("--"):
-            raise ValueError(f"{flag!r} follows no flag in {args}")
-        key = flag[2:].replace("-", "_")
-        if key in kwargs:
-            raise ValueError(f"{flag} given twice")
-        if i + 1 < len(args) and not args[i + 1].startswith("--"):
-            kwargs[key], i = _value(args[i + 1]), i + 2
-        else:
-            kwargs[key], i = True, i + 1
-    return model, kwargs
 
 
 def llm_config(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: str, platform: Platform) -> dict:
     """One role's ``LLMConfig`` (as a dict ``LLMConfig.model_validate`` reads)."""
-    args = serve_args(inst, inst.head, cfg=cfg, model=model, platform=platform,
-                      head=Endpoint(host="127.0.0.1", port=8000), served_model_name=job.executor.served_model_name,
-                      max_model_len=job.workload.max_model_len)
-    source, kwargs = engine_kwargs(args)
-    served = kwargs.get("served_model_name")
+    served = job.executor.served_model_name
+    flags = serve_flags(inst, inst.head, cfg=cfg, platform=platform, head=Endpoint(host="127.0.0.1", port=8000),
+                        served_model_name=served, max_model_len=job.workload.max_model_len)
     out: dict[str, Any] = {
-        "model_loading_config": {"model_id": served if isinstance(served, str) else source, "model_source": source},
-        "engine_kwargs": {k: v for k, v in kwargs.items() if k not in RAY_OWNED},
+        "model_loading_config": {"model_id": served or model, "model_source": model},
+        "engine_kwargs": {kwarg_name(f): v for f, v in flags.items() if f not in RAY_OWNED_FLAGS},
         "deployment_config": {"num_replicas": inst.config.instances},
     }
     if platform.cpu_per_gpu_slot:

@@ -1,7 +1,8 @@
 """Ready-to-run output of a chosen trial: a launch script (``vllm``), the whole config with its evidence
 (``json``), Kubernetes manifests (``k8s``, one LeaderWorkerSet per role: ``advisor.export_k8s``) and a Ray
-Serve LLM application (``ray-serve``: ``advisor.export_ray_serve``). Command lines come from
-``executors.render`` — the renderer real runs use.
+Serve LLM application (``ray-serve``: ``advisor.export_ray_serve``). Every format is written from the
+``{flag: value}`` mapping of each node shard that ``executors.render`` builds (``ShardCommand.flags``), the one
+real runs launch from; no format reads an argv back.
 
 A format writes one file (``launch.sh``, ``deployment.json``) or a folder of files (``k8s/``, ``ray-serve/``).
 Every format is right across nodes: what differs per node (NIXL's side-channel host, addresses) is each node's
@@ -124,7 +125,8 @@ def render_json(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str)
         "model": model,
         "env": platform.env,  # ${NAME}: read from the environment where it runs, never a value here
         "commands": [{"instance": c.instance.name, "role": c.instance.role.value, "node": c.shard.node,
-                      "gpus": list(c.shard.gpus), "env": {**c.slot_env, **c.node_env}, "argv": c.argv}
+                      "gpus": list(c.shard.gpus), "env": {**c.slot_env, **c.node_env}, "flags": c.flags,
+                      "argv": c.argv}
                      for c in plan.commands],
         "router": plan.router_argv,
         "evidence": ev.as_dict(),

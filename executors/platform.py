@@ -6,7 +6,6 @@ extra serve flags, and the KV connector for P/D. Everything else about a command
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from typing import Any
@@ -23,19 +22,20 @@ class Platform(BaseModel):
     engine_cmd: list[str] = Field(description="What runs `serve` and `bench serve`.")
     router_cmd: list[str] = Field(default_factory=lambda: ["vllm-router"])
     env: dict[str, str] = Field(default_factory=dict)
-    extra_serve_args: list[str] = Field(default_factory=list)
+    serve_flags: dict[str, str | int | bool] = Field(default_factory=dict,
+                                                    description="`vllm serve` flags of the platform ({flag: value}).")
     kv_connector: str = "NixlConnector"
     kv_connector_extra: dict[str, Any] = Field(default_factory=dict)
     cpu_per_gpu_slot: bool = Field(False, description="Each GPU slot is one CPU core (VLLM_CPU_OMP_THREADS_BIND).")
 
-    def kv_transfer_config(self, role: Role, connector: str | None = None) -> str:
-        """The ``--kv-transfer-config`` JSON of a P/D role."""
+    def kv_transfer_config(self, role: Role, connector: str | None = None) -> dict[str, Any]:
+        """The ``--kv-transfer-config`` value of a P/D role (a JSON object)."""
         kv_role = {Role.PREFILL: "kv_producer", Role.DECODE: "kv_consumer"}.get(role, "kv_both")
         conn = connector or self.kv_connector
         cfg: dict[str, Any] = {"kv_connector": conn, "kv_role": "kv_both" if conn == "NixlConnector" else kv_role}
         if self.kv_connector_extra:
             cfg["kv_connector_extra_config"] = self.kv_connector_extra
-        return json.dumps(cfg, separators=(",", ":"))
+        return cfg
 
     def engine_line(self) -> str:
         return shlex.join(self.engine_cmd)
@@ -61,7 +61,7 @@ def cpu_platform(kv_storage_path: str = "/tmp/deploy-advisor-kv", engine_cmd: li
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
         },
-        extra_serve_args=["--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16"],
+        serve_flags={"--load-format": "dummy", "--enforce-eager": True, "--dtype": "bfloat16"},
         kv_connector="ExampleConnector",
         kv_connector_extra={"shared_storage_path": kv_storage_path},
         cpu_per_gpu_slot=True,

@@ -1,8 +1,11 @@
 """The one place command lines are written: `vllm serve` per instance and node, `vllm-router`, and the
 launch script. The Ray and local executors run exactly these argument lists; the exports print them.
 
-Flags of the candidate come from ``search_spaces.deployment`` (each field names its flag); flags of the
-placement (data-parallel rank layout, ports, ``--headless``) are written here, once.
+A node shard's ``vllm serve`` is first an ordered ``{flag: value}`` mapping (``serve_flags``): the candidate's
+flags from ``search_spaces.deployment`` (each field names its flag: ``flags_of``), then the flags of the
+placement (data-parallel rank layout, ports, ``--headless``), the P/D connector and the platform's, each
+declared once below. ``to_argv`` is the one function that writes a mapping as argv; every export reads the
+mapping (``ShardCommand.flags``), never an argv back.
 """
 
 from __future__ import annotations
@@ -11,15 +14,20 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from executors.platform import Platform
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
+from search_spaces.deployment import FlagValue, flags_of
 
-#: Fields rendered only when they differ from the declared default (vLLM's own default is the same).
-_ONLY_WHEN_SET = {"tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "enable_dbo"}
+#: ``{flag: value}``, in the order the flags are written.
+Flags = dict[str, FlagValue]
+#: The flags of the API server and the placement (the candidate's are on its fields), declared once.
+HOST, PORT, SERVED_MODEL_NAME, MAX_MODEL_LEN = "--host", "--port", "--served-model-name", "--max-model-len"
+DP_SIZE_LOCAL, HEADLESS, DP_START_RANK = "--data-parallel-size-local", "--headless", "--data-parallel-start-rank"
+DP_ADDRESS, DP_RPC_PORT = "--data-parallel-address", "--data-parallel-rpc-port"
+KV_TRANSFER_CONFIG = "--kv-transfer-config"  # the P/D connector: the platform's, per role
 #: vLLM's default data-parallel RPC port (REFERENCE.md); the same on every node of an instance.
 DEFAULT_DP_RPC_PORT = 29550
 #: vLLM's default ``VLLM_NIXL_SIDE_CHANNEL_PORT`` (vllm/envs.py); a server's rank r listens on it + r.
@@ -27,6 +35,29 @@ DEFAULT_NIXL_PORT = 5600
 #: The launch script's fixed ports (and the Ray executor's with ``executor.port_base``): instance k's API on
 #: ``API_PORT + k``, the router ``API_PORT - ROUTER_BELOW_API``, its Prometheus metrics ``METRICS_ABOVE`` higher.
 API_PORT, ROUTER_BELOW_API, METRICS_ABOVE = 8100, 100, 1000
+
+
+def flag_text(value: FlagValue) -> str:
+    """A flag's value as one argv word: JSON for a dict (compact, as vLLM's examples write it)."""
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":"))
+    return value if isinstance(value, str) else str(value)
+
+
+def to_argv(flags: Flags) -> list[str]:
+    """The one writer of flags: ``--flag value`` each, a ``True`` flag alone, ``False``/``None`` left out."""
+    out: list[str] = []
+    for flag, value in flags.items():
+        if value is True:
+            out.append(flag)
+        elif value is not False and value is not None:
+            out += [flag, flag_text(value)]
+    return out
+
+
+def kwarg_name(flag: str) -> str:
+    """A flag as vLLM names the engine argument behind it: ``--max-num-seqs`` → ``max_num_seqs``."""
+    return flag.removeprefix("--").replace("-", "_")
 
 
 def fixed_ports(base: int, k: int) -> tuple[int, int]:
@@ -53,92 +84,66 @@ class Endpoint:
         return f"http://{self.host}:{self.port}"
 
 
-def _value(v: Any) -> str:
-    return v.value if isinstance(v, Enum) else str(v)
+def role_mapping(role: RoleConfig, *, log_balancedness: bool = False) -> Flags:
+    """The candidate's own flags for one role (``flags_of``). ``log_balancedness``
+    (``workload.eplb_log_balancedness``, a diagnosis) adds ``"log_balancedness": true`` to ``--eplb-config``:
+    EP rank 0 then logs each step's balancedness, which the executors read per level."""
+    out = flags_of(role)
+    eplb_flag = type(role).model_fields["eplb"].json_schema_extra["vllm_flag"]  # type: ignore[index]
+    if log_balancedness and eplb_flag in out:
+        out[eplb_flag] = {**out[eplb_flag], "log_balancedness": True}  # type: ignore[dict-item]
+    return out
 
 
 def role_flags(role: RoleConfig, *, log_balancedness: bool = False) -> list[str]:
-    """The candidate's own flags for one role, read off the fields' ``vllm_flag`` metadata. ``log_balancedness``
-    (``workload.eplb_log_balancedness``, a diagnosis) adds ``"log_balancedness": true`` to ``--eplb-config``:
-    EP rank 0 then logs each step's balancedness, which the executors read per level."""
-    out: list[str] = []
-    for name, field in RoleConfig.model_fields.items():
-        flag = (field.json_schema_extra or {}).get("vllm_flag") if isinstance(field.json_schema_extra, dict) else None
-        if not flag:
-            continue
-        value = getattr(role, name)
-        if name in _ONLY_WHEN_SET and value == field.default:
-            continue
-        if name == "data_parallel_size":
-            continue  # rendered with the rank layout in ``dp_flags``
-        if name == "all2all_backend" and not role.enable_expert_parallel:
-            continue  # the backend only exists for expert parallelism
-        if isinstance(value, bool):
-            if value:
-                out.append(flag)
-        else:
-            out += [flag, _value(value)]
-    if role.eplb.enabled:
-        eplb_flag = type(role.eplb).model_fields["enabled"].json_schema_extra["vllm_flag"]  # type: ignore[index]
-        out += [eplb_flag, "--eplb-config", eplb_config_json(role, log_balancedness=log_balancedness)]
-    return out
+    """``role_mapping`` as argv."""
+    return to_argv(role_mapping(role, log_balancedness=log_balancedness))
 
 
 def eplb_config_json(role: RoleConfig, *, log_balancedness: bool = False) -> str:
     """``--eplb-config``'s value: the candidate's EPLB settings, plus vLLM's ``log_balancedness`` when asked."""
-    if not log_balancedness:
-        return role.eplb.config_json()
-    doc = {**json.loads(role.eplb.config_json()), "log_balancedness": True}
-    return json.dumps(doc, separators=(",", ":"))
+    return flag_text({**role.eplb.config(), **({"log_balancedness": True} if log_balancedness else {})})
 
 
-def dp_flags(inst: Instance, shard: NodeShard, head: Endpoint) -> list[str]:
-    """Data-parallel layout of one node shard; single-node instances need only the size."""
-    dp = inst.config.data_parallel_size
-    if dp == 1:
-        return []
-    out = ["--data-parallel-size", str(dp)]
-    if not inst.multi_node:
-        return out
-    out += ["--data-parallel-size-local", str(shard.local_ranks)]
+def dp_mapping(inst: Instance, shard: NodeShard, head: Endpoint) -> Flags:
+    """Data-parallel layout of one node shard across nodes (the size itself is the role's field)."""
+    if inst.config.data_parallel_size == 1 or not inst.multi_node:
+        return {}
+    out: Flags = {DP_SIZE_LOCAL: shard.local_ranks}
     if not shard.is_head:
-        out += ["--headless", "--data-parallel-start-rank", str(shard.start_rank)]
-    out += ["--data-parallel-address", head.host, "--data-parallel-rpc-port", str(head.dp_rpc_port)]
-    return out
+        out |= {HEADLESS: True, DP_START_RANK: shard.start_rank}
+    return out | {DP_ADDRESS: head.host, DP_RPC_PORT: head.dp_rpc_port}
 
 
-def serve_args(
+def serve_flags(
     inst: Instance,
     shard: NodeShard,
     *,
     cfg: DeploymentConfig,
-    model: str,
     platform: Platform,
     head: Endpoint,
     served_model_name: str | None = None,
     max_model_len: int | None = None,
-    extra: list[str] | None = None,
     log_balancedness: bool = False,
-) -> list[str]:
-    """Arguments after ``vllm serve`` for one node shard of one instance of ``cfg`` (``log_balancedness``: see
-    ``role_flags``)."""
-    args = [model]
-    if shard.is_head:
-        args += ["--host", head.bind_host, "--port", str(head.port)]
+) -> Flags:
+    """The ``{flag: value}`` of one node shard of one instance of ``cfg`` (``log_balancedness``: see
+    ``role_mapping``): what every command line and export of it is written from."""
+    out: Flags = {HOST: head.bind_host, PORT: head.port} if shard.is_head else {}
     if served_model_name:
-        args += ["--served-model-name", served_model_name]
+        out[SERVED_MODEL_NAME] = served_model_name
     if max_model_len:
-        args += ["--max-model-len", str(max_model_len)]
-    args += role_flags(inst.config, log_balancedness=log_balancedness)
-    args += dp_flags(inst, shard, head)
+        out[MAX_MODEL_LEN] = max_model_len
+    out |= role_mapping(inst.config, log_balancedness=log_balancedness) | dp_mapping(inst, shard, head)
     if cfg.mode is Mode.DISAGGREGATED:
-        args += ["--kv-transfer-config", platform.kv_transfer_config(inst.role, cfg.kv_connector)]
-    if cfg.speculative_mtp_tokens:
-        spec = {"method": "mtp", "num_speculative_tokens": cfg.speculative_mtp_tokens}
-        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-    args += platform.extra_serve_args
-    args += extra or []
-    return args
+        out[KV_TRANSFER_CONFIG] = platform.kv_transfer_config(inst.role, cfg.kv_connector)
+    return out | flags_of(cfg) | platform.serve_flags
+
+
+def serve_args(inst: Instance, shard: NodeShard, *, model: str, extra: list[str] | None = None,
+               **options: Any) -> list[str]:
+    """Arguments after ``vllm serve`` for one node shard: the model, ``serve_flags(inst, shard, **options)`` as
+    argv, then ``extra`` (the job's ``executor.extra_serve_args``, an operator's own words)."""
+    return [model, *to_argv(serve_flags(inst, shard, **options)), *(extra or [])]
 
 
 def serve_command(platform: Platform, args: list[str]) -> list[str]:
@@ -198,14 +203,15 @@ def shell_env(env: dict[str, str]) -> str:
 
 @dataclass(frozen=True)
 class ShardCommand:
-    """One process to start: a node shard of an instance, its argv, the GPU slots it may use and the
+    """One process to start: a node shard of an instance, its flags and argv, the GPU slots it may use and the
     environment that differs by node (NIXL's side channel, the node's own address)."""
 
     instance: Instance
     shard: NodeShard
-    argv: list[str]
+    argv: list[str]  # ``serve_command`` of ``model`` and ``to_argv(flags)``
     slot_env: dict[str, str]
     node_env: dict[str, str] = field(default_factory=dict)
+    flags: Flags = field(default_factory=dict)  # ``serve_flags``: what the argv is written from
 
 
 @dataclass(frozen=True)
@@ -274,16 +280,16 @@ def launch_plan(
                         bind_host=hosts[inst.head.node] if multi else "127.0.0.1")
         endpoints[inst.name] = head
         for shard in inst.shards:
-            args = serve_args(inst, shard, cfg=cfg, model=model, platform=platform, head=head,
-                              served_model_name=served_model_name, max_model_len=max_model_len)
+            flags = serve_flags(inst, shard, cfg=cfg, platform=platform, head=head,
+                                served_model_name=served_model_name, max_model_len=max_model_len)
             node_env: dict[str, str] = {}
             if inst.name in nixl:  # the prefill side advertises this host to decode: never the default localhost
                 node_env |= {"VLLM_NIXL_SIDE_CHANNEL_HOST": hosts[shard.node],
                              "VLLM_NIXL_SIDE_CHANNEL_PORT": str(nixl[inst.name])}
             if inst.multi_node:  # the address vLLM's ranks give each other: this node's, not a guess
                 node_env["VLLM_HOST_IP"] = hosts[shard.node]
-            commands.append(ShardCommand(inst, shard, serve_command(platform, args), slot_env(platform, shard.gpus),
-                                         node_env))
+            argv = serve_command(platform, [model, *to_argv(flags)])
+            commands.append(ShardCommand(inst, shard, argv, slot_env(platform, shard.gpus), node_env, flags))
     urls = {name: e.url for name, e in endpoints.items()}
     router_port, metrics_port = fixed_router_ports(base_port)
     router = [*platform.router_cmd, *router_args(topology, urls, host="127.0.0.1", port=router_port,
@@ -302,17 +308,8 @@ def _command_default(var: str, cmd: list[str]) -> str:
     return f"{var}=${{{var}:-{shell_word(' '.join(cmd))}}}"
 
 
-def launch_script(
-    topology: Topology,
-    *,
-    model: str,
-    platform: Platform,
-    node_hosts: list[str] | None = None,
-    base_port: int = API_PORT,
-    served_model_name: str | None = None,
-    max_model_len: int | None = None,
-    header: str = "",
-) -> str:
+def launch_script(topology: Topology, *, model: str, platform: Platform, node_hosts: list[str] | None = None,
+                  header: str = "", **plan_options: Any) -> str:
     """A bash script run once on each node, ``launch.sh N`` on node N: that node's ``vllm serve`` lines, then
     on node 0 the router once every API server answers; other nodes wait on their servers. Stopping the
     script stops what it started.
@@ -320,9 +317,9 @@ def launch_script(
     ``$VLLM`` and ``$VLLM_ROUTER`` are the engine and router commands (the platform's by default), expanded
     as words so a command of several words (``python -m …``) can replace them. Node addresses and the
     environment's ``${NAME}`` values are expanded by the operator's shell, never written here.
+    ``plan_options``: ``launch_plan``'s (``base_port``, ``served_model_name``, ``max_model_len``).
     """
-    plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, base_port=base_port,
-                       served_model_name=served_model_name, max_model_len=max_model_len)
+    plan = launch_plan(topology, model=model, platform=platform, node_hosts=node_hosts, **plan_options)
     hosts = node_hosts or node_placeholders(topology)
     nodes = topology.cluster.nodes
     n_engine, n_router = len(platform.engine_cmd), len(platform.router_cmd)

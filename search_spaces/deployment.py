@@ -1,22 +1,59 @@
 """One candidate deployment, and the vLLM flag behind each of its knobs.
 
-Each field that maps to a ``vllm serve`` flag names the flag in its metadata (``vllm_flag``); the one
-function that renders command lines (``executors.render``) reads it from here, so the flag is written
-once. Fields without a flag are facts about the deployment (how many instances, which role).
+Each field that maps to a ``vllm serve`` flag names the flag in its metadata (``vllm_flag``): when it is
+written (``omit_default``, ``requires``) and, for a JSON-valued flag, which method gives its value
+(``value``). ``flags_of`` reads them into an ordered ``{flag: value}`` mapping, which ``executors.render``
+turns into argv and every export reads, so the flag is written once. Fields without a flag are facts about
+the deployment (how many instances, which role).
 """
 
 from __future__ import annotations
 
 import json
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
-def vllm_flag(flag: str, default: Any, **kwargs: Any) -> Any:
-    """A pydantic field that is also a ``vllm serve`` flag."""
-    return Field(default, json_schema_extra={"vllm_flag": flag}, **kwargs)
+#: A flag's value in a ``{flag: value}`` mapping: ``True`` for a flag without a value, a dict for a JSON one.
+FlagValue = str | int | float | bool | dict[str, Any]
+
+
+def vllm_flag(flag: str, default: Any, *, omit_default: bool = False, requires: str | None = None,
+              value: str | None = None, **kwargs: Any) -> Any:
+    """A pydantic field that is also a ``vllm serve`` flag. ``omit_default``: written only when it differs from
+    the default (vLLM's default is the same); ``requires``: written only when that field (dotted path) of the
+    same model is true; ``value``: the model's method that gives the flag's value (a JSON flag's dict)."""
+    extra = {"vllm_flag": flag, "omit_default": omit_default, "requires": requires, "value": value}
+    return Field(default, json_schema_extra={k: v for k, v in extra.items() if v}, **kwargs)
+
+
+def _path(model: BaseModel, dotted: str) -> Any:
+    for name in dotted.split("."):
+        model = getattr(model, name)
+    return model
+
+
+def flags_of(model: BaseModel) -> dict[str, FlagValue]:
+    """The ``{flag: value}`` of a model's declared flags, in field order; a flag field holding a model
+    contributes that model's own flags first (``--enable-eplb`` before ``--eplb-config``). A flag without a
+    value is ``True`` when set and absent when not; enums are their values."""
+    out: dict[str, FlagValue] = {}
+    for name, f in type(model).model_fields.items():
+        meta = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+        flag, v = meta.get("vllm_flag"), getattr(model, name)
+        if not flag:
+            continue
+        if isinstance(v, BaseModel):
+            out |= flags_of(v)
+        if (meta.get("omit_default") and v == f.default) or (meta.get("requires") and not _path(model, meta["requires"])):
+            continue
+        if meta.get("value"):
+            v = getattr(model, meta["value"])()  # type: ignore[arg-type]
+        if v is not False:
+            out[flag] = v.value if isinstance(v, Enum) else v
+    return out
 
 
 class Mode(StrEnum):
@@ -55,16 +92,13 @@ class EPLBConfig(BaseModel):
     window_size: int = Field(1000, ge=1, description="Steps of load statistics EPLB looks back over.")
     step_interval: int = Field(3000, ge=1, description="Steps between rearrangements.")
 
-    def config_json(self) -> str:
+    def config(self) -> dict[str, Any]:
         """The ``--eplb-config`` value, with vLLM's own key names."""
-        return json.dumps(
-            {
-                "window_size": self.window_size,
-                "step_interval": self.step_interval,
-                "num_redundant_experts": self.num_redundant_experts,
-            },
-            separators=(",", ":"),
-        )
+        return {"window_size": self.window_size, "step_interval": self.step_interval,
+                "num_redundant_experts": self.num_redundant_experts}
+
+    def config_json(self) -> str:
+        return json.dumps(self.config(), separators=(",", ":"))
 
 
 class RoleConfig(BaseModel):
@@ -74,14 +108,19 @@ class RoleConfig(BaseModel):
 
     role: Role
     instances: int = Field(1, ge=1)
-    tensor_parallel_size: int = vllm_flag("--tensor-parallel-size", 1, ge=1)
-    data_parallel_size: int = vllm_flag("--data-parallel-size", 1, ge=1)
+    tensor_parallel_size: int = vllm_flag("--tensor-parallel-size", 1, ge=1, omit_default=True)
+    data_parallel_size: int = vllm_flag("--data-parallel-size", 1, ge=1, omit_default=True)
     enable_expert_parallel: bool = vllm_flag("--enable-expert-parallel", False)
     max_num_seqs: int = vllm_flag("--max-num-seqs", 256, ge=1)
     max_num_batched_tokens: int = vllm_flag("--max-num-batched-tokens", 8192, ge=1)
-    all2all_backend: All2AllBackend = vllm_flag("--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER)
+    #: the backend only exists for expert parallelism
+    all2all_backend: All2AllBackend = vllm_flag("--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER,
+                                                requires="enable_expert_parallel")
     enable_dbo: bool = vllm_flag("--enable-dbo", False)
-    eplb: EPLBConfig = EPLBConfig()
+    eplb: EPLBConfig = vllm_flag("--eplb-config", EPLBConfig(), requires="eplb.enabled", value="eplb_config")
+
+    def eplb_config(self) -> dict[str, Any]:
+        return self.eplb.config()
 
     @property
     def gpus_per_instance(self) -> int:
@@ -148,7 +187,11 @@ class DeploymentConfig(BaseModel):
     decode: RoleConfig
     kv_connector: str | None = Field(None, description="None: the executor's platform picks (Nixl on GPUs).")
     router_policy: str = "round_robin"
-    speculative_mtp_tokens: int = Field(0, ge=0, description="MTP draft tokens; 0 = off.")
+    speculative_mtp_tokens: int = vllm_flag("--speculative-config", 0, ge=0, omit_default=True,
+                                            value="speculative_config", description="MTP draft tokens; 0 = off.")
+
+    def speculative_config(self) -> dict[str, Any]:
+        return {"method": "mtp", "num_speculative_tokens": self.speculative_mtp_tokens}
 
     @model_validator(mode="after")
     def _roles_match_mode(self) -> DeploymentConfig:

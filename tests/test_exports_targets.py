@@ -53,7 +53,7 @@ import yaml
 
 from advisor.errors import BadInput
 from advisor.executor_factory import platform_for
-from advisor.export_k8s import API_PORT, GPU_RESOURCE, RDMA_RESOURCE
+from advisor.export_k8s_objects import API_PORT, GPU_RESOURCE, RDMA_RESOURCE
 from advisor.export_ray_serve import RAY_OWNED
 from advisor.exports import (
     FOLDER_MARK,
@@ -404,7 +404,7 @@ def test_kubelet_expansion_stand_in() -> None:
 def test_k8s_environment_references_come_from_the_secret() -> None:
     """``${NAME}`` in a job's environment is read at run time: in a pod, from the Secret; inside a value, through
     the kubelet's ``$(NAME)`` after NAME is defined; a literal ``$(`` survives the kubelet."""
-    from advisor.export_k8s import env_entries
+    from advisor.export_k8s_objects import env_entries
 
     def ref(key: str) -> dict:
         return {"secretKeyRef": {"name": "s", "key": key, "optional": False}}
@@ -417,14 +417,17 @@ def test_k8s_environment_references_come_from_the_secret() -> None:
     assert kubelet_expand(entries[0]["value"], from_secret) == "x$(y)"
 
 
-@pytest.fixture(scope="module")
-def fake_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``vllm`` that writes its arguments (NUL-separated) to $ARGV_OUT and exits."""
-    bin_dir = tmp_path_factory.mktemp("fakebin")
+def write_fake_vllm(bin_dir: Path) -> Path:
+    """A ``vllm`` in ``bin_dir`` that writes its arguments (NUL-separated) to $ARGV_OUT and exits."""
     exe = bin_dir / "vllm"
     exe.write_text('#!/bin/sh\nprintf \'%s\\0\' "$@" > "$ARGV_OUT"\n')
     exe.chmod(0o755)
     return bin_dir
+
+
+@pytest.fixture(scope="module")
+def fake_vllm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_fake_vllm(tmp_path_factory.mktemp("fakebin"))
 
 
 def run_pod(container: dict, lws_env: dict[str, str], fake_bin: Path, tmp: Path) -> tuple[int, str, list[str] | None]:
