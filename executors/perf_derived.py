@@ -5,7 +5,9 @@ imbalance factors). Part of ``executors.perf_model``; the equations are ``docs/p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from statistics import NormalDist
+from typing import TypeVar
 
 from executors.perf_params import PerfParams
 from search_spaces import (
@@ -94,26 +96,31 @@ class _WorkloadDerived:
         self.cv_ctx_dec = math.sqrt(var_ctx) / self.ctx_dec
 
 
-_MODEL_CACHE: dict[int, _ModelDerived] = {}
-_WL_CACHE: dict[int, _WorkloadDerived] = {}
+_K = TypeVar("_K")
+_D = TypeVar("_D")
+_MODEL_CACHE: dict[int, tuple[ModelProfile, _ModelDerived]] = {}
+_WL_CACHE: dict[int, tuple[Workload, _WorkloadDerived]] = {}
+
+
+def _memo(cache: dict[int, tuple[_K, _D]], obj: _K, make: Callable[[_K], _D]) -> _D:
+    """``make(obj)`` computed once per object: keyed by id and checked by identity (an id is reused once its
+    object is gone); the cache is emptied when it passes 256 entries."""
+    hit = cache.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    if len(cache) > 256:
+        cache.clear()
+    derived = make(obj)
+    cache[id(obj)] = (obj, derived)
+    return derived
 
 
 def _md(m: ModelProfile) -> _ModelDerived:
-    d = _MODEL_CACHE.get(id(m))
-    if d is None or d.model is not m:
-        if len(_MODEL_CACHE) > 256:
-            _MODEL_CACHE.clear()
-        d = _MODEL_CACHE[id(m)] = _ModelDerived(m)
-    return d
+    return _memo(_MODEL_CACHE, m, _ModelDerived)
 
 
 def _wd(w: Workload) -> _WorkloadDerived:
-    d = _WL_CACHE.get(id(w))
-    if d is None or d.wl is not w:
-        if len(_WL_CACHE) > 256:
-            _WL_CACHE.clear()
-        d = _WL_CACHE[id(w)] = _WorkloadDerived(w)
-    return d
+    return _memo(_WL_CACHE, w, _WorkloadDerived)
 
 
 #: The low-latency all-to-all backends: one message per (token, expert) pair, FP8 dispatch, chunked calls.
