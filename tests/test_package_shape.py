@@ -61,3 +61,57 @@ def test_model_facade_is_thin_and_research_helpers_live_in_benchmarks():
 def test_no_test_named_product_modules():
     assert not (ROOT / "executors" / "test_model.py").exists()
     assert not (ROOT / "executors" / "reserved.py").exists()
+
+
+_SPLIT_PACKAGES = ("db", "executors")
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for pkg in _SPLIT_PACKAGES
+                                        for p in (ROOT / pkg).glob("*.py")))
+def test_modules_stay_readable(path):
+    """Issue #17: no module over ~400 lines (db/ and executors/ were split into parts named after what they hold)."""
+    assert len((ROOT / path).read_text().splitlines()) <= 420, f"{path}: split it, or list the exception in docs"
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """``_imports`` without the type-only ones (under ``if TYPE_CHECKING:``), which never run."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            node.body = []
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}  # ``from executors import procs``
+    return out
+
+
+@pytest.mark.parametrize("pkg", _SPLIT_PACKAGES)
+def test_no_import_cycle_inside_the_package(pkg):
+    """Modules import each other in one direction only (type-only imports aside); a public face re-exports parts."""
+    mods = {p.stem: _runtime_imports(p) for p in (ROOT / pkg).glob("*.py") if p.stem != "__init__"}
+    graph = {m: {i.split(".")[1] for i in imps if i.startswith(f"{pkg}.") and i.split(".")[1] in mods} - {m}
+             for m, imps in mods.items()}
+    done: set[str] = set()
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        assert m not in path, f"import cycle: {' -> '.join((*path, m))}"
+        if m not in done:
+            for n in graph[m]:
+                visit(n, (*path, m))
+            done.add(m)
+
+    for m in graph:
+        visit(m, ())
+
+
+@pytest.mark.parametrize("module", ["db", "db.queries", "db.engine", "executors.procs", "executors.bench"])
+def test_split_modules_keep_their_public_names(module):
+    import importlib
+
+    mod = importlib.import_module(module)
+    for name in mod.__all__:
+        assert getattr(mod, name) is not None, f"{module}.{name}"
