@@ -96,13 +96,13 @@ class _WorkloadDerived:
         self.cv_ctx_dec = math.sqrt(var_ctx) / self.ctx_dec
 
 
-_K = TypeVar("_K")
-_D = TypeVar("_D")
+_Obj = TypeVar("_Obj")
+_Out = TypeVar("_Out")
 _MODEL_CACHE: dict[int, tuple[ModelProfile, _ModelDerived]] = {}
 _WL_CACHE: dict[int, tuple[Workload, _WorkloadDerived]] = {}
 
 
-def _memo(cache: dict[int, tuple[_K, _D]], obj: _K, make: Callable[[_K], _D]) -> _D:
+def _memo(cache: dict[int, tuple[_Obj, _Out]], obj: _Obj, make: Callable[[_Obj], _Out]) -> _Out:
     """``make(obj)`` computed once per object: keyed by id and checked by identity (an id is reused once its
     object is gone); the cache is emptied when it passes 256 entries."""
     hit = cache.get(id(obj))

