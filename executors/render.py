@@ -19,7 +19,7 @@ from typing import Any
 from executors.platform import Platform
 from executors.topology import Instance, NodeShard, Topology
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
-from search_spaces.deployment import FlagValue, flags_of
+from search_spaces.deployment import FlagValue, flag_name, flags_of
 
 #: ``{flag: value}``, in the order the flags are written.
 Flags = dict[str, FlagValue]
@@ -89,7 +89,7 @@ def role_mapping(role: RoleConfig, *, log_balancedness: bool = False) -> Flags:
     (``workload.eplb_log_balancedness``, a diagnosis) adds ``"log_balancedness": true`` to ``--eplb-config``:
     EP rank 0 then logs each step's balancedness, which the executors read per level."""
     out = flags_of(role)
-    eplb_flag = type(role).model_fields["eplb"].json_schema_extra["vllm_flag"]  # type: ignore[index]
+    eplb_flag = flag_name(RoleConfig, "eplb")
     if log_balancedness and eplb_flag in out:
         out[eplb_flag] = {**out[eplb_flag], "log_balancedness": True}  # type: ignore[dict-item]
     return out

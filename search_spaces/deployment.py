@@ -29,6 +29,11 @@ def vllm_flag(flag: str, default: Any, *, omit_default: bool = False, requires: 
     return Field(default, json_schema_extra={k: v for k, v in extra.items() if v}, **kwargs)
 
 
+def flag_name(model: type[BaseModel], field: str) -> str:
+    """The ``vllm serve`` flag a field declares."""
+    return model.model_fields[field].json_schema_extra["vllm_flag"]  # type: ignore[index,return-value]
+
+
 def _path(model: BaseModel, dotted: str) -> Any:
     for name in dotted.split("."):
         model = getattr(model, name)

@@ -33,7 +33,7 @@ from advisor.job import TuningJob, job_from_dict
 from executors import Endpoint, place
 from executors.render import DEFAULT_DP_RPC_PORT, Flags, launch_plan, serve_flags
 from executors.simulated import default_params
-from search_spaces import DeploymentConfig, Role
+from search_spaces import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
 from search_spaces.deployment import flags_of
 from tests.test_exports_targets import run_pod, write_fake_vllm
 
@@ -249,6 +249,27 @@ def test_the_cases_cover_every_kind_of_flag() -> None:
     for flag in ("--eplb-config", "--enable-eplb", "--kv-transfer-config", "--speculative-config",
                  "--enable-expert-parallel", "--data-parallel-size", "--all2all-backend", "--max-num-seqs"):
         assert flag in written, flag
+
+
+def test_flags_are_written_only_when_they_say() -> None:
+    """``omit_default``, ``requires`` and JSON ``value`` as declared: a plain role writes only its batch sizes;
+    each knob switched on adds its flag with the value vLLM reads."""
+    plain = RoleConfig(role=Role.MIXED)
+    assert flags_of(plain) == {"--max-num-seqs": 256, "--max-num-batched-tokens": 8192}
+    assert flags_of(plain.model_copy(update={"all2all_backend": All2AllBackend.DEEPEP_LOW_LATENCY})) == \
+        flags_of(plain)  # the backend only with expert parallelism
+    ep = RoleConfig(role=Role.DECODE, data_parallel_size=4, enable_expert_parallel=True, enable_dbo=True,
+                    all2all_backend=All2AllBackend.DEEPEP_LOW_LATENCY,
+                    eplb=EPLBConfig(enabled=True, num_redundant_experts=8, window_size=10, step_interval=20))
+    assert flags_of(ep) == {
+        "--data-parallel-size": 4, "--enable-expert-parallel": True, "--max-num-seqs": 256,
+        "--max-num-batched-tokens": 8192, "--all2all-backend": "deepep_low_latency", "--enable-dbo": True,
+        "--enable-eplb": True,
+        "--eplb-config": {"window_size": 10, "step_interval": 20, "num_redundant_experts": 8}}
+    agg = DeploymentConfig(mode=Mode.AGGREGATED, decode=plain)
+    assert flags_of(agg) == {}
+    assert flags_of(agg.model_copy(update={"speculative_mtp_tokens": 3})) == {
+        "--speculative-config": {"method": "mtp", "num_speculative_tokens": 3}}
 
 
 def test_a_wrong_value_is_caught(fake_bin: Path, tmp_path: Path) -> None:
