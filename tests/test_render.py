@@ -300,7 +300,6 @@ def test_serve_args_parse_with_vllms_own_parser(name: str, platform_name: str) -
     parsed = 0
     for cfg in sample(name):
         topo = place(cfg, pre.cluster)
-        pd = cfg.mode is Mode.DISAGGREGATED
         for k, inst in enumerate(topo.instances):
             head = Endpoint(host=hosts[inst.head.node], port=8100 + k, dp_rpc_port=29600 + k, bind_host="0.0.0.0")
             for i, shard in enumerate(inst.shards):
