@@ -116,7 +116,7 @@ class ShellArith(str):
     """A flag value the pod's shell computes (``$((…))``): written unquoted, every other word is quoted."""
 
 
-def role_flags(job: TuningJob, cfg: DeploymentConfig, inst: Instance,
+def pod_flags(job: TuningJob, cfg: DeploymentConfig, inst: Instance,
                platform: Platform) -> tuple[Flags, Flags | None]:
     """(leader's, worker's or None) ``{flag: value}`` of one instance, as ``serve_flags`` builds them for its
     head shard and its second shard; the worker's start rank is the shell's ``LWS_WORKER_INDEX`` × ranks per
@@ -263,7 +263,7 @@ def leader_worker_set(job: TuningJob, cfg: DeploymentConfig, topo: Topology, rol
     slots = len(inst.head.gpus)
     rdma = job.cluster.rdma and inst.multi_node
     name = lws_name(prefix, role)
-    leader_flags, worker_flags = role_flags(job, cfg, inst, platform)
+    leader_flags, worker_flags = pod_flags(job, cfg, inst, platform)
     env = _env(platform, cfg, options.hf_token_secret)
     res = _resources(platform, slots, rdma)
     leader = _pod(prefix, role, shell_script(name, size, platform, model, leader_flags), image=options.image,
