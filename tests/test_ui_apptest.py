@@ -24,7 +24,7 @@ from advisor.job import TuningJob, job_from_dict
 from advisor.tune import tune
 from db import queries
 from search_spaces import Measurement, TrialState
-from ui import advice, common, data, jobs, plots
+from ui import advice, common, data, importance, jobs, plots, tables, trial_plots
 from ui.settings import settings
 
 APP = str(Path(__file__).resolve().parent.parent / "ui" / "app.py")
@@ -69,10 +69,60 @@ def add_baseline(database: db.Database, job: TuningJob, number: int) -> None:
                           violation=outcome.violation)
 
 
+ROUTED = "ui-at-routed"
+ROUTED_BASELINE = 0
+
+
+def _record(database: db.Database, job: TuningJob, number: int, cfg, proposer: str,  # noqa: ANN001 — a config
+            routing: str | None) -> None:
+    """One trial of ``cfg`` predicted by the simulated executor, each level stored with ``routing`` as the
+    real executors store what the servers routed with (``Measurement.expert_routing``)."""
+    from advisor.objectives import score
+    from executors import place
+    from executors.simulated import SimulatedExecutor, default_params
+
+    topo = place(cfg, job.cluster)
+    run = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)).evaluate(topo, job.workload)
+    levels = [m.model_copy(update={"expert_routing": routing}) for m in run.measurements]
+    outcome = score(job, levels)
+    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer=proposer)
+    database.finish_trial(tid, TrialState.COMPLETE, measurements=levels, objectives=outcome.as_dict(job),
+                          violation=outcome.violation)
+
+
+def _fill_routed(url: str) -> None:
+    """A study measured under simulated expert routing (``zipf 1.1`` stored with every level, as a real study
+    with ``workload.expert_routing: zipf 1.1`` stores it) whose SLO vLLM's defaults meet: its baseline trial
+    (proposer "baseline", as ``advisor.tune`` records it) and two searched deployments."""
+    import optuna
+
+    from advisor.baseline import baseline_config
+    from search_spaces import check
+
+    job = job_from_dict({"name": ROUTED, "preset": "h200-qwen3-235b", "objective": {"mode": "pareto"},
+                         "workload": {"expert_routing": "zipf 1.1", "load_levels": [32, 128]},
+                         "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 100000}]})
+    database = db.connect(url)
+    try:
+        database.upsert_study(ROUTED, job.to_document(), executor="local", hardware=job.cluster.describe())
+        base = baseline_config(job)
+        _record(database, job, ROUTED_BASELINE, base, "baseline", "zipf 1.1")
+        search = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+        number = ROUTED_BASELINE + 1
+        while number < 4:
+            cfg = job.space.suggest(search.ask())
+            if cfg.key() != base.key() and not check(cfg, job.model_profile(), job.cluster, job.workload.max_model_len):
+                _record(database, job, number, cfg, "sampler", "zipf 1.1")
+                number += 1
+    finally:
+        database.close()
+
+
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     u = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'advisor.db'}"
     _fill(u)
+    _fill_routed(u)
     return u
 
 
@@ -256,6 +306,40 @@ def test_recommendation_names_the_best_deployment_under_the_slos(env: Path, url:
         assert "No measured load level meets every SLO with P90 tok/s/user ≥ 30" in text
 
 
+def test_recommendation_states_its_gain_over_vllms_defaults(env: Path, url: str) -> None:
+    """A study whose baseline trial (vLLM's defaults) meets the SLOs: the page states the recommendation's gain
+    over it — best x / baseline x at their own operating points, as ``advice.recommend`` computes it."""
+    at = _run("views/study.py", study=ROUTED)
+    info = data.study(url, ROUTED)
+    x, y = info.x_metric, info.y_metric
+    levels = data.levels(url, ROUTED, info.stamp, x, y)
+    trials_df, _ = data.trials(url, ROUTED, info.stamp)
+    rec = advice.recommend(levels, trials_df, info.slos, x, y)
+    assert rec.baseline is not None and rec.baseline.trial == ROUTED_BASELINE and rec.gain is not None
+    base = max((lv for lv in levels.to_dict("records") if lv["trial"] == ROUTED_BASELINE and lv["meets_slo"]),
+               key=lambda lv: lv[x])
+    assert rec.gain == pytest.approx(rec.best.x / base[x])
+    text = _texts(at)
+    assert f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {ROUTED_BASELINE}: {rec.baseline.text()})" in text
+    assert "This study measured no baseline" not in text and "reach no load level" not in text
+
+
+def test_simulated_routing_is_shown_beside_the_numbers(env: Path, url: str) -> None:
+    """Levels stored with a simulated expert routing say so on the recommendation and on the trial page, as
+    `advisor best` does ("simulated routing: zipf 1.1 (N of N levels)"); a study of the real router does not."""
+    at = _run("views/study.py", study=ROUTED)
+    info = data.study(url, ROUTED)
+    n = len(data.levels(url, ROUTED, info.stamp, info.x_metric, info.y_metric))
+    assert n >= 8
+    assert any(c.value.startswith(f"simulated routing: zipf 1.1 ({n} of {n} levels)") for c in at.caption), _texts(at)
+    at = _run("views/trial.py", study=ROUTED, trial=str(ROUTED_BASELINE))
+    assert any(c.value.startswith("simulated routing: zipf 1.1 (2 of 2 levels)") for c in at.caption)
+    for page, query in (("views/study.py", {"study": STUDY}), ("views/trial.py", {"study": STUDY, "trial": "0"})):
+        assert not any("simulated routing" in c.value for c in _run(page, **query).caption)
+    assert advice.routing_lines(["zipf 1.1", "zipf 1.1", "real", None]) == ["simulated routing: zipf 1.1 (2 of 4 levels)"]
+    assert advice.routing_lines(["real", None]) == []
+
+
 def _levels(rows: list[tuple[int, int, float, float, bool, int, str]]):  # noqa: ANN202 — a DataFrame
     import pandas as pd
 
@@ -388,7 +472,7 @@ def test_too_few_trials_for_importance_is_said_not_raised(monkeypatch: pytest.Mo
 
 def test_importance_of_a_big_study_waits_for_its_toggle(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above ``IMPORTANCE_AT_ONCE_TRIALS`` the first paint leaves importance out; turning it on shows Optuna's."""
-    monkeypatch.setattr(data, "IMPORTANCE_AT_ONCE_TRIALS", 0)
+    monkeypatch.setattr(importance, "IMPORTANCE_AT_ONCE_TRIALS", 0)
     at = _run("views/study.py", study=STUDY, tab="Parameters")
     assert at.toggle(key="importance_on").value is False
     assert "Optuna's get_param_importances" not in _texts(at)
@@ -406,7 +490,7 @@ def test_importance_ranks_what_reaches_a_high_objective(env: Path, url: str) -> 
     import optuna
 
     info = data.study(url, STUDY)
-    imp = data.importance(url, info.optuna_study_name, -1)  # a bucket of its own: computed here
+    imp = importance.importance(url, info.optuna_study_name, -1)  # a bucket of its own: computed here
     stored = optuna.load_study(study_name=info.optuna_study_name, storage=db.normalize_url(url))
     measured = [t for t in stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
                 if t.user_attrs.get("advisor_executed") and t.user_attrs.get("advisor_state") == "complete"]
@@ -551,11 +635,11 @@ def test_settings_precedence_and_redaction(monkeypatch: pytest.MonkeyPatch) -> N
 def test_filter_trials_is_a_pure_function(env: Path, url: str) -> None:
     info = data.study(url, STUDY)
     df, _ = data.trials(url, STUDY, info.stamp)
-    assert len(data.filter_trials(df)) == len(df)
-    assert set(data.filter_trials(df, states=["invalid"])["state"]) <= {"invalid"}
-    gpus = data.filter_trials(df, gpus=(8, 8))
+    assert len(tables.filter_trials(df)) == len(df)
+    assert set(tables.filter_trials(df, states=["invalid"])["state"]) <= {"invalid"}
+    gpus = tables.filter_trials(df, gpus=(8, 8))
     assert set(gpus["gpus"]) <= {8}
-    assert data.filter_trials(df.iloc[0:0], text="x").empty
+    assert tables.filter_trials(df.iloc[0:0], text="x").empty
 
 
 def test_pareto_figure_holds_every_level_once(env: Path, url: str) -> None:
@@ -582,7 +666,7 @@ def test_topology_figure_draws_every_gpu_and_the_router() -> None:
                           {"name": "decode-0", "role": "decode", "gpus": 16,
                            "shards": [{"node": 0, "gpus": [4, 5, 6, 7], "start_rank": 0, "local_ranks": 4},
                                       {"node": 1, "gpus": list(range(8)), "start_rank": 4, "local_ranks": 8}]}]}
-    fig = plots.topology_figure(topo, "router (round_robin)")
+    fig = trial_plots.topology_figure(topo, "router (round_robin)")
     rects = [s for s in fig.layout.shapes if s.type == "rect"]
     assert len(rects) == 2 + 16 + 1  # nodes, GPUs, router
     hover = fig.data[0].hovertext
@@ -594,9 +678,9 @@ def test_topology_figure_draws_every_gpu_and_the_router() -> None:
 def test_imbalance_uses_measured_tokens_per_rank() -> None:
     m = Measurement(concurrency=8, source="measured", gpus=2, num_requests=8, completed=8,
                     raw={"metrics": {"mixed-0": {"role": "mixed", "tokens_per_rank": {"0": 100.0, "1": 300.0}}}})
-    fig = plots.imbalance_figure([m])
+    fig = trial_plots.imbalance_figure([m])
     assert fig is not None and list(fig.data[0].y) == [100.0, 300.0]
-    assert plots.imbalance_figure([Measurement(concurrency=8, source="measured", gpus=1, num_requests=1,
+    assert trial_plots.imbalance_figure([Measurement(concurrency=8, source="measured", gpus=1, num_requests=1,
                                                completed=1)]) is None
 
 

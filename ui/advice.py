@@ -14,11 +14,14 @@ deployment: a deployment measured at several levels, or repeated, counts once.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+
+from search_spaces.workload import routing_label
 
 #: Short names with units, for captions and table headers.
 SHORT = {
@@ -279,3 +282,13 @@ def level_marks(measurement: Any, slos: Sequence[Any]) -> dict[str, bool | None]
         v = getattr(measurement, s.metric, None)
         out[str(s)] = None if v is None else bool(s.met(measurement))
     return out
+
+
+def routing_lines(stored: Iterable[str | None]) -> list[str]:
+    """``simulated routing: zipf 1.1 (12 of 12 levels)`` for each simulated expert routing among the levels'
+    stored ``expert_routing`` values, as ``advisor best`` prints it; nothing for the real router, nor for levels
+    that recorded none (the performance model's, or stored before routing was recorded)."""
+    counts = Counter(None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in stored)
+    total = sum(counts.values())
+    return [f"{label} ({n} of {total} levels)" for value, n in counts.most_common()
+            if value is not None and (label := routing_label(value))]

@@ -11,13 +11,13 @@ A SQLite file that does not exist is reported as "no database yet" and is not cr
 
 from __future__ import annotations
 
+import json
 import re
-import warnings
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import optuna
 import pandas as pd
 import streamlit as st
 
@@ -25,7 +25,7 @@ import db
 from advisor import api
 from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict
-from advisor.study import redact_url, storage_for
+from advisor.study import redact_url
 from db import queries
 from ui import advice
 from search_spaces import HIGHER_IS_BETTER, SLO_METRICS
@@ -36,10 +36,6 @@ _REPEAT_RE = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
 TTL_S = 300
 #: Seconds the per-study summary (which carries the stamp) may be reused.
 STAMP_TTL_S = 2
-#: Fewer measured trials than this and parameter importance says so instead of guessing.
-MIN_IMPORTANCE_TRIALS = 4
-#: Up to this many complete trials the Study page shows parameter importance at once; above, on request.
-IMPORTANCE_AT_ONCE_TRIALS = 300
 #: The columns of a load level that the study page's tables and plots use, in display order.
 LEVEL_METRICS = [
     "throughput_per_gpu", "output_throughput_per_gpu", "request_throughput",
@@ -147,13 +143,21 @@ def database(url: str) -> db.Database:
 def clear() -> None:
     """Forget every cached read (the Refresh button)."""
     st.cache_data.clear()
+    _describe_text.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------- studies
 
 
 def _describe_job(doc: dict[str, Any]) -> dict[str, Any]:
-    """The job's headline facts; a job that no longer validates is shown from its raw document."""
+    """The job's headline facts; a job that no longer validates is shown from its raw document. Remembered by
+    the document's text: validating a job loads its preset (YAML), which every page paid per study per rerun."""
+    return dict(_describe_text(json.dumps(doc, sort_keys=True, default=str)))
+
+
+@lru_cache(maxsize=512)
+def _describe_text(text: str) -> dict[str, Any]:
+    doc = json.loads(text)
     out: dict[str, Any] = {"problem": None}
     job: TuningJob | None = None
     try:
@@ -278,7 +282,8 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     front ``queries.pareto_front`` (and ``advisor best``) returns, without reading the levels a second time.
     """
     slos = _slos(url, name)
-    metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos), "intervals"]))
+    metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos), "intervals",
+                                  "expert_routing"]))
     cols, rows = queries.level_table(database(url), name, metrics)
     meets = [r.completed > 0 and all(s.met(r) for s in slos) for r in rows]  # SLO.met reads the row's columns
     df = pd.DataFrame(rows, columns=cols).rename(columns={"config_text": "config", "trial_gpus": "gpus"})
@@ -394,91 +399,3 @@ def running(url: str, name: str, stamp: Stamp) -> pd.DataFrame:
              "worker": t.worker, "started": t.started_at, "heartbeat": t.heartbeat_at}
             for t in queries.list_trials(database(url), name, states=["running"])]
     return pd.DataFrame(rows, columns=["trial", "deployment", "worker", "started", "heartbeat"])
-
-
-# ---------------------------------------------------------------------------------------------- importance
-
-
-@dataclass(frozen=True)
-class Importance:
-    values: dict[str, float]
-    message: str = ""
-    trials_used: int = 0
-
-
-def importance_bucket(complete: int) -> int:
-    """Importance is recomputed when the complete trials grew by a tenth (every trial while there are few):
-    loading every trial from Optuna's storage takes seconds for thousands of trials."""
-    step = max(1, complete // 10)
-    return complete - complete % step
-
-
-def importance_at_once(complete: int) -> bool:
-    """Whether the Study page computes importance on its first paint, or only when the reader asks: loading
-    every trial from Optuna's storage costs about 2 s per 1,000 trials, more than the whole page may take."""
-    return complete <= IMPORTANCE_AT_ONCE_TRIALS
-
-
-def _measured(t: optuna.trial.FrozenTrial) -> bool:
-    """Measured by the tuner: not an invalid candidate told the worst value, not a repeat."""
-    return bool(t.user_attrs.get("advisor_executed")) and t.user_attrs.get("advisor_state") == "complete"
-
-
-@st.cache_data(ttl=TTL_S * 4, show_spinner=False)
-def importance(url: str, optuna_name: str, bucket: int, objective_index: int = 0) -> Importance:
-    """``optuna.importance.get_param_importances`` (PED-ANOVA) for one objective, on the study in the same storage.
-
-    Only trials that were measured (not invalid candidates told the worst value, not repeats) count, so the
-    answer is about what made deployments good, not about what made them break a rule: the others get a NaN
-    target, which the evaluator leaves out, so it runs on the stored study itself (no copy of thousands of
-    trials into a scratch study). PED-ANOVA ranks what reaches *low* targets, so a maximized objective is
-    negated. ``bucket`` (see ``importance_bucket``) only keys the cache.
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            stored = optuna.load_study(study_name=optuna_name, storage=storage_for(url))
-            complete = stored.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-            measured = [t for t in complete if _measured(t)]
-            if len(measured) < MIN_IMPORTANCE_TRIALS:
-                return Importance({}, f"parameter importance needs at least {MIN_IMPORTANCE_TRIALS} measured "
-                                      f"trials; this study has {len(measured)} so far", len(measured))
-            sign = -1.0 if stored.directions[objective_index] == optuna.study.StudyDirection.MAXIMIZE else 1.0
-            ids = {t.number for t in measured}
-
-            def target(t: optuna.trial.FrozenTrial) -> float:
-                return sign * t.values[objective_index] if t.number in ids else float("nan")
-
-            params = sorted({p for t in measured for p in t.distributions})
-            values = optuna.importance.get_param_importances(stored, params=params, target=target)
-    except KeyError:
-        return Importance({}, f"no Optuna study named {optuna_name!r} in this storage")
-    except (BadInput, ValueError, RuntimeError, ZeroDivisionError) as e:
-        return Importance({}, f"parameter importance is not available: {str(e).splitlines()[0]}")
-    return Importance({k: float(v) for k, v in values.items()}, "", len(measured))
-
-
-# ---------------------------------------------------------------------------------------------- table filters
-
-
-def filter_trials(df: pd.DataFrame, *, states: list[str] | None = None, text: str = "", feasible_only: bool = False,
-                  gpus: tuple[int, int] | None = None, sort: str = "trial", descending: bool = False) -> pd.DataFrame:
-    """The Study page's trial table after its filters: states, words in the deployment, SLO-feasible only,
-    a GPU range, then sorted (missing values last)."""
-    out = df
-    if out.empty:
-        return out
-    if states:
-        out = out[out["state"].isin(states)]
-    if text:
-        words = text.lower().split()
-        hay = (out["deployment"].fillna("") + " " + out["config"].fillna("")).str.lower()
-        for w in words:
-            out = out[hay.loc[out.index].str.contains(w, regex=False)]
-    if feasible_only:
-        out = out[(out["state"] == "complete") & out["feasible"]]
-    if gpus is not None and "gpus" in out:
-        out = out[out["gpus"].between(gpus[0], gpus[1])]
-    if sort in out.columns:
-        out = out.sort_values(sort, ascending=not descending, na_position="last", kind="stable")
-    return out

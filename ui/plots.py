@@ -3,7 +3,8 @@
 No Streamlit here, so every figure can be built (and its data checked) in a plain test. Figures that a test
 or a reader looks for carry ``layout.meta`` (``"pareto"``, ``"curves"``, ``"topology"`` …), and the traces of
 the Pareto plot say what they hold in their own ``meta`` (``"levels"``: every measured trial × load level,
-each exactly once; ``"pareto"``: the front, drawn again on top).
+each exactly once; ``"pareto"``: the front, drawn again on top). One trial's figures (its topology, levels,
+imbalance, timings) are in ``ui.trial_plots``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,6 @@ from ui import advice
 
 #: Above this many points scatter plots switch to WebGL (SVG gets slow to draw).
 WEBGL_POINTS = 2500
-ROLE_COLORS = {"prefill": "#4C78A8", "decode": "#F58518", "mixed": "#54A24B"}
-#: Alternating shades so that two neighbouring instances of one role stay apart.
-ROLE_SHADES = {"prefill": ["#4C78A8", "#9ECAE9"], "decode": ["#F58518", "#FFBF79"], "mixed": ["#54A24B", "#88D27A"]}
-IDLE = "#E6E6E6"
-ROUTER = "#B279A2"
 MEETS, MISSES, FRONT = "#1F77B4", "#BBBBBB", "#D62728"
 
 LABELS = {
@@ -250,193 +246,6 @@ def importance_figure(values: Mapping[str, float], top: int = 15) -> go.Figure:
                            marker={"color": MEETS}))
     fig.update_layout(meta="importance", xaxis_title="importance", height=max(240, 24 * len(items) + 80),
                       margin={"t": 20, "l": 10, "r": 20, "b": 40})
-    return fig
-
-
-# ---------------------------------------------------------------------------------------------- trial page
-
-
-def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -> go.Figure:
-    """Instances on nodes and GPUs (``Topology.to_dict()``): one box per node, one square per GPU coloured by
-    the role of the instance on it (prefill, decode, mixed; grey when idle), the router above, a line from it
-    to each instance's head rank, and dashed prefill → decode lines for the KV transfer."""
-    cluster = topology.get("cluster") or {}
-    nodes = int(cluster.get("nodes") or 1)
-    gpn = int(cluster.get("gpus_per_node") or 8)
-    gcols = gpn if gpn <= 8 else 8
-    grows = math.ceil(gpn / gcols)
-    cell, gap = 1.0, 0.2
-    node_w, node_h = gcols * (cell + gap) + gap, grows * (cell + gap) + gap + 0.7
-    per_row = max(1, min(nodes, 4 if gcols >= 8 else 6))
-    node_rows = math.ceil(nodes / per_row)
-    pad = 0.6
-
-    def node_origin(n: int) -> tuple[float, float]:
-        r, c = divmod(n, per_row)
-        return c * (node_w + pad), -(r * (node_h + pad))
-
-    def gpu_center(node: int, gpu: int) -> tuple[float, float]:
-        ox, oy = node_origin(node)
-        r, c = divmod(gpu, gcols)
-        return ox + gap + c * (cell + gap) + cell / 2, oy + node_h - 0.7 - gap - r * (cell + gap) - cell / 2
-
-    owner: dict[tuple[int, int], tuple[str, str, int]] = {}
-    heads: list[tuple[str, str, tuple[float, float]]] = []
-    for inst in topology.get("instances", []):
-        role, name = str(inst.get("role")), str(inst.get("name"))
-        for shard in inst.get("shards", []):
-            gpus = list(shard.get("gpus", []))
-            ranks = max(1, int(shard.get("local_ranks") or 1))
-            per_rank = max(1, len(gpus) // ranks)
-            for k, g in enumerate(gpus):
-                owner[(int(shard["node"]), int(g))] = (role, name, int(shard.get("start_rank", 0)) + k // per_rank)
-            if int(shard.get("start_rank", 0)) == 0 and gpus:
-                heads.append((role, name, gpu_center(int(shard["node"]), int(gpus[0]))))
-
-    shapes: list[dict[str, Any]] = []
-    annotations: list[dict[str, Any]] = []
-    hx: list[float] = []
-    hy: list[float] = []
-    htext: list[str] = []
-    lx: list[float] = []
-    ly: list[float] = []
-    ltext: list[str] = []
-    for n in range(nodes):
-        ox, oy = node_origin(n)
-        shapes.append({"type": "rect", "x0": ox, "y0": oy, "x1": ox + node_w, "y1": oy + node_h,
-                       "line": {"color": "#888"}, "fillcolor": "#FAFAFA", "layer": "below"})
-        annotations.append({"x": ox + 0.15, "y": oy + node_h - 0.35, "text": f"node {n}", "showarrow": False,
-                            "xanchor": "left", "font": {"size": 11}})
-        for g in range(gpn):
-            cx, cy = gpu_center(n, g)
-            role, name, rank = owner.get((n, g), ("idle", "", -1))
-            shades = ROLE_SHADES.get(role, [IDLE])
-            color = shades[_index(name) % len(shades)]
-            shapes.append({"type": "rect", "x0": cx - cell / 2, "y0": cy - cell / 2, "x1": cx + cell / 2,
-                           "y1": cy + cell / 2, "fillcolor": color, "line": {"color": "#444", "width": 1}})
-            hx.append(cx)
-            hy.append(cy)
-            htext.append(f"node {n} GPU {g}: " + (f"{name}, DP rank {rank}" if name else "idle"))
-            if name and gpn <= 16:
-                lx.append(cx)
-                ly.append(cy)
-                ltext.append(f"{name[0].upper()}{_index(name)}")
-    width = min(nodes, per_row) * (node_w + pad) - pad
-    top = node_h + 1.0
-    half = max(1.6, 0.09 * len(router_label) + 0.4)
-    rx0, rx1 = width / 2 - half, width / 2 + half
-    shapes.append({"type": "rect", "x0": rx0, "y0": top, "x1": rx1, "y1": top + 0.9, "fillcolor": ROUTER,
-                   "line": {"color": "#444"}})
-    annotations.append({"x": width / 2, "y": top + 0.45, "text": router_label, "showarrow": False,
-                        "font": {"color": "white", "size": 12}})
-    for role, _name, (cx, cy) in heads:
-        shapes.append({"type": "line", "x0": width / 2, "y0": top, "x1": cx, "y1": cy + cell / 2,
-                       "line": {"color": ROLE_COLORS.get(role, "#666"), "width": 1.5}, "layer": "below"})
-    prefill = [h for h in heads if h[0] == "prefill"]
-    decode = [h for h in heads if h[0] == "decode"]
-    for _, _, (px, py) in prefill[:8]:
-        for _, _, (dx, dy) in decode[:8]:
-            shapes.append({"type": "line", "x0": px, "y0": py, "x1": dx, "y1": dy,
-                           "line": {"color": "#999", "width": 1, "dash": "dot"}})
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=hx, y=hy, mode="markers", marker={"size": 14, "opacity": 0}, hovertext=htext,
-                             hoverinfo="text", showlegend=False))
-    if lx:
-        fig.add_trace(go.Scatter(x=lx, y=ly, mode="text", text=ltext, textfont={"size": 9}, hoverinfo="skip",
-                                 showlegend=False))
-    for name, color in (("prefill", ROLE_COLORS["prefill"]), ("decode", ROLE_COLORS["decode"]),
-                        ("mixed (prefill + decode)", ROLE_COLORS["mixed"]), ("idle GPU", IDLE), ("router", ROUTER)):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                                 marker={"size": 12, "color": color, "symbol": "square"}))
-    bottom = -(node_rows - 1) * (node_h + pad)
-    units_w, units_h = width + 0.6, top + 1.5 - bottom
-    fig.update_layout(
-        meta="topology", shapes=shapes, annotations=annotations,
-        height=int(min(900, max(220, 1000 * units_h / units_w)) + 60),
-        xaxis={"visible": False, "range": [-0.3, width + 0.3]},
-        yaxis={"visible": False, "range": [bottom - 0.3, top + 1.2], "scaleanchor": "x"},
-        margin={"t": 10, "l": 10, "r": 10, "b": 10}, legend={"orientation": "h", "y": -0.02},
-        plot_bgcolor="white",
-    )
-    return fig
-
-
-def _index(instance: str) -> int:
-    """``decode-3`` → 3 (0 when the name has no index)."""
-    tail = instance.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
-
-
-def levels_figure(measurements: Sequence[Any]) -> go.Figure:
-    """One trial's load levels: throughput per GPU (bars) and P90 tokens/s per user (line) by concurrency."""
-    conc = [str(m.concurrency) for m in measurements]
-    df = pd.DataFrame({"throughput_per_gpu": [m.throughput_per_gpu for m in measurements],
-                       "p90_tokens_per_s_per_user": [m.p90_tokens_per_s_per_user for m in measurements],
-                       "intervals": [m.intervals or {} for m in measurements]})
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=conc, y=df["throughput_per_gpu"], name=label("throughput_per_gpu"),
-                         marker={"color": MEETS}, error_y=error_bars(df, "throughput_per_gpu")))
-    fig.add_trace(go.Scatter(x=conc, y=df["p90_tokens_per_s_per_user"], yaxis="y2",
-                             mode="lines+markers", name=label("p90_tokens_per_s_per_user"), line={"color": FRONT},
-                             error_y=error_bars(df, "p90_tokens_per_s_per_user")))
-    fig.update_layout(meta="levels", xaxis={"title": "concurrency", "type": "category"},
-                      yaxis_title=label("throughput_per_gpu"),
-                      yaxis2={"title": label("p90_tokens_per_s_per_user"), "overlaying": "y", "side": "right"},
-                      height=340, margin={"t": 20, "l": 60, "r": 60, "b": 40}, legend={"orientation": "h", "y": -0.3})
-    return fig
-
-
-def timings_figure(timings: Mapping[str, float]) -> go.Figure:
-    """Where a trial's wall time went: deploy, warm-up, measure, teardown, as one stacked bar."""
-    fig = go.Figure()
-    for k, v in timings.items():
-        fig.add_trace(go.Bar(x=[v], y=["trial"], orientation="h", name=k.removesuffix("_s"),
-                             hovertemplate=f"{k.removesuffix('_s')}: %{{x:.1f}} s<extra></extra>"))
-    fig.update_layout(meta="timings", barmode="stack", height=160, xaxis_title="seconds",
-                      yaxis={"visible": False}, margin={"t": 10, "l": 10, "r": 10, "b": 40},
-                      legend={"orientation": "h", "y": -0.6})
-    return fig
-
-
-def rank_loads(measurements: Sequence[Any]) -> pd.DataFrame:
-    """Tokens per DP rank per instance per level, where the executor scraped them (``raw["metrics"]``)."""
-    rows = []
-    for m in measurements:
-        for inst, rec in ((m.raw or {}).get("metrics") or {}).items():
-            for rank, tokens in (rec.get("tokens_per_rank") or {}).items():
-                rows.append({"concurrency": m.concurrency, "instance": inst, "role": rec.get("role"),
-                             "rank": str(rank), "tokens": tokens})
-    return pd.DataFrame(rows, columns=["concurrency", "instance", "role", "rank", "tokens"])
-
-
-def imbalance_figure(measurements: Sequence[Any]) -> go.Figure | None:
-    """Per-rank load where measured (tokens per DP rank), else the imbalance factors per level
-    (``dp_imbalance`` = max/mean over ranks; the performance model's per-role factors); ``None`` if neither."""
-    loads = rank_loads(measurements)
-    fig = go.Figure()
-    if not loads.empty:
-        for (inst, conc), g in loads.groupby(["instance", "concurrency"]):
-            fig.add_trace(go.Bar(x=[f"{inst} r{r}" for r in g["rank"]], y=g["tokens"].tolist(),
-                                 name=f"{inst} @ c{conc}"))
-        fig.update_layout(meta="imbalance", barmode="group", yaxis_title="tokens per DP rank", height=320)
-        return fig
-    series: dict[str, list[float | None]] = {}
-    conc = [str(m.concurrency) for m in measurements]
-    for i, m in enumerate(measurements):
-        found = {"dp_imbalance (max/mean)": m.dp_imbalance}
-        found.update({k: v for k, v in (m.raw or {}).items()
-                      if isinstance(v, (int, float)) and k.endswith(("_dp_imbalance", "_expert_imbalance"))})
-        for k, v in found.items():
-            series.setdefault(k, [None] * len(measurements))[i] = v
-    series = {k: v for k, v in series.items() if any(x is not None for x in v)}
-    if not series:
-        return None
-    for k, v in series.items():
-        fig.add_trace(go.Bar(x=conc, y=v, name=k))
-    fig.add_hline(y=1.0, line={"dash": "dot", "color": "#555"}, annotation_text="balanced")
-    fig.update_layout(meta="imbalance", barmode="group", xaxis={"title": "concurrency", "type": "category"},
-                      yaxis_title="max / mean load",
-                      height=320, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.3})
     return fig
 
 

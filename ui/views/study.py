@@ -17,14 +17,13 @@ import time
 import pandas as pd
 import streamlit as st
 
-from ui import advice, common, data, downloads, jobs, plots
+from ui import advice, common, data, downloads, importance, jobs, plots, tables, trial_plots
 from ui.settings import settings
 
 started = time.monotonic()
 s = settings()
 infos = common.load_studies(s)
-picked = common.pick_study(infos)
-info = data.study(s.storage, picked.name) or picked
+info = common.pick_study(infos)  # the progress panel reads it afresh every few seconds
 url, name = s.storage, info.name
 st.session_state["study_stamp"] = info.stamp
 
@@ -42,6 +41,74 @@ levels = data.levels(url, name, info.stamp, x, y)
 trials_df, params_df = data.trials(url, name, info.stamp)
 
 
+# ---------------------------------------------------------------------------------------------- recommendation
+def point_line(p: advice.OperatingPoint) -> str:
+    gpus = f" on {p.gpus} GPUs" if p.gpus else ""
+    return f"trial {p.trial}{gpus}: {p.text()} — {p.deployment}"
+
+
+def topology(b: advice.OperatingPoint) -> None:
+    t = data.trial(url, name, b.trial, info.stamp)
+    if t is not None and t.topology:
+        policy = t.config.router_policy if t.config else "?"
+        st.plotly_chart(trial_plots.topology_figure(t.topology, "router"), key=K("rec_topology"),
+                        width="stretch", config={"staticPlot": True})  # a glance; the trial page has hovers
+        st.caption(f"Where each instance runs: prefill blue, decode orange, mixed green; lines from the router "
+                   f"({policy}).")
+
+
+def recommendation(rec: advice.Recommendation) -> None:
+    b = rec.best
+    st.markdown(f"#### Run trial {b.trial}: {b.deployment}")
+    total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
+    st.markdown(f"**{b.text()}** on **{b.gpus or '?'} GPUs**{total}", help=b.config)
+    st.markdown("\n".join(f"- {m.text()}" for m in rec.margins) or "- the study has no SLOs")
+    if rec.gain is not None and rec.baseline is not None:
+        st.markdown(f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {rec.baseline.trial}: "
+                    f"{rec.baseline.text()}).")
+    elif rec.baseline_note:
+        st.markdown(rec.baseline_note)
+    else:
+        st.caption("This study measured no baseline (vLLM's defaults), so no gain over it is stated.")
+    for line in advice.routing_lines(levels["expert_routing"] if "expert_routing" in levels else []):
+        st.caption(f"{line}: the servers picked experts through vLLM's routing simulator, so these numbers are "
+                   "timings under that routing (the outputs are not valid text).")
+    alts = [("Cheaper in GPUs", rec.cheaper), ("Faster per user", rec.faster)]
+    if rec.cheaper is not None and rec.cheaper == rec.faster:
+        alts = [("Cheaper in GPUs and faster per user", rec.cheaper)]
+    alts = [(k, p) for k, p in alts if p is not None]
+    if alts:
+        st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
+    st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front (the Pareto tab lists them).")
+    downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
+                                                                                 "json"), titles=True)
+    common.trial_link(name, b.trial, f"Open trial {b.trial}")
+
+
+# The recommendation comes before the live progress, and its topology before its words: the page's answer
+# is what a reader looks for first, and the browser starts on its first chart while the rest arrives.
+st.subheader("Recommendation")
+y_slo = next((sl for sl in info.slos if sl.metric == y), None)
+c_op, c_note = st.columns([1, 3])
+op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_value=0.0,
+                         value=float(y_slo.value) if y_slo is not None else None, step=5.0, key=K("op_y"),
+                         placeholder="the SLOs alone",
+                         help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
+rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None)
+if rec.best is None:
+    st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
+else:
+    left, right = st.columns([3, 2])
+    with right:
+        topology(rec.best)
+    with left:
+        recommendation(rec)
+c_note.caption(f"The deployment with the most {advice.short(x)} among measured levels that meet every SLO"
+               + (f" and give each user at least {advice.num(op_y)} {advice.short(y).split(' ', 1)[-1]}"
+                  if op_y else "") + " — what `advisor best` answers. Numbers are operating points: "
+               f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
+for line in data.verdict(url, name, info.stamp):
+    st.caption(line)
 
 
 # ---------------------------------------------------------------------------------------------- live progress
@@ -99,64 +166,8 @@ def progress() -> None:
             st.code(jobs.log_tail(log) or "(empty)", language="text")
 
 
+st.subheader("Progress")
 progress()
-
-
-# ---------------------------------------------------------------------------------------------- recommendation
-def point_line(p: advice.OperatingPoint) -> str:
-    gpus = f" on {p.gpus} GPUs" if p.gpus else ""
-    return f"trial {p.trial}{gpus}: {p.text()} — {p.deployment}"
-
-
-st.subheader("Recommendation")
-y_slo = next((sl for sl in info.slos if sl.metric == y), None)
-c_op, c_note = st.columns([1, 3])
-op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_value=0.0,
-                         value=float(y_slo.value) if y_slo is not None else None, step=5.0, key=K("op_y"),
-                         placeholder="the SLOs alone",
-                         help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
-c_note.caption(f"The deployment with the most {advice.short(x)} among measured levels that meet every SLO"
-               + (f" and give each user at least {advice.num(op_y)} {advice.short(y).split(' ', 1)[-1]}"
-                  if op_y else "") + " — what `advisor best` answers. Numbers are operating points: "
-               f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
-rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None)
-if rec.best is None:
-    st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
-else:
-    b = rec.best
-    left, right = st.columns([3, 2])
-    with left:
-        st.markdown(f"#### Run trial {b.trial}: {b.deployment}")
-        total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
-        st.markdown(f"**{b.text()}** on **{b.gpus or '?'} GPUs**{total}", help=b.config)
-        st.markdown("\n".join(f"- {m.text()}" for m in rec.margins) or "- the study has no SLOs")
-        if rec.gain is not None and rec.baseline is not None:
-            st.markdown(f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {rec.baseline.trial}: "
-                        f"{rec.baseline.text()}).")
-        elif rec.baseline_note:
-            st.markdown(rec.baseline_note)
-        else:
-            st.caption("This study measured no baseline (vLLM's defaults), so no gain over it is stated.")
-        alts = [("Cheaper in GPUs", rec.cheaper), ("Faster per user", rec.faster)]
-        if rec.cheaper is not None and rec.cheaper == rec.faster:
-            alts = [("Cheaper in GPUs and faster per user", rec.cheaper)]
-        alts = [(k, p) for k, p in alts if p is not None]
-        if alts:
-            st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
-        st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front (the Pareto tab lists them).")
-        downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
-                                                                                     "json"), titles=True)
-        common.trial_link(name, b.trial, f"Open trial {b.trial}")
-    with right:
-        t = data.trial(url, name, b.trial, info.stamp)
-        if t is not None and t.topology:
-            policy = t.config.router_policy if t.config else "?"
-            st.plotly_chart(plots.topology_figure(t.topology, "router"), key=K("rec_topology"),
-                            width="stretch", config={"staticPlot": True})  # a glance; the trial page has hovers
-            st.caption(f"Where each instance runs: prefill blue, decode orange, mixed green; lines from the router "
-                       f"({policy}).")
-for line in data.verdict(url, name, info.stamp):
-    st.caption(line)
 
 
 # ---------------------------------------------------------------------------------------------- the tabs' parts
@@ -249,15 +260,15 @@ def convergence() -> None:
 @st.fragment
 def parameters() -> None:
     """Importance and parallel coordinates. A fragment: turning importance on redraws this part only. For a big
-    study importance waits for that toggle (``data.importance_at_once``), so the page's first paint does not."""
+    study importance waits for that toggle (``importance.at_once``), so the page's first paint does not."""
     complete = info.count("complete")
-    show = st.toggle("Parameter importance", value=data.importance_at_once(complete), key="importance_on",
+    show = st.toggle("Parameter importance", value=importance.at_once(complete), key="importance_on",
                      help="Optuna's get_param_importances (PED-ANOVA) over the measured trials; it loads every "
                           "trial from Optuna's storage, about 2 s per 1,000 trials (then cached)")
-    imp = data.Importance({})
+    imp = importance.Importance({})
     if show:
-        imp = data.importance(url, info.optuna_study_name, data.importance_bucket(complete)) \
-            if info.optuna_study_name else data.Importance({}, "this study has no Optuna study in the storage")
+        imp = importance.importance(url, info.optuna_study_name, importance.bucket(complete)) \
+            if info.optuna_study_name else importance.Importance({}, "this study has no Optuna study in the storage")
     left, right = st.columns([1, 2])
     with left:
         st.markdown(f"**Parameter importance** for {advice.short(objective)}")
@@ -307,7 +318,7 @@ def trials_table() -> None:
         lo, hi = int(gpu_values.min()), int(gpu_values.max())
         picked_gpus = st.slider("GPUs", lo, hi, (lo, hi), key=K("trials_gpus"))
         gpus = None if picked_gpus == (lo, hi) else picked_gpus  # the full range keeps trials without a config
-    table = data.filter_trials(full, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
+    table = tables.filter_trials(full, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
                                sort=sort, descending=descending)
     simulated = info.executor == "simulated"
     timings = [c for c in ("deploy_s", "measure_s", "teardown_s")

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from advisor.exports import FORMATS
-from ui import advice, common, data, downloads, plots
+from ui import advice, common, data, downloads, trial_plots
 from ui.settings import settings
 
 #: Load-level metrics shown first in the measurements table.
@@ -87,13 +87,16 @@ with right:
         st.markdown("No measured level meets every SLO.")
     else:
         st.caption("No load level was measured.")
+    for line in advice.routing_lines(m.expert_routing for m in t.measurements):
+        st.caption(f"{line}: the servers picked experts through vLLM's routing simulator, so these numbers are "
+                   "timings under that routing (the outputs are not valid text).")
     with st.expander("Search parameters (as Optuna proposed them)"):
         st.json(t.params, expanded=True)
 
 st.subheader("Topology")
 if t.topology:
     policy = t.config.router_policy if t.config else "?"
-    st.plotly_chart(plots.topology_figure(t.topology, f"router ({policy})"), key="topology_chart", width="stretch")
+    st.plotly_chart(trial_plots.topology_figure(t.topology, f"router ({policy})"), key="topology_chart", width="stretch")
 else:
     st.info("Not placed on the cluster: " + ("the candidate broke a validity rule." if t.state.value == "invalid"
                                              else "no topology was recorded for this trial."))
@@ -122,7 +125,7 @@ else:
     c1, c2 = st.columns(2)
     c1.dataframe(table, width="stretch", key="levels_table")
     with c2:
-        st.plotly_chart(plots.levels_figure(levels), key="levels_chart", width="stretch")
+        st.plotly_chart(trial_plots.levels_figure(levels), key="levels_chart", width="stretch")
     st.caption("Each column is one load level (concurrency c); ✓/✗ rows say which SLO it meets; numbers in "
                "parentheses are bootstrap 95 % intervals over requests, where the benchmark measured them.")
     with st.expander("Every metric"):
@@ -132,7 +135,7 @@ else:
                      column_config={c: st.column_config.NumberColumn(advice.short(c), format="%,.2f")
                                     for c in floats})
     st.subheader("Per-rank imbalance")
-    imb = plots.imbalance_figure(levels)
+    imb = trial_plots.imbalance_figure(levels)
     if imb is None:
         st.caption("No per-rank load was measured for this trial.")
     else:
@@ -150,7 +153,7 @@ elif t.timings:
         col.metric(key.removesuffix("_s").replace("warmup", "warm-up"), f"{value:,.1f} s")
     cols[-1].metric("started", t.started_at.strftime("%H:%M:%S"), help=f"{t.started_at:%Y-%m-%d %H:%M:%S %Z}")
     if sum(t.timings.values()) >= 0.01:  # the simulated executor takes no time: nothing to draw
-        st.plotly_chart(plots.timings_figure(t.timings), key="timings_chart", width="stretch")
+        st.plotly_chart(trial_plots.timings_figure(t.timings), key="timings_chart", width="stretch")
 else:
     st.caption("No phase timings were recorded.")
 if t.log_tail:
