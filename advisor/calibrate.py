@@ -156,35 +156,69 @@ class Problem:
 
     def log_ratios(self, params: PerfParams) -> list[tuple[str, float]]:
         """(metric, log(predicted / measured)) for every measured value."""
+        return [r for i in range(len(self.samples)) for r in self.sample_log_ratios(i, params)]
+
+    def sample_log_ratios(self, i: int, params: PerfParams) -> list[tuple[str, float]]:
+        """``log_ratios`` of the i-th sample alone."""
+        topo, model, s = self.topos[i], self.models[i], self.samples[i]
         out: list[tuple[str, float]] = []
-        for topo, model, s in zip(self.topos, self.models, self.samples, strict=True):
-            # at the concurrencies measured (knee-search levels differ from trial to trial and from the job's
-            # fixed levels; a job may have none)
-            pred = {m.concurrency: m for m in predict(topo, model, s.job.workload, params, sorted(s.measured))}
-            for c, vals in s.measured.items():
-                pm = pred.get(c)
-                for k, v in vals.items():
-                    p = getattr(pm, k) if pm is not None else None
-                    # An unpredictable level counts as a 10x miss: the fit must not hide behind None.
-                    out.append((k, math.log(p / v) if p is not None and p > 0 else math.log(10.0)))
+        # at the concurrencies measured (knee-search levels differ from trial to trial and from the job's
+        # fixed levels; a job may have none)
+        pred = {m.concurrency: m for m in predict(topo, model, s.job.workload, params, sorted(s.measured))}
+        for c, vals in s.measured.items():
+            pm = pred.get(c)
+            for k, v in vals.items():
+                p = getattr(pm, k) if pm is not None else None
+                # An unpredictable level counts as a 10x miss: the fit must not hide behind None.
+                out.append((k, math.log(p / v) if p is not None and p > 0 else math.log(10.0)))
         return out
 
     def errors(self, params: PerfParams) -> Errors:
         return Errors.of(self.log_ratios(params), self.levels)
 
 
-def sensitive(problem: Problem, theta0: PerfParams, candidates: Sequence[str]) -> list[str]:
-    """The parameters that move some prediction of ``problem`` when nudged by 5% of their range."""
-    bounds = dict(zip(CALIBRATABLE, PerfParams.bounds(), strict=True))
-    base = np.array([lr for _, lr in problem.log_ratios(theta0)])
-    out = []
-    for n in candidates:
-        lo, hi = bounds[n]
-        x, step = getattr(theta0, n), 0.05 * (hi - lo)
-        probe = PerfParams.from_vector([x + step if x + step <= hi else x - step], base=theta0, names=[n])
-        if np.max(np.abs(np.array([lr for _, lr in problem.log_ratios(probe)]) - base)) >= MIN_SENSITIVITY:
-            out.append(n)
-    return out
+def _nudged(theta0: PerfParams, name: str) -> PerfParams:
+    """``theta0`` with ``name`` moved by 5% of its range (down when up would leave it)."""
+    lo, hi = dict(zip(CALIBRATABLE, PerfParams.bounds(), strict=True))[name]
+    x, step = getattr(theta0, name), 0.05 * (hi - lo)
+    return PerfParams.from_vector([x + step if x + step <= hi else x - step], base=theta0, names=[name])
+
+
+class SensitivityMemo:
+    """What each sample's log ratios do when one parameter of a fixed start is nudged, kept across calls.
+
+    The guide checks sensitivity after every trial, from the same start, on a window of samples it has mostly
+    checked before; with this memo only a new sample's nudged predictions are computed. The answer is the
+    same as without it: a parameter's largest change over the window is the largest of its per-sample ones."""
+
+    def __init__(self, theta0: PerfParams) -> None:
+        self.theta0 = theta0
+        self._per_sample: dict[int, tuple[Sample, dict[str, float]]] = {}
+
+    def changes(self, problem: Problem, i: int, names: Sequence[str]) -> dict[str, float]:
+        """Largest |Δ log ratio| of the i-th sample of ``problem`` for each nudged parameter of ``names``."""
+        s = problem.samples[i]
+        hit = self._per_sample.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = self._per_sample[id(s)] = (s, {})
+        known = hit[1]
+        missing = [n for n in names if n not in known]
+        if missing:
+            base = np.array([lr for _, lr in problem.sample_log_ratios(i, self.theta0)])
+            for n in missing:
+                nudged = np.array([lr for _, lr in problem.sample_log_ratios(i, _nudged(self.theta0, n))])
+                known[n] = float(np.max(np.abs(nudged - base)))
+        return {n: known[n] for n in names}
+
+
+def sensitive(problem: Problem, theta0: PerfParams, candidates: Sequence[str],
+              memo: SensitivityMemo | None = None) -> list[str]:
+    """The parameters that move some prediction of ``problem`` when nudged by 5% of their range (``memo``: the
+    per-sample answers of earlier calls from the same ``theta0``)."""
+    if memo is None or memo.theta0 is not theta0:
+        memo = SensitivityMemo(theta0)
+    per_sample = [memo.changes(problem, i, candidates) for i in range(len(problem.samples))]
+    return [n for n in candidates if max(ch[n] for ch in per_sample) >= MIN_SENSITIVITY]
 
 
 def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParams:
@@ -225,7 +259,8 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
     theta0 = start or default_params(gpus[0])
     candidates = list(names or CALIBRATABLE)
     every = Problem(samples)
-    fitted = sensitive(every, theta0, candidates)
+    memo = SensitivityMemo(theta0)  # every fold checks the same samples from the same start
+    fitted = sensitive(every, theta0, candidates, memo)
     params = fit(every, theta0, fitted)
     cal = Calibration(
         studies=sorted({s.study for s in samples}), gpu=gpus[0], params=params, fitted=fitted,
@@ -239,7 +274,7 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         ratios: list[tuple[str, float]] = []
         for i, test in enumerate(parts):
             train = Problem([s for j, part in enumerate(parts) if j != i for s in part])
-            p = fit(train, theta0, sensitive(train, theta0, candidates))
+            p = fit(train, theta0, sensitive(train, theta0, candidates, memo))
             ratios += Problem(test).log_ratios(p)
         cal.folds = len(parts)
         cal.after["held_out"] = Errors.of(ratios, every.levels)

@@ -39,7 +39,7 @@ from typing import Any
 
 import optuna
 
-from advisor.calibrate import Problem, Sample, fit, fitted_values, sensitive
+from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
@@ -81,6 +81,7 @@ class ModelGuide:
         self.model = job.model_profile()
         self.space = job.space
         self.samples: list[Sample] = []
+        self._sensitivity = SensitivityMemo(start)  # each refit computes only the new trial's nudges
         self.errors: list[float] = []  # |predicted / measured − 1| of the first objective, trial by trial
         self.plan = MeasurePlan(tuple(job.slos))
         self.rng = random.Random(job.sampler.seed)
@@ -189,7 +190,8 @@ class ModelGuide:
         if not self.samples:
             return
         problem = Problem(self.samples[-MAX_FIT_TRIALS:])
-        self.params = fit(problem, self.start, sensitive(problem, self.start, list(CALIBRATABLE)))
+        self.params = fit(problem, self.start,
+                          sensitive(problem, self.start, list(CALIBRATABLE), self._sensitivity))
 
     # ---------------------------------------------------------------------------------------- ranking
     def _outcome(self, cfg: DeploymentConfig) -> Outcome:
