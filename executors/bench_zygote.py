@@ -125,10 +125,12 @@ class Zygote:
 
 def _preload() -> None:
     """What ``vllm bench serve`` imports, imported once here (fork shares it with every level)."""
+    import importlib
+
     from executors import vllm_cli
 
     vllm_cli.install_version_shim()
-    import vllm.entrypoints.cli.benchmark.serve  # noqa: F401  (torch, transformers, the datasets)
+    importlib.import_module("vllm.entrypoints.cli.benchmark.serve")  # torch, transformers, the datasets
 
 
 def _child(req: dict[str, object]) -> int:
