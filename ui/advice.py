@@ -284,6 +284,11 @@ def level_marks(measurement: Any, slos: Sequence[Any]) -> dict[str, bool | None]
     return out
 
 
+#: What a simulated routing means for the numbers beside it.
+ROUTING_NOTE = ("the servers picked experts through vLLM's routing simulator, so these numbers are timings under "
+                "that routing (the outputs are not valid text)")
+
+
 def routing_lines(stored: Iterable[str | None]) -> list[str]:
     """``simulated routing: zipf 1.1 (12 of 12 levels)`` for each simulated expert routing among the levels'
     stored ``expert_routing`` values, as ``advisor best`` prints it; nothing for the real router, nor for levels

@@ -71,8 +71,7 @@ def recommendation(rec: advice.Recommendation) -> None:
     else:
         st.caption("This study measured no baseline (vLLM's defaults), so no gain over it is stated.")
     for line in advice.routing_lines(levels["expert_routing"] if "expert_routing" in levels else []):
-        st.caption(f"{line}: the servers picked experts through vLLM's routing simulator, so these numbers are "
-                   "timings under that routing (the outputs are not valid text).")
+        st.caption(f"{line}: {advice.ROUTING_NOTE}")
     alts = [("Cheaper in GPUs", rec.cheaper), ("Faster per user", rec.faster)]
     if rec.cheaper is not None and rec.cheaper == rec.faster:
         alts = [("Cheaper in GPUs and faster per user", rec.cheaper)]

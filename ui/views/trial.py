@@ -88,8 +88,7 @@ with right:
     else:
         st.caption("No load level was measured.")
     for line in advice.routing_lines(m.expert_routing for m in t.measurements):
-        st.caption(f"{line}: the servers picked experts through vLLM's routing simulator, so these numbers are "
-                   "timings under that routing (the outputs are not valid text).")
+        st.caption(f"{line}: {advice.ROUTING_NOTE}")
     with st.expander("Search parameters (as Optuna proposed them)"):
         st.json(t.params, expanded=True)
 
