@@ -135,7 +135,7 @@ def cleanup(url: str, study: str, *, stale_after_s: float, ray_address: str | No
     start with ``node <IP>: ``. Needs the Ray cluster (``ray_address``, else the one each trial recorded) to
     reach the processes of other nodes.
     """
-    from advisor.tune import close_interrupted
+    from advisor.recovery import close_interrupted
 
     database = _open(url)
     try:

@@ -4,13 +4,9 @@
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
-import json
 import os
 import sys
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -18,14 +14,15 @@ from typing import Annotated, Any, TypeVar
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error, read_yaml_file
+from advisor.cli_output import console, err, print_rows, routing_lines
+from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, SpaceReport, TuningJob, load_job, require_valid_candidates
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job
+from advisor.space_report import SpaceReport, require_valid_candidates
 from advisor.study import redact_url
 from executors import Executor
 from search_spaces import TrialState
@@ -34,8 +31,6 @@ from search_spaces.workload import routing_label
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
 #: Tables stay readable when piped: Rich would otherwise fold every column to fit 80 characters.
-console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
-err = Console(stderr=True)
 F = TypeVar("F", bound=Callable[..., Any])
 #: ``advisor tune`` stopped because the environment kept failing (not bad input: 2 is for that).
 EXIT_ENVIRONMENT = 3
@@ -60,33 +55,6 @@ def friendly(fn: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
-
-
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.1f}" if abs(v) >= 10 else f"{v:.2f}"
-    return str(v)
-
-
-def _print_rows(title: str, columns: list[str], rows: list[list[Any]], fmt: str = "table") -> None:
-    if fmt == "json":
-        sys.stdout.write(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], indent=2, default=str) + "\n")
-        return
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(columns)
-        w.writerows(rows)
-        sys.stdout.write(buf.getvalue())
-        return
-    t = Table(title=title, title_justify="left")
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*(_fmt(v) for v in r))
-    console.print(t)
 
 
 # ----------------------------------------------------------------------------------------------- jobs
@@ -230,7 +198,7 @@ def studies(storage: StorageOpt = None,
     """Every study in the database with its progress and best result."""
     url = _storage(storage)
     cols, rows = api.query(url, "studies", []) if fmt != "table" else api.studies_table(url)
-    _print_rows(f"studies in {redact_url(_storage(storage))}", cols, rows, fmt)
+    print_rows(f"studies in {redact_url(_storage(storage))}", cols, rows, fmt)
 
 
 @app.command()
@@ -244,9 +212,9 @@ def trials(study: str, storage: StorageOpt = None,
         cols, rows = api.trials_table(url, study, state)
     else:
         cols, rows = api.query(url, "trials", [study, *([f"states={state}"] if state else [])])
-    _print_rows(f"trials of {study}", cols, rows, fmt)
+    print_rows(f"trials of {study}", cols, rows, fmt)
     if fmt == "table":
-        for line in _routing_lines(url, study):
+        for line in routing_lines(url, study):
             console.print(line, markup=False, highlight=False)
     if fmt == "table" and (text := api.model_error_text(url, study)):
         console.print(text)
@@ -258,31 +226,13 @@ def _best(study: str, url: str, top: int) -> None:
     if not report.rows:
         console.print(report.empty_reason)
         return
-    _print_rows("", report.columns, report.rows)
+    print_rows("", report.columns, report.rows)
     if report.best_text:
         console.print(f"[green]best:[/] {report.best_text}")
-    for line in _routing_lines(url, study):
+    for line in routing_lines(url, study):
         console.print(line, markup=False, highlight=False)
     for line in report.notes:
         console.print(line)
-
-
-def _routing_lines(url: str, study: str) -> list[str]:
-    """"simulated routing: zipf 1.1 (12 of 12 levels)" for each simulated expert routing the study's levels were
-    measured with (none for the real router, nor for levels without one: the performance model's, or stored
-    before routing was recorded)."""
-    import db
-    from db import queries
-
-    database = db.connect(url)
-    try:
-        _, rows = queries.level_table(database, study, ["expert_routing"])
-    finally:
-        database.close()
-    stored = Counter(r.expert_routing for r in rows)
-    total = sum(stored.values())
-    return [f"{label} ({n} of {total} levels)" for value, n in stored.most_common()
-            if (label := routing_label(value))]
 
 
 @app.command()
@@ -343,8 +293,8 @@ def calibrate(
              *(f"{x:.1%}" if x is not None else None for x in errs[part].row())]
             for part in ("in_sample", "held_out") if part in cal.after
             for when, errs in (("default", cal.before), ("calibrated", cal.after))]
-    _print_rows("", ["levels", "n", "all", *METRICS], rows)
-    _print_rows("", ["parameter", "default", "fitted"],
+    print_rows("", ["levels", "n", "all", *METRICS], rows)
+    print_rows("", ["parameter", "default", "fitted"],
                 [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")
 
@@ -383,10 +333,10 @@ def query(
 ) -> None:
     """Run a named query on the results database (named queries only, never raw SQL)."""
     if name == "list":
-        _print_rows("named queries", ["name", "arguments", "help"], api.query_catalog())
+        print_rows("named queries", ["name", "arguments", "help"], api.query_catalog())
         return
     cols, rows = api.query(_storage(storage), name, args or [])
-    _print_rows(name, cols, rows, fmt)
+    print_rows(name, cols, rows, fmt)
 
 
 @app.command()
@@ -403,13 +353,13 @@ def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A Deploy
         raise BadInput(describe_validation_error(e, str(config))) from None
     text, cols, rows = api.simulate(job, cfg)
     console.print(text)
-    _print_rows("predicted", cols, rows)
+    print_rows("predicted", cols, rows)
 
 
 @app.command()
 def presets() -> None:
     """The search-space presets shipped with the project."""
-    _print_rows("presets", ["name", "description"], api.preset_rows())
+    print_rows("presets", ["name", "description"], api.preset_rows())
 
 
 @app.command()
@@ -422,69 +372,8 @@ def dashboard(
                                                     help="Let the dashboard start studies (read-only without).")] = False,
 ) -> None:
     """Serve the Streamlit dashboard (ui/) on HOST:PORT until Ctrl-C; read-only unless --allow-new-studies."""
-    import importlib.util
-    import signal
-    import socket
-    import subprocess
-
-    import db
-
-    url = _storage(storage)
-    try:
-        db.normalize_url(url)
-    except ValueError as e:
-        raise BadInput(f"--storage: {e}") from None
-    spec = importlib.util.find_spec("ui")
-    if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("streamlit") is None:
-        raise BadInput("the dashboard is not installed (package ui and streamlit); run: pip install -e .")
-    app_py = Path(next(iter(spec.submodule_search_locations))) / "app.py"
-    try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
-            s.bind((host, port))
-    except OSError as e:
-        raise BadInput(f"--port: cannot listen on {host}:{port} ({e.strerror or e}); pick another --port") from None
-    argv = [sys.executable, "-m", "streamlit", "run", str(app_py), "--server.address", host,
-            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-            "--server.fileWatcherType", "none", "--", *(["--allow-new-studies"] if allow_new_studies else [])]
-    # The URL travels in the environment, not on the command line, where `ps` would show a password.
-    env = {**os.environ, "ADVISOR_STORAGE": url}
-    env.pop("ADVISOR_ALLOW_NEW_STUDIES", None)  # only the flag decides
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-    shown = f"[{host}]" if ":" in host else host
-    console.print(f"dashboard on http://{shown}:{port} — storage {redact_url(url)}, "
-                  f"{'may start studies' if allow_new_studies else 'read-only'}; process group {proc.pid}; "
-                  "Ctrl-C stops it", highlight=False, soft_wrap=True)
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"warning: listening on {host}: other machines can reach the dashboard", highlight=False,
-                  soft_wrap=True)
-
-    def on_term(_sig: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    # Ctrl-C stops it even when started from a script's background job, which inherits SIGINT ignored.
-    previous = signal.signal(signal.SIGTERM, on_term), signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt:
-        for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=grace)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        console.print("dashboard stopped")
-        return
-    finally:
-        signal.signal(signal.SIGTERM, previous[0])
-        signal.signal(signal.SIGINT, previous[1])
-    if rc != 0:
-        raise BadInput(f"the dashboard (streamlit) exited with code {rc}")
-
+    serve_dashboard(_storage(storage), port=port, host=host, allow_new_studies=allow_new_studies,
+                    console=console, err=err)
 
 def main() -> None:
     """The console script: Click's usage errors also become one line and exit 2."""

@@ -2,7 +2,8 @@
 
 Kept short on purpose; what a trial's outcome means for Optuna is in ``objectives``, what is stored is
 in ``db``, and how a deployment runs is the executor's business. Nothing a trial does can stop the loop:
-a failure is a recorded state, not an exception.
+a failure is a recorded state, not an exception. Recording and telling are ``advisor.trial_record``;
+heartbeats and closing what a dead tuner left are ``advisor.recovery``; the shuffled grid is ``advisor.grid``.
 """
 
 from __future__ import annotations
@@ -11,10 +12,8 @@ import logging
 import os
 import random
 import socket
-import threading
 import time
-from datetime import UTC, datetime
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,30 +27,22 @@ from advisor.guide import (
     DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide, study_turns,
 )
 from advisor.job import SamplerKind, TuningJob
-from advisor.objectives import INFEASIBLE, Outcome, objective_names, score, worst
+from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study, redact_url
 from executors import Executor, FailureKind, RunResult, place
-from executors.cleanup import cleanup_resources
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
 from search_spaces.valid_space import ValidSpace, params_key
 from advisor.valid_sampler import taken_keys
+from advisor.grid import grid_points
+from advisor.recovery import Heartbeat, close_stale
+from advisor.trial_record import (
+    CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
+    extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again,
+)
 
-CONFIG_KEY_ATTR = "advisor_config_key"
-#: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
-_CONSTRAINT_KEY = "constraints:slo"
-STATE_ATTR = "advisor_state"
-#: "baseline" or "repeat": a measured trial outside the search (not counted in ``budget.trials``).
-EXTRA_ATTR = "advisor_extra"
-REPEAT_OF_ATTR = "advisor_repeat_of"
-#: Set on a trial whose first attempt failed for the environment: that attempt's reason.
-ENVIRONMENT_RETRY_ATTR = "advisor_environment_retry"
-#: "environment" on a trial told FAIL because the cluster failed it twice (its configuration is unjudged).
-FAILURE_ATTR = "advisor_failure"
-HEARTBEAT_S = 10.0
-STALE_AFTER_S = 60.0
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
 #: TIME_WAIT or a placement group being removed to clear, short against a deploy.
 ENVIRONMENT_RETRY_PAUSE_S = 5.0
@@ -104,58 +95,6 @@ class TuneSummary:
     reports: list[TrialReport] = field(default_factory=list)
 
 
-def _grid_held(study: optuna.Study) -> set[str]:
-    """Grid points the study holds (asked, enqueued or told), except those told FAIL: a configuration's own
-    failure is told COMPLETE-infeasible, so FAIL means it was never judged (the environment failed it, or its
-    tuner was interrupted) and the grid measures it again."""
-    return {params_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
-            if t.state is not optuna.trial.TrialState.FAIL}
-
-
-def _grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]:
-    """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline), minus those the study
-    already holds — so a continued grid study picks up where it stopped. After a pass, points the environment
-    failed come round again (the loop's stop on repeated environment failures bounds this)."""
-    valid = job.valid_space()
-    if valid is not None:
-        pts = list(valid.iter_valid())
-    else:
-        model, wl = job.model_profile(), job.workload
-        pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
-    random.Random(job.sampler.seed).shuffle(pts)
-    while True:
-        held = _grid_held(study)
-        todo = [p for p in pts if params_key(p) not in held]
-        if not todo:
-            return
-        for p in todo:
-            if params_key(p) not in _grid_held(study):  # another worker may have taken it meanwhile
-                yield p
-
-
-class _Heartbeat:
-    """Keeps a running trial's heartbeat fresh so another worker can tell it from a dead one."""
-
-    def __init__(self, database: db.Database, trial_id: int) -> None:
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, args=(database, trial_id), daemon=True)
-
-    def _run(self, database: db.Database, trial_id: int) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            try:
-                database.heartbeat(trial_id)
-            except Exception:  # noqa: BLE001 — a missed beat is not worth a trial
-                pass
-
-    def __enter__(self) -> _Heartbeat:
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._t.join(timeout=5)
-
-
 def tune(
     job: TuningJob,
     *,
@@ -184,7 +123,7 @@ def tune(
             name, job.to_document(), description=job.description, executor=executor.kind,
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
-        summary.interrupted_found = _close_stale(job, database, study, name,
+        summary.interrupted_found = close_stale(job, database, study, name,
                                                  ray_address or job.executor.ray_address)
         ctx = _Context(job, study, database, executor, name, summary, on_trial, _resume_guide(job, study, database, name))
         real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
@@ -251,7 +190,7 @@ def _loop(ctx: _Context, budget: int) -> None:
         if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
     }
     told_again: set[str] = set()  # measured configurations proposed again and told once with their values
-    grid = _grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
+    grid = grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
     guide = ctx.guide
     turn: bool | None = False
     valid = job.valid_space() if grid is None else None
@@ -285,7 +224,7 @@ def _loop(ctx: _Context, budget: int) -> None:
                 return
             if guide is not None:  # turns are the study's, not this worker's (several workers share a study)
                 guide.turns = study_turns(trials)
-            turn = enqueue_turn(guide, study, executed, lambda: _taken(guide, study), _best_value(trials))
+            turn = enqueue_turn(guide, study, executed, lambda: _taken(guide, study), best_value(trials))
             if not turn and stale >= STALE_PROPOSALS:
                 if not _enqueue_progress(ctx, valid, taken, rng):
                     summary.stopped_because = ("space exhausted: no unmeasured valid candidate in "
@@ -306,7 +245,7 @@ def _loop(ctx: _Context, budget: int) -> None:
             reason = "; ".join(map(str, violations))
             database.record_invalid(name, trial.number, params=trial.params, config=cfg, reason=reason,
                                     proposer=proposer)
-            _tell(study, trial, cfg, worst(job), TrialState.INVALID)
+            tell(study, trial, cfg, worst(job), TrialState.INVALID)
             summary.invalid += 1
             stale += 1
             _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
@@ -315,16 +254,16 @@ def _loop(ctx: _Context, budget: int) -> None:
         key = cfg.key()
         if key in seen:
             prev = seen[key]
-            outcome = Outcome(list(prev.values), _constraint(prev), None)
+            outcome = Outcome(list(prev.values), constraint_of(prev), None)
             reason = f"same configuration as trial {prev.number}; its measurements stand"
             tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
                                        worker=ctx.worker, proposer=proposer)
             database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
                                   violation=outcome.violation, reason=reason)
             if key in told_again:  # told once already: the sampler must not learn the same point twice more
-                _tell_repeat_again(study, trial, cfg)
+                tell_repeat_again(study, trial, cfg)
             else:
-                _tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+                tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
                 told_again.add(key)
             summary.repeats += 1
             stale += 1
@@ -336,7 +275,7 @@ def _loop(ctx: _Context, budget: int) -> None:
             environment_failures += 1
             summary.environment_failed += 1
             if environment_failures >= ENVIRONMENT_FAILURES_TO_STOP:
-                summary.stopped_because = f"the environment keeps failing: {_one_line(run.reason)} " \
+                summary.stopped_because = f"the environment keeps failing: {one_line(run.reason)} " \
                     f"({environment_failures} trials in a row, each retried once; fix the cluster, then run the " \
                     "same command again)"
                 summary.environment_broken = True
@@ -346,7 +285,7 @@ def _loop(ctx: _Context, budget: int) -> None:
         stale = 0
         summary.executed += 1
         if state is TrialState.COMPLETE:
-            seen[key] = _frozen(study, trial.number)
+            seen[key] = frozen_trial(study, trial.number)
             consecutive_failures = 0
         else:
             summary.failed += 1
@@ -379,16 +318,6 @@ def _enqueue_progress(ctx: _Context, valid: ValidSpace | None, taken: set[str], 
         return False
     ctx.study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "progress"})
     return True
-
-
-def _tell_repeat_again(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig) -> None:
-    """A measured configuration proposed a third time or more: told FAIL (ignored by the samplers), marked as
-    a repeat; its measurements stand in the first trial that ran it."""
-    trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
-    trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
-    trial.set_user_attr(FAILURE_ATTR, "repeat")
-    trial.set_user_attr("advisor_executed", False)
-    study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:
@@ -432,14 +361,14 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                                      on_started=lambda res, tid=tid: database.record_resources(tid, res))
 
     try:
-        with _Heartbeat(database, tid):
+        with Heartbeat(database, tid):
             run = evaluate()
             if run.failure is FailureKind.ENVIRONMENT:
                 first = run
-                trial.set_user_attr(ENVIRONMENT_RETRY_ATTR, _one_line(run.reason))
+                trial.set_user_attr(ENVIRONMENT_RETRY_ATTR, one_line(run.reason))
                 _notify(ctx, TrialReport(
                     trial.number, TrialState.RUNNING, cfg, None, run.reason,
-                    note=f"trial {trial.number}: environment failure ({_one_line(run.reason)}): retrying on a fresh "
+                    note=f"trial {trial.number}: environment failure ({one_line(run.reason)}): retrying on a fresh "
                          f"placement in {ENVIRONMENT_RETRY_PAUSE_S:g} s"))
                 time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
                 run = evaluate()
@@ -448,14 +377,14 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
         raise
-    state, outcome = _record(job, database, tid, run, first)
+    state, outcome = record(job, database, tid, run, first)
     note = None
     if _is_environment_failure(state, run):
-        _tell_environment_failure(ctx.study, trial)
-        note = (f"trial {trial.number}: environment failure again ({_one_line(run.reason)}): recorded as "
+        tell_environment_failure(ctx.study, trial)
+        note = (f"trial {trial.number}: environment failure again ({one_line(run.reason)}): recorded as "
                 "failed: environment; its configuration is not judged and the budget does not count it")
     else:
-        _tell(ctx.study, trial, cfg, outcome, state)
+        tell(ctx.study, trial, cfg, outcome, state)
     if ctx.guide is not None and state is TrialState.COMPLETE:
         if predicted and outcome.feasible:
             ctx.guide.judge(predicted, outcome.as_dict(job))
@@ -470,12 +399,6 @@ def _is_environment_failure(state: TrialState, run: RunResult) -> bool:
     return state is TrialState.FAILED and run.failure is FailureKind.ENVIRONMENT
 
 
-def _one_line(text: str | None, limit: int = 300) -> str:
-    """An executor's reason as a progress line can show it (reasons may carry a traceback's lines)."""
-    line = " ".join((text or "no reason given").split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
 def _notify(ctx: _Context, r: TrialReport) -> None:
     """Show a report now without counting it among the trials' results (the trial is still running)."""
     log.info("%s", r.note)
@@ -483,14 +406,9 @@ def _notify(ctx: _Context, r: TrialReport) -> None:
         ctx.on_trial(r)
 
 
-def _extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(EXTRA_ATTR) == kind
-            and t.state is optuna.trial.TrialState.COMPLETE]
-
-
 def _baseline(ctx: _Context) -> None:
     """Measure vLLM's defaults on the deployment a user would start with, once per study, before the search."""
-    if _extras(ctx.study, "baseline"):
+    if extras(ctx.study, "baseline"):
         return
     cfg = baseline_config(ctx.job)
     if cfg is None:
@@ -504,12 +422,12 @@ def _repeats(ctx: _Context) -> None:
     """Deploy the best ``budget.repeat_top`` deployments and the baseline again (fresh deploys, fresh prompts):
     ``advisor best`` reports the run-to-run spread from these. Each is repeated once per study."""
     study, job = ctx.study, ctx.job
-    done = {t.user_attrs.get(REPEAT_OF_ATTR) for t in _extras(study, "repeat")}
+    done = {t.user_attrs.get(REPEAT_OF_ATTR) for t in extras(study, "repeat")}
     search = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
               if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR)
-              and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value and _constraint(t) <= 0]
+              and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value and constraint_of(t) <= 0]
     top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
-    todo = [t for t in [*top, *_extras(study, "baseline")] if t.number not in done]
+    todo = [t for t in [*top, *extras(study, "baseline")] if t.number not in done]
     for original in todo:
         if ctx.out_of_time():  # a later run repeats what is left
             ctx.summary.stopped_because = f"budget reached; wall time of {job.budget.wall_time_s:g} s reached " \
@@ -528,13 +446,6 @@ def _repeats(ctx: _Context) -> None:
         knee = knee_of(list(row.measurements))  # the repeat starts where the first run found the knee
         _run_trial(ctx, trial, cfg, "repeat", extra="repeat", repeat_of=original.number,
                    start=knee.load if knee is not None else None)
-
-
-def _best_value(trials: list[optuna.trial.FrozenTrial]) -> float | None:
-    """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
-    vals = [t.values[0] for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("advisor_executed") and t.values and _constraint(t) <= 0]
-    return max(vals) if vals else None
 
 
 def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
@@ -571,151 +482,11 @@ def _taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
     return taken
 
 
-def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
-    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
-
-
-def _constraint(t: optuna.trial.FrozenTrial) -> float:
-    return max((v for k, v in t.system_attrs.items() if k.startswith("constraints")), default=0.0)
-
-
-def _record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
-            first: RunResult | None = None) -> tuple[TrialState, Outcome]:
-    """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
-    in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
-    timings = {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
-    retry = f"the first attempt failed for the environment ({_one_line(first.reason)})" if first else None
-    if run.ok and run.measurements:
-        outcome = score(job, run.measurements)
-        database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
-                              objectives=outcome.as_dict(job), violation=outcome.violation,
-                              reason=f"retried on a fresh placement: {retry}" if retry else None,
-                              log_tail=first.log_tail if first else None)
-        return TrialState.COMPLETE, outcome
-    outcome = worst(job)
-    reason = run.reason or "the executor returned no measurements"
-    if retry:
-        reason += f" (retried on a fresh placement: {retry})"
-    database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
-                          objectives=None, violation=INFEASIBLE,
-                          failure_kind=run.failure.value if run.failure else "no_measurements",
-                          reason=reason, log_tail=run.log_tail or (first.log_tail if first else None))
-    return TrialState.FAILED, outcome
-
-
-def _tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,
-          state: TrialState, *, executed: bool = True) -> None:
-    """Every outcome of a deployment reaches Optuna as COMPLETE with a constraint, so samplers learn from failures
-    too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
-    has no result, and Optuna's own views (optuna-dashboard) would show a COMPLETE one as a trial with values 0.
-
-    Told at most once: a resuming tuner may have told this trial from its record already
-    (``_tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
-    try:
-        trial.set_user_attr(STATE_ATTR, state.value)
-        trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
-        if cfg is not None:
-            trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
-        if state is TrialState.INVALID:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            return
-        if _CONSTRAINT_KEY not in study._storage.get_trial_system_attrs(trial._trial_id):  # set by a killed tuner
-            trial.set_constraint("slo", outcome.violation)
-        study.tell(trial, outcome.values, skip_if_finished=True)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        log.info("trial %d was already told (by a resuming tuner)", trial.number)
-
-
-def _tell_environment_failure(study: optuna.Study, trial: optuna.Trial) -> None:
-    """FAIL, not COMPLETE-infeasible: the sampler must not learn that the configuration is bad, and may propose
-    it again. No config key either (``_taken`` and the dedup read it as "measured")."""
-    try:
-        trial.set_user_attr(STATE_ATTR, TrialState.FAILED.value)
-        trial.set_user_attr("advisor_executed", False)
-        trial.set_user_attr(FAILURE_ATTR, FailureKind.ENVIRONMENT.value)
-        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        log.info("trial %d was already told (by a resuming tuner)", trial.number)
-
-
-def _worker_dead(worker: str | None) -> bool:
-    """A worker on this host whose process is gone (``host:pid``); other hosts are judged by heartbeat."""
-    host, _, pid = (worker or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return int(pid) == os.getpid()  # a record of our own pid is from a previous life of this pid
-
-
-def close_interrupted(database: db.Database, name: str, *, stale_after_s: float = STALE_AFTER_S,
-                      ray_address: str | None = None) -> list[tuple[int, list[str]]]:
-    """Trials left RUNNING by a tuner that died (dead local pid, or no heartbeat for ``stale_after_s``):
-    clean up what their resources record names, then mark them interrupted. Returns (trial, actions)."""
-    stale = {t.id: t for t in database.stale_trials(name, stale_after_s)}
-    stale |= {t.id: t for t in database.running_trials(name) if _worker_dead(t.worker)}
-    out = []
-    for t in sorted(stale.values(), key=lambda t: t.number):
-        actions = cleanup_resources(t.resources or {}, ray_address=ray_address)
-        why = "the tuner running this trial stopped (" + ("its process is gone" if _worker_dead(t.worker)
-                                                           else f"no heartbeat for {stale_after_s:g} s") + ")"
-        database.mark_interrupted(t.id, why + (": " + "; ".join(actions) if actions else ""))
-        out.append((t.number, actions))
-    return out
-
-
-def _close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name: str,
-                 ray_address: str | None) -> int:
-    """Close interrupted trials here and bring Optuna in line with the database, so the numbers and budget stay
-    right: recording (our database) and telling (Optuna) are two transactions, and a tuner killed between them
-    leaves an Optuna trial RUNNING whose result is already stored — it is told from the record here."""
-    closed = {n for n, _ in close_interrupted(database, name, ray_address=ray_address)}
-    now = datetime.now(UTC)
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        row = db.queries.get_trial(database, name, t.number)
-        if row is not None and row.state is not TrialState.RUNNING:
-            _tell_from_record(job, study, t, row)
-            continue
-        # asked but never recorded by a tuner that died at once: only once it is old (another worker's trial
-        # sits in this state for the milliseconds between ask and start_trial)
-        started = t.datetime_start.astimezone(UTC) if t.datetime_start else None  # Optuna: naive local time
-        if row is None and started is not None and (now - started).total_seconds() > STALE_AFTER_S:
-            study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-    return len(closed)
-
-
-def _tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:
-    """Tell Optuna what ``_tell`` would have told for a trial the database has finished: the recorded objectives
-    in the job's objective order, the recorded violation, the same user attributes. A live worker about to tell
-    the same trial finds it told and drops its own (identical) tell."""
-    trial = optuna.Trial(study, t._trial_id)
-    try:
-        if row.state is TrialState.FAILED and row.failure_kind == FailureKind.ENVIRONMENT.value:
-            _tell_environment_failure(study, trial)
-            return
-        if row.state is TrialState.INTERRUPTED:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            return
-        if row.state is TrialState.COMPLETE and row.objectives:
-            names = objective_names(job)
-            values = [float(v) if (v := row.objectives.get(n)) is not None else 0.0 for n in names]
-            outcome = Outcome(values, row.violation if row.violation is not None else 0.0, None)
-        else:  # FAILED or INVALID: what ``_record``/``record_invalid`` were told with
-            outcome = worst(job)
-        reused = (row.reason or "").startswith("same configuration")
-        _tell(study, trial, row.config, outcome, row.state, executed=not reused)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        log.info("trial %d was told by its own tuner meanwhile", t.number)
-
-
 def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: TrialReport) -> None:
     summary.reports.append(r)
     if cb is not None:
         cb(r)
 
 
-__all__ = ["BadInput", "TrialReport", "TuneSummary", "tune"]
+# CONFIG_KEY_ATTR and STATE_ATTR: what a trial carries on the Optuna side (``advisor.trial_record``)
+__all__ = ["BadInput", "CONFIG_KEY_ATTR", "STATE_ATTR", "TrialReport", "TuneSummary", "tune"]

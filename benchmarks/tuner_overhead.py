@@ -24,7 +24,8 @@ from typing import Any
 
 import optuna
 
-from advisor.job import job_from_dict, space_report
+from advisor.job import job_from_dict
+from advisor.space_report import space_report
 from advisor.tune import tune
 from executors.perf_model import default_params
 from executors.simulated import SimulatedExecutor
@@ -64,13 +65,15 @@ class TimedExecutor(SimulatedExecutor):
     """The simulated executor with the time spent inside ``evaluate`` counted (it is not the tuner's)."""
 
     spent = 0.0
+    spent_cpu = 0.0
 
     def evaluate(self, *a: Any, **kw: Any) -> Any:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             return super().evaluate(*a, **kw)
         finally:
             self.spent += time.perf_counter() - t0
+            self.spent_cpu += time.process_time() - c0
 
 
 def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict[str, Any]:
@@ -81,12 +84,14 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
     ex = TimedExecutor(job.model_profile(), default_params(job.cluster.gpu))
     url = f"sqlite:///{workdir / (name + '.db')}"
     marks: list[tuple[float, float]] = []  # (wall, executor time) after each executed trial
+    cpu_marks: list[tuple[float, float]] = []  # (process CPU time, executor CPU time): what other work can't inflate
 
     def on_trial(r: Any) -> None:
         if r.executed:
             marks.append((time.perf_counter(), ex.spent))
+            cpu_marks.append((time.process_time(), ex.spent_cpu))
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     summary = tune(job, storage=url, executor=ex, on_trial=on_trial)
     wall = time.perf_counter() - t0
     study = optuna.load_study(study_name=job.name, storage=url)
@@ -94,14 +99,16 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
     executed = len(marks)
     tuner = wall - ex.spent
     marks = [(t0, 0.0), *marks]
+    cpu_marks = [(c0, 0.0), *cpu_marks]
 
-    def own(a: int, b: int) -> float:
+    def own(a: int, b: int, m: list[tuple[float, float]] = marks) -> float:
         """Tuner seconds per executed trial between executed trials a and b (0: the start of tune)."""
-        return ((marks[b][0] - marks[a][0]) - (marks[b][1] - marks[a][1])) / max(1, b - a)
+        return ((m[b][0] - m[a][0]) - (m[b][1] - m[a][1])) / max(1, b - a)
 
     last_rate = own(max(0, executed - 100), executed)
     steady = own(1, executed) if executed > 1 else own(0, executed)
     checkpoints = {n: round(own(0, n), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
+    cpu_checkpoints = {n: round(own(0, n, cpu_marks), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     return {
         "case": name, "candidates": rep.candidates, "valid": rep.valid, "space_report_s": round(space_s, 3),
         "budget": trials, "executed": executed, "asked": asked, "asked_per_executed": round(asked / max(1, executed), 3),
@@ -109,6 +116,7 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
         "executor_s": round(ex.spent, 2), "tuner_s": round(tuner, 2),
         "tuner_s_per_trial": round(tuner / max(1, executed), 4), "tuner_s_per_trial_last_100": round(last_rate, 4),
         "tuner_s_per_trial_after_first": round(steady, 4), "mean_s_per_trial_at": checkpoints,
+        "tuner_cpu_s_per_trial": round(own(0, executed, cpu_marks), 4), "mean_cpu_s_per_trial_at": cpu_checkpoints,
         "stopped_because": summary.stopped_because,
         # the goal is per trial: the study's setup (schema, the guide's first full ranking) is the first trial's
         "meets_goal": steady <= GOAL_S_PER_TRIAL and asked <= GOAL_ASKED_PER_EXECUTED * executed,
@@ -134,7 +142,7 @@ def main() -> int:
             print(f"{r['case']:<18} valid {r['valid']:>7,}/{r['candidates']:<9,} executed {r['executed']:>5} "
                   f"asked {r['asked']:>5} ({r['asked_per_executed']:.2f}×)  tuner s/trial: mean "
                   f"{r['tuner_s_per_trial']:.3f}, after the first {r['tuner_s_per_trial_after_first']:.3f}, last 100 "
-                  f"{r['tuner_s_per_trial_last_100']:.3f}  {'ok' if r['meets_goal'] else 'MISSED'}  "
+                  f"{r['tuner_s_per_trial_last_100']:.3f}, CPU s/trial {r['tuner_cpu_s_per_trial']:.3f}  {'ok' if r['meets_goal'] else 'MISSED'}  "
                   f"[{r['stopped_because']}]", flush=True)
     out = {"goal": {"tuner_s_per_trial": GOAL_S_PER_TRIAL, "asked_per_executed": GOAL_ASKED_PER_EXECUTED},
            "trials": args.trials, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -23,7 +23,7 @@ import pytest
 import optuna
 
 import db
-from advisor import tune as tune_mod
+from advisor import trial_record, tune as tune_mod
 from advisor.job import job_from_dict
 from advisor.objectives import objective_names
 from db import queries
@@ -138,7 +138,7 @@ from executors import DeploymentFailed, FailureKind
 from executors.simulated import SimulatedExecutor, default_params
 
 url, after, kind, job = sys.argv[1], int(sys.argv[2]), sys.argv[3], job_from_dict(json.loads(sys.argv[4]))
-record, calls = t._record, [0]
+record, calls = t.record, [0]
 
 def record_then_die(*args, **kwargs):
     out = record(*args, **kwargs)
@@ -151,7 +151,7 @@ class BrokenCluster(SimulatedExecutor):
     def deploy(self, topology):
         raise DeploymentFailed(FailureKind.ENVIRONMENT, "port 8200 taken on 10.77.77.2")
 
-t._record = record_then_die
+t.record = record_then_die
 t.ENVIRONMENT_RETRY_PAUSE_S = 0.0
 broken = BrokenCluster(job.model_profile(), default_params(job.cluster.gpu)) if kind == "environment" else None
 t.tune(job, storage=url, executor=broken)
@@ -185,16 +185,16 @@ def test_sigkill_between_record_and_tell_then_resume(kind: str, after: int, tmp_
     study = optuna.load_study(study_name="crash", storage=db.optuna_storage(url))
     assert not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     told = study.trials[victim]
-    if kind == "complete":  # told from the record: its values, its violation, as ``_tell`` would have
+    if kind == "complete":  # told from the record: its values, its violation, as ``tell`` would have
         assert told.state is optuna.trial.TrialState.COMPLETE
         assert told.values == [recorded.objectives[n] for n in objective_names(job)]
         assert told.system_attrs["constraints:slo"] == recorded.violation
         assert told.user_attrs["advisor_executed"] is True
-        assert told.user_attrs[tune_mod.CONFIG_KEY_ATTR] == recorded.config.key()
+        assert told.user_attrs[trial_record.CONFIG_KEY_ATTR] == recorded.config.key()
         assert summary.executed == 5 - after  # the measured trial counted once, not run again
     else:  # an environment failure: FAIL, not counted, so the whole budget runs after it
         assert told.state is optuna.trial.TrialState.FAIL
-        assert told.user_attrs[tune_mod.FAILURE_ATTR] == "environment"
+        assert told.user_attrs[trial_record.FAILURE_ATTR] == "environment"
         assert summary.executed == 5
     assert tune_mod._executed(study) == 5
     trials = _trials(url)

@@ -19,7 +19,7 @@ import optuna
 import pytest
 
 import db
-from advisor import api, tune as tune_mod
+from advisor import api, recovery, trial_record, tune as tune_mod
 from advisor.job import job_from_dict
 from advisor.objectives import objective_names
 from advisor.tune import tune
@@ -112,7 +112,7 @@ def test_an_environment_failure_is_retried_once_and_the_retry_counts(tmp_path: P
     for t in measured:
         o = told[t.number]
         assert o.state is optuna.trial.TrialState.COMPLETE and o.user_attrs["advisor_executed"] is True
-        assert o.user_attrs[tune_mod.ENVIRONMENT_RETRY_ATTR] == PORT_TAKEN
+        assert o.user_attrs[trial_record.ENVIRONMENT_RETRY_ATTR] == PORT_TAKEN
         assert o.values == [t.objectives[n] for n in objective_names(job)]
 
 
@@ -132,8 +132,8 @@ def test_failing_twice_is_told_fail_not_counted_and_three_in_a_row_stop_the_stud
     told = _optuna(url, "env")
     assert [t.state for t in told] == [optuna.trial.TrialState.FAIL] * 3  # not COMPLETE-infeasible
     for t in told:
-        assert t.user_attrs[tune_mod.FAILURE_ATTR] == "environment" and t.user_attrs["advisor_executed"] is False
-        assert tune_mod.CONFIG_KEY_ATTR not in t.user_attrs  # not "measured": may be proposed again
+        assert t.user_attrs[trial_record.FAILURE_ATTR] == "environment" and t.user_attrs["advisor_executed"] is False
+        assert trial_record.CONFIG_KEY_ATTR not in t.user_attrs  # not "measured": may be proposed again
         assert not any(k.startswith("constraints") for k in t.system_attrs)
     assert api.executed_trials(job, url, None) == 0
     cols, rows = api.trials_table(url, "env")
@@ -171,12 +171,12 @@ def test_a_second_tell_of_a_trial_told_from_its_record_is_dropped(tmp_path: Path
         tid = database.start_trial("env", trial.number, params=trial.params, config=cfg, worker="elsewhere:1")
         names = objective_names(job)
         database.finish_trial(tid, TrialState.COMPLETE, objectives={n: 100.0 for n in names}, violation=0.0)
-        tune_mod._close_stale(job, database, study, "env", None)
+        recovery.close_stale(job, database, study, "env", None)
         told = study.trials[0]
         assert told.state is optuna.trial.TrialState.COMPLETE and told.values == [100.0] * len(names)
-        assert told.user_attrs[tune_mod.CONFIG_KEY_ATTR] == cfg.key()
+        assert told.user_attrs[trial_record.CONFIG_KEY_ATTR] == cfg.key()
         assert told.system_attrs["constraints:slo"] == 0.0
-        tune_mod._tell(study, trial, cfg, tune_mod.Outcome([100.0] * len(names), 0.0, None), TrialState.COMPLETE)
+        trial_record.tell(study, trial, cfg, tune_mod.Outcome([100.0] * len(names), 0.0, None), TrialState.COMPLETE)
         assert study.trials[0].values == [100.0] * len(names)
     finally:
         database.close()

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from advisor import tune as tune_mod
 from advisor.cli import app
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR
-from advisor.job import job_from_dict, space_report
+from advisor.job import job_from_dict
+from advisor.space_report import space_report
 from advisor.study import open_study
 from advisor.tune import tune
 from advisor.valid_sampler import ValidSpaceSampler

@@ -1,0 +1,93 @@
+"""A study outlives its tuners: heartbeats while a trial runs, and, when a tuner starts, closing what a dead one
+left RUNNING (cleaning up what its resources record names) and telling Optuna what the database already holds."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from datetime import UTC, datetime
+
+import optuna
+
+import db
+from advisor.job import TuningJob
+from advisor.trial_record import tell_from_record
+from executors.cleanup import cleanup_resources
+from search_spaces import TrialState
+
+HEARTBEAT_S = 10.0
+STALE_AFTER_S = 60.0
+
+
+class Heartbeat:
+    """Keeps a running trial's heartbeat fresh so another worker can tell it from a dead one."""
+
+    def __init__(self, database: db.Database, trial_id: int) -> None:
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(database, trial_id), daemon=True)
+
+    def _run(self, database: db.Database, trial_id: int) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                database.heartbeat(trial_id)
+            except Exception:  # noqa: BLE001 — a missed beat is not worth a trial
+                pass
+
+    def __enter__(self) -> Heartbeat:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join(timeout=5)
+
+
+def worker_dead(worker: str | None) -> bool:
+    """A worker on this host whose process is gone (``host:pid``); other hosts are judged by heartbeat."""
+    host, _, pid = (worker or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return int(pid) == os.getpid()  # a record of our own pid is from a previous life of this pid
+
+
+def close_interrupted(database: db.Database, name: str, *, stale_after_s: float = STALE_AFTER_S,
+                      ray_address: str | None = None) -> list[tuple[int, list[str]]]:
+    """Trials left RUNNING by a tuner that died (dead local pid, or no heartbeat for ``stale_after_s``):
+    clean up what their resources record names, then mark them interrupted. Returns (trial, actions)."""
+    stale = {t.id: t for t in database.stale_trials(name, stale_after_s)}
+    stale |= {t.id: t for t in database.running_trials(name) if worker_dead(t.worker)}
+    out = []
+    for t in sorted(stale.values(), key=lambda t: t.number):
+        actions = cleanup_resources(t.resources or {}, ray_address=ray_address)
+        why = "the tuner running this trial stopped (" + ("its process is gone" if worker_dead(t.worker)
+                                                           else f"no heartbeat for {stale_after_s:g} s") + ")"
+        database.mark_interrupted(t.id, why + (": " + "; ".join(actions) if actions else ""))
+        out.append((t.number, actions))
+    return out
+
+
+def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name: str,
+                 ray_address: str | None) -> int:
+    """Close interrupted trials here and bring Optuna in line with the database, so the numbers and budget stay
+    right: recording (our database) and telling (Optuna) are two transactions, and a tuner killed between them
+    leaves an Optuna trial RUNNING whose result is already stored — it is told from the record here."""
+    closed = {n for n, _ in close_interrupted(database, name, ray_address=ray_address)}
+    now = datetime.now(UTC)
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        row = db.queries.get_trial(database, name, t.number)
+        if row is not None and row.state is not TrialState.RUNNING:
+            tell_from_record(job, study, t, row)
+            continue
+        # asked but never recorded by a tuner that died at once: only once it is old (another worker's trial
+        # sits in this state for the milliseconds between ask and start_trial)
+        started = t.datetime_start.astimezone(UTC) if t.datetime_start else None  # Optuna: naive local time
+        if row is None and started is not None and (now - started).total_seconds() > STALE_AFTER_S:
+            study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    return len(closed)

@@ -1,0 +1,150 @@
+"""How a trial's end reaches the two stores: our database (``record``) and Optuna (``tell``), and how a study
+is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
+
+Recording and telling are two transactions; ``tell_from_record`` is what a resuming tuner tells for a trial
+whose record was written by a tuner killed between them (``advisor.recovery``)."""
+
+from __future__ import annotations
+
+import logging
+
+import optuna
+
+import db
+from advisor.job import TuningJob
+from advisor.objectives import INFEASIBLE, Outcome, objective_names, score, worst
+from executors import FailureKind, RunResult
+from search_spaces import DeploymentConfig, TrialState
+
+CONFIG_KEY_ATTR = "advisor_config_key"
+#: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
+_CONSTRAINT_KEY = "constraints:slo"
+STATE_ATTR = "advisor_state"
+#: "baseline" or "repeat": a measured trial outside the search (not counted in ``budget.trials``).
+EXTRA_ATTR = "advisor_extra"
+REPEAT_OF_ATTR = "advisor_repeat_of"
+#: Set on a trial whose first attempt failed for the environment: that attempt's reason.
+ENVIRONMENT_RETRY_ATTR = "advisor_environment_retry"
+#: "environment" on a trial told FAIL because the cluster failed it twice (its configuration is unjudged).
+FAILURE_ATTR = "advisor_failure"
+
+log = logging.getLogger(__name__)
+
+
+def one_line(text: str | None, limit: int = 300) -> str:
+    """An executor's reason as a progress line can show it (reasons may carry a traceback's lines)."""
+    line = " ".join((text or "no reason given").split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def frozen_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
+    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+
+
+def constraint_of(t: optuna.trial.FrozenTrial) -> float:
+    return max((v for k, v in t.system_attrs.items() if k.startswith("constraints")), default=0.0)
+
+
+def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
+            first: RunResult | None = None) -> tuple[TrialState, Outcome]:
+    """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
+    in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
+    timings = {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
+    retry = f"the first attempt failed for the environment ({one_line(first.reason)})" if first else None
+    if run.ok and run.measurements:
+        outcome = score(job, run.measurements)
+        database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
+                              objectives=outcome.as_dict(job), violation=outcome.violation,
+                              reason=f"retried on a fresh placement: {retry}" if retry else None,
+                              log_tail=first.log_tail if first else None)
+        return TrialState.COMPLETE, outcome
+    outcome = worst(job)
+    reason = run.reason or "the executor returned no measurements"
+    if retry:
+        reason += f" (retried on a fresh placement: {retry})"
+    database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
+                          objectives=None, violation=INFEASIBLE,
+                          failure_kind=run.failure.value if run.failure else "no_measurements",
+                          reason=reason, log_tail=run.log_tail or (first.log_tail if first else None))
+    return TrialState.FAILED, outcome
+
+
+def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,
+          state: TrialState, *, executed: bool = True) -> None:
+    """Every outcome of a deployment reaches Optuna as COMPLETE with a constraint, so samplers learn from failures
+    too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
+    has no result, and Optuna's own views (optuna-dashboard) would show a COMPLETE one as a trial with values 0.
+
+    Told at most once: a resuming tuner may have told this trial from its record already
+    (``tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
+    try:
+        trial.set_user_attr(STATE_ATTR, state.value)
+        trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+        if cfg is not None:
+            trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+        if state is TrialState.INVALID:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            return
+        if _CONSTRAINT_KEY not in study._storage.get_trial_system_attrs(trial._trial_id):  # set by a killed tuner
+            trial.set_constraint("slo", outcome.violation)
+        study.tell(trial, outcome.values, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was already told (by a resuming tuner)", trial.number)
+
+
+def tell_environment_failure(study: optuna.Study, trial: optuna.Trial) -> None:
+    """FAIL, not COMPLETE-infeasible: the sampler must not learn that the configuration is bad, and may propose
+    it again. No config key either (``_taken`` and the dedup read it as "measured")."""
+    try:
+        trial.set_user_attr(STATE_ATTR, TrialState.FAILED.value)
+        trial.set_user_attr("advisor_executed", False)
+        trial.set_user_attr(FAILURE_ATTR, FailureKind.ENVIRONMENT.value)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was already told (by a resuming tuner)", trial.number)
+
+
+def tell_repeat_again(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig) -> None:
+    """A measured configuration proposed a third time or more: told FAIL (ignored by the samplers), marked as
+    a repeat; its measurements stand in the first trial that ran it."""
+    trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
+    trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
+    trial.set_user_attr(FAILURE_ATTR, "repeat")
+    trial.set_user_attr("advisor_executed", False)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:
+    """Tell Optuna what ``tell`` would have told for a trial the database has finished: the recorded objectives
+    in the job's objective order, the recorded violation, the same user attributes. A live worker about to tell
+    the same trial finds it told and drops its own (identical) tell."""
+    trial = optuna.Trial(study, t._trial_id)
+    try:
+        if row.state is TrialState.FAILED and row.failure_kind == FailureKind.ENVIRONMENT.value:
+            tell_environment_failure(study, trial)
+            return
+        if row.state is TrialState.INTERRUPTED:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            return
+        if row.state is TrialState.COMPLETE and row.objectives:
+            names = objective_names(job)
+            values = [float(v) if (v := row.objectives.get(n)) is not None else 0.0 for n in names]
+            outcome = Outcome(values, row.violation if row.violation is not None else 0.0, None)
+        else:  # FAILED or INVALID: what ``record``/``record_invalid`` were told with
+            outcome = worst(job)
+        reused = (row.reason or "").startswith("same configuration")
+        tell(study, trial, row.config, outcome, row.state, executed=not reused)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        log.info("trial %d was told by its own tuner meanwhile", t.number)
+
+
+def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(EXTRA_ATTR) == kind
+            and t.state is optuna.trial.TrialState.COMPLETE]
+
+
+def best_value(trials: list[optuna.trial.FrozenTrial]) -> float | None:
+    """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
+    vals = [t.values[0] for t in trials if t.state is optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("advisor_executed") and t.values and constraint_of(t) <= 0]
+    return max(vals) if vals else None
