@@ -28,7 +28,6 @@ from sqlalchemy.orm import Session
 from db.connection import (
     SQLITE_BUSY_TIMEOUT_S,
     SUPPORTED_BACKENDS,
-    alembic_config,
     make_engine,
     normalize_url,
     one_line,
@@ -52,10 +51,6 @@ from search_spaces import DeploymentConfig, Measurement, TrialState, transition
 
 #: A longer log tail is cut to its last this-many characters.
 LOG_TAIL_MAX_CHARS = 64_000
-
-#: Old names of what moved to ``db.connection``: ``db/migrations/env.py`` and tests import them from here.
-_make_engine = make_engine
-_alembic_config = alembic_config
 
 __all__ = ["LOG_TAIL_MAX_CHARS", "SQLITE_BUSY_TIMEOUT_S", "SUPPORTED_BACKENDS", "Database", "connect", "normalize_url",
            "optuna_storage"]

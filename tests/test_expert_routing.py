@@ -229,14 +229,14 @@ def test_levels_recorded_before_0004_read_none_and_new_ones_their_routing(tmp_pa
     from alembic import command
 
     from db import queries
-    from db.engine import _alembic_config
+    from db.connection import alembic_config
     from search_spaces import TrialState
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     with db.connect(url) as d:
         d.upsert_study("s", {})
         d.finish_trial(d.start_trial("s", 0, params={}), TrialState.COMPLETE, measurements=[_level()])
-        cfg = _alembic_config()
+        cfg = alembic_config()
         with d._engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
             cfg.attributes["connection"] = conn
             command.downgrade(cfg, "0003")

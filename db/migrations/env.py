@@ -55,7 +55,7 @@ def _online() -> None:
     if given is not None:
         _run(given)
         return
-    from db.engine import _make_engine, normalize_url
+    from db.connection import make_engine, normalize_url
 
     url = os.environ.get("DEPLOY_ADVISOR_DB_URL") or config.get_main_option("sqlalchemy.url")
     assert url, "set DEPLOY_ADVISOR_DB_URL"
@@ -63,7 +63,7 @@ def _online() -> None:
         from logging.config import fileConfig
 
         fileConfig(config.config_file_name, disable_existing_loggers=False)
-    engine = _make_engine(normalize_url(url), echo=False)
+    engine = make_engine(normalize_url(url), echo=False)
     try:
         with engine.execution_options(advisor_write=True).connect() as connection, connection.begin():
             _run(connection)
