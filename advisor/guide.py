@@ -39,14 +39,17 @@ from typing import Any
 
 import optuna
 
+import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
+from advisor.executor_factory import model_params
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
+from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
 from executors import place
 from executors.measure import MeasurePlan
 from executors.perf_model import CALIBRATABLE, PerfParams
 from executors.simulated import model_levels
-from search_spaces import DeploymentConfig, Measurement, check
+from search_spaces import DeploymentConfig, Measurement, TrialState, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
 EXHAUSTIVE_MAX = 8_000
@@ -351,3 +354,37 @@ def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
 def study_turns(trials: Iterable[optuna.trial.FrozenTrial]) -> int:
     """Model turns a study has had, in any worker: picks enqueued plus turns the model declined."""
     return sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))
+
+
+def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
+    """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
+    picks up its calibration and its count of model turns)."""
+    guide = make_guide(job, model_params(job))
+    if guide is None:
+        return None
+    trials = study.get_trials(deepcopy=False)
+    guide.turns = study_turns(trials)
+    done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
+            and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
+    for number in done[-MAX_FIT_TRIALS:]:
+        t = db.queries.get_trial(database, name, number)
+        if t is not None and t.config is not None:
+            guide.observe(t.config, list(t.measurements), refit=False)
+            if t.predicted and t.objectives and (t.violation or 0.0) <= 0:
+                guide.judge(t.predicted, t.objectives)
+    guide.refit()
+    return guide
+
+
+def study_taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
+    """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
+    taken = set()
+    for t in study.get_trials(deepcopy=False):
+        if CONFIG_KEY_ATTR in t.user_attrs:
+            taken.add(t.user_attrs[CONFIG_KEY_ATTR])
+        elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
+            try:
+                taken.add(guide.config_of(t.params).key())
+            except ValueError:
+                continue
+    return taken

@@ -15,7 +15,6 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import optuna
 
@@ -24,7 +23,7 @@ from advisor.errors import BadInput
 from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
 from advisor.guide import (
-    DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide, enqueue_turn, make_guide, study_turns,
+    DECLINED_ATTR, PROPOSER_ATTR, ModelGuide, enqueue_turn, resume_guide, study_taken, study_turns,
 )
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import Outcome, score, worst
@@ -34,9 +33,10 @@ from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
-from search_spaces.valid_space import ValidSpace, params_key
 from advisor.valid_sampler import taken_keys
 from advisor.grid import grid_points
+from advisor.tune_summary import TrialReport, TuneSummary
+from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
@@ -49,50 +49,8 @@ ENVIRONMENT_RETRY_PAUSE_S = 5.0
 #: Trials in a row that failed for the environment (each after its retry) before the study stops: by then the
 #: cluster, not the search, needs a person.
 ENVIRONMENT_FAILURES_TO_STOP = 3
-#: Proposals in a row that measured nothing new (invalid, or measured already) before the tuner proposes an
-#: unmeasured valid candidate itself. Only a space too large to enumerate gets there (``ValidSpaceSampler``
-#: steers every other study's proposals to valid, unmeasured candidates).
-STALE_PROPOSALS = 3
-#: Random draws the tuner tries for an unmeasured valid candidate when the space could not be enumerated.
-PROGRESS_DRAWS = 200
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrialReport:
-    """What the CLI's progress line shows after each trial."""
-
-    number: int
-    state: TrialState
-    config: DeploymentConfig | None
-    outcome: Outcome | None
-    reason: str | None = None
-    executed: bool = False
-    wall_s: float = 0.0
-    #: A line to show at once (an environment failure and what the tuner does about it); None otherwise.
-    note: str | None = None
-
-
-@dataclass
-class TuneSummary:
-    study: str
-    storage: str
-    executed: int = 0
-    invalid: int = 0
-    failed: int = 0
-    #: Trials that failed twice for the environment this run (in neither ``executed`` nor ``failed``).
-    environment_failed: int = 0
-    repeats: int = 0
-    interrupted_found: int = 0
-    baseline: int | None = None  # the trial measuring vLLM's defaults, when this run measured it
-    repeated: list[int] = field(default_factory=list)  # trials measured again this run (their repeats' numbers)
-    stopped_because: str = "budget reached"
-    #: Every valid candidate of the space is measured: the study cannot go on (the CLI says so, exit 0).
-    exhausted: bool = False
-    #: The study stopped because the cluster kept failing (the CLI exits non-zero).
-    environment_broken: bool = False
-    reports: list[TrialReport] = field(default_factory=list)
 
 
 def tune(
@@ -125,7 +83,7 @@ def tune(
         )
         summary.interrupted_found = close_stale(job, database, study, name,
                                                  ray_address or job.executor.ray_address)
-        ctx = _Context(job, study, database, executor, name, summary, on_trial, _resume_guide(job, study, database, name))
+        ctx = _Context(job, study, database, executor, name, summary, on_trial, resume_guide(job, study, database, name))
         real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
         if real and job.baseline.enabled:
             _baseline(ctx)
@@ -224,9 +182,9 @@ def _loop(ctx: _Context, budget: int) -> None:
                 return
             if guide is not None:  # turns are the study's, not this worker's (several workers share a study)
                 guide.turns = study_turns(trials)
-            turn = enqueue_turn(guide, study, executed, lambda: _taken(guide, study), best_value(trials))
+            turn = enqueue_turn(guide, study, executed, lambda: study_taken(guide, study), best_value(trials))
             if not turn and stale >= STALE_PROPOSALS:
-                if not _enqueue_progress(ctx, valid, taken, rng):
+                if not enqueue_progress(job, study, guide, valid, taken, rng):
                     summary.stopped_because = ("space exhausted: no unmeasured valid candidate in "
                                                f"{PROGRESS_DRAWS} random draws after {stale} proposals in a row "
                                                "that measured nothing new")
@@ -296,28 +254,6 @@ def _loop(ctx: _Context, budget: int) -> None:
                 f"last: {run.reason}"
             )
             return
-
-
-def _enqueue_progress(ctx: _Context, valid: ValidSpace | None, taken: set[str], rng: random.Random) -> bool:
-    """After ``STALE_PROPOSALS`` proposals in a row that ran nothing new: the best unmeasured valid candidate
-    by the model (the guide's ranking), else a random one — so a study always moves."""
-    params = None
-    if ctx.guide is not None:
-        params = ctx.guide.propose(_taken(ctx.guide, ctx.study))
-    if params is None and valid is not None:
-        params = valid.sample(rng, taken)
-    if params is None:  # no enumerable space: random draws, checked one by one
-        job, model = ctx.job, ctx.job.model_profile()
-        for _ in range(PROGRESS_DRAWS):
-            draw: dict[str, Any] = {}
-            cfg = job.space.build(lambda n, ch: draw.setdefault(n, ch[rng.randrange(len(ch))]))
-            if params_key(draw) not in taken and not check(cfg, model, job.cluster, job.workload.max_model_len):
-                params = draw
-                break
-    if params is None:
-        return False
-    ctx.study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "progress"})
-    return True
 
 
 def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:
@@ -446,40 +382,6 @@ def _repeats(ctx: _Context) -> None:
         knee = knee_of(list(row.measurements))  # the repeat starts where the first run found the knee
         _run_trial(ctx, trial, cfg, "repeat", extra="repeat", repeat_of=original.number,
                    start=knee.load if knee is not None else None)
-
-
-def _resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
-    """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
-    picks up its calibration and its count of model turns)."""
-    guide = make_guide(job, model_params(job))
-    if guide is None:
-        return None
-    trials = study.get_trials(deepcopy=False)
-    guide.turns = study_turns(trials)
-    done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
-    for number in done[-MAX_FIT_TRIALS:]:
-        t = db.queries.get_trial(database, name, number)
-        if t is not None and t.config is not None:
-            guide.observe(t.config, list(t.measurements), refit=False)
-            if t.predicted and t.objectives and (t.violation or 0.0) <= 0:
-                guide.judge(t.predicted, t.objectives)
-    guide.refit()
-    return guide
-
-
-def _taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
-    """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
-    taken = set()
-    for t in study.get_trials(deepcopy=False):
-        if CONFIG_KEY_ATTR in t.user_attrs:
-            taken.add(t.user_attrs[CONFIG_KEY_ATTR])
-        elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
-            try:
-                taken.add(guide.config_of(t.params).key())
-            except ValueError:
-                continue
-    return taken
 
 
 def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: TrialReport) -> None:

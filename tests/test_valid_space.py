@@ -13,7 +13,6 @@ import optuna
 import pytest
 from typer.testing import CliRunner
 
-from advisor import tune as tune_mod
 from advisor.cli import app
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR
 from advisor.job import job_from_dict
@@ -21,6 +20,7 @@ from advisor.space_report import space_report
 from advisor.study import open_study
 from advisor.tune import tune
 from advisor.valid_sampler import ValidSpaceSampler
+from advisor.progress import STALE_PROPOSALS
 from search_spaces import check, preset_names
 from search_spaces import valid_space as valid_space_mod
 from search_spaces.valid_space import params_key
@@ -143,7 +143,7 @@ def test_a_space_too_large_to_enumerate_still_progresses(tmp_path: Path, monkeyp
     summary = tune(job, storage=url)
     assert summary.executed == 4 and summary.stopped_because == "budget reached"
     trials = open_study(job, url, "r").get_trials(deepcopy=False)
-    assert len(trials) < 4 + 4 * tune_mod.STALE_PROPOSALS  # never more than a streak of repeats per new one
+    assert len(trials) < 4 + 4 * STALE_PROPOSALS  # never more than a streak of repeats per new one
     # repeats told at most once each with values; later ones FAIL (the sampler does not learn them again)
     repeat_told = Counter(params_key(t.params) for t in trials
                           if t.state is optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("advisor_executed"))
