@@ -9,7 +9,7 @@ and the prior that ranks candidates before real trials.
 from __future__ import annotations
 
 from executors.base import Deployment, Executor
-from executors.measure import MeasurePlan, feasible, knee_of, search_levels
+from executors.measure import MeasurePlan, knee_of, search_levels
 from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict, predict_load
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload

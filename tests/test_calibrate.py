@@ -9,7 +9,6 @@ labelled ``simulated``, so the real command refuses them; the test calls the lib
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
