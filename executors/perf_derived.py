@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from statistics import NormalDist
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from executors.perf_params import PerfParams
 from search_spaces import (
@@ -96,31 +96,33 @@ class _WorkloadDerived:
         self.cv_ctx_dec = math.sqrt(var_ctx) / self.ctx_dec
 
 
-_Obj = TypeVar("_Obj")
 _Out = TypeVar("_Out")
-_MODEL_CACHE: dict[int, tuple[ModelProfile, _ModelDerived]] = {}
-_WL_CACHE: dict[int, tuple[Workload, _WorkloadDerived]] = {}
+_MODEL_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], _ModelDerived]] = {}
+_WL_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], _WorkloadDerived]] = {}
 
 
-def _memo(cache: dict[int, tuple[_Obj, _Out]], obj: _Obj, make: Callable[[_Obj], _Out]) -> _Out:
-    """``make(obj)`` computed once per object: keyed by id and checked by identity (an id is reused once its
-    object is gone); the cache is emptied when it passes 256 entries."""
-    hit = cache.get(id(obj))
-    if hit is not None and hit[0] is obj:
+def memo(cache: dict[tuple[int, ...], tuple[tuple[Any, ...], _Out]], make: Callable[..., _Out], *inputs: Any,
+         limit: int = 256) -> _Out:
+    """``make(*inputs)`` computed once per combination of (immutable) input objects: keyed by their ids and
+    checked by identity (an entry holds its inputs, so their ids cannot be reused while it lives); the cache
+    is emptied when it passes ``limit`` entries."""
+    key = tuple(map(id, inputs))
+    hit = cache.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], inputs, strict=True)):
         return hit[1]
-    if len(cache) > 256:
+    if len(cache) > limit:
         cache.clear()
-    derived = make(obj)
-    cache[id(obj)] = (obj, derived)
-    return derived
+    out = make(*inputs)
+    cache[key] = (inputs, out)
+    return out
 
 
 def _md(m: ModelProfile) -> _ModelDerived:
-    return _memo(_MODEL_CACHE, m, _ModelDerived)
+    return memo(_MODEL_CACHE, _ModelDerived, m)
 
 
 def _wd(w: Workload) -> _WorkloadDerived:
-    return _memo(_WL_CACHE, w, _WorkloadDerived)
+    return memo(_WL_CACHE, _WorkloadDerived, w)
 
 
 #: The low-latency all-to-all backends: one message per (token, expert) pair, FP8 dispatch, chunked calls.

@@ -5,10 +5,9 @@ batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 qu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from executors.perf_derived import _md, _Role, _wd
+from executors.perf_derived import _md, _Role, _wd, memo
 from executors.perf_measurement import _finish
 from executors.perf_params import MODEL_VERSION, PerfParams, default_params
 from executors.perf_step import _breakdown, _decode_cv, _prefill_capacity, _step
@@ -39,21 +38,9 @@ def _md1_wait(service: float, u: float) -> float:
 
 #: Constants of one deployment under one set of parameters, kept while the same objects are asked again: the
 #: knee search predicts one level at a time, and recomputing a role's constants and the decode step grid for
-#: every level was a third of the model's time. Keyed by the identity of the (immutable) inputs, which the
-#: entry holds, so an id cannot be reused while its entry lives.
-_LEVEL_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
-
-
-def _cached(build: Callable[..., Any], *inputs: Any) -> Any:
-    key = (id(build), *map(id, inputs))
-    hit = _LEVEL_CACHE.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], inputs)):
-        return hit[1]
-    if len(_LEVEL_CACHE) >= 1024:  # a study's candidates pass through; bound what stays
-        _LEVEL_CACHE.clear()
-    value = build(*inputs)
-    _LEVEL_CACHE[key] = (inputs, value)
-    return value
+#: every level was a third of the model's time (a study's candidates pass through; emptied at 1,024 entries).
+_ROLES_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+_PD_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
 
 
 def _build_roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
@@ -64,7 +51,7 @@ def _build_roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParam
 
 def _roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
     """(prefill role or None, decode role) constants of ``topo``."""
-    return _cached(_build_roles, topo, model, wl, p)
+    return memo(_ROLES_CACHE, _build_roles, topo, model, wl, p, limit=1023)
 
 
 def _disaggregated_constants(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
@@ -167,7 +154,8 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
     gpus = topo.gpus
     ranks_p = cfg.prefill.instances * cfg.prefill.data_parallel_size
     ranks_d = cfg.decode.instances * cfg.decode.data_parallel_size
-    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = _cached(_disaggregated_constants, topo, model, wl, p)
+    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = memo(_PD_CACHE, _disaggregated_constants, topo, model, wl, p,
+                                                         limit=1023)
     n_cap = ranks_d * b_cap
     out = []
     for c in levels:
