@@ -63,7 +63,7 @@ def test_no_test_named_product_modules():
     assert not (ROOT / "executors" / "reserved.py").exists()
 
 
-_SPLIT_PACKAGES = ("db", "executors", "advisor", "search_spaces")
+_SPLIT_PACKAGES = ("db", "executors", "advisor", "search_spaces", "ui")
 
 
 @pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for pkg in _SPLIT_PACKAGES

@@ -78,6 +78,14 @@ def value_text(metric: str, v: Any) -> str:
     return num(v)
 
 
+def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -> str:
+    """A study's best operating point (``data.best_point``) in words: ``30,390 tok/s/GPU @ c=4096, 40.1
+    tok/s/user`` (– when no level meets the SLOs)."""
+    if p is None:
+        return "–"
+    return f"{value_text(x, p[1])} @ c={p[2]}, {value_text(y, p[3])}"
+
+
 def bare(metric: str, v: Any) -> str:
     """A value without its unit (the label carries it); an error rate in percent."""
     if metric == "error_rate" and v is not None:

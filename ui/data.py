@@ -27,7 +27,6 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict
 from advisor.study import redact_url
 from db import queries
-from ui import advice
 from search_spaces import HIGHER_IS_BETTER, SLO_METRICS
 
 #: A repeat's reason, as ``advisor.tune`` writes it: ``same configuration as trial 12; its measurements stand``.
@@ -310,7 +309,8 @@ def axis_options(levels: pd.DataFrame, *defaults: str) -> list[str]:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, float, int, float | None] | None:
     """(trial, x, concurrency, y) of the level with the most ``x`` among complete levels meeting every SLO: the
-    operating point behind a study's "best" (one column-only read of the study's complete levels)."""
+    operating point behind a study's "best" (one column-only read of the study's complete levels;
+    ``advice.point_text`` words it)."""
     slos = _slos(url, name)
     cols = list(dict.fromkeys(["concurrency", "completed", x, y, *(sl.metric for sl in slos)]))
     _, rows = queries.level_table(database(url), name, cols, states=["complete"])
@@ -320,13 +320,6 @@ def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, 
     sign = 1 if x in HIGHER_IS_BETTER else -1
     top = max(ok, key=lambda r: (sign * getattr(r, x), -r.trial))
     return int(top.trial), float(getattr(top, x)), int(top.concurrency), getattr(top, y)
-
-
-def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -> str:
-    """``30,390 tok/s/GPU @ c=4096, 40.1 tok/s/user`` (– when no level meets the SLOs)."""
-    if p is None:
-        return "–"
-    return f"{advice.value_text(x, p[1])} @ c={p[2]}, {advice.value_text(y, p[3])}"
 
 
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.

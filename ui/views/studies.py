@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from ui import common, data
+from ui import advice, common, data
 from ui.settings import settings
 
 s = settings()
@@ -28,7 +28,7 @@ if not shown:
 points = {i.name: data.best_point(s.storage, i.name, i.stamp, i.x_metric, i.y_metric) for i in shown}
 frame = data.studies_frame(shown).drop(columns=["best", "best objective", "best trial"])
 frame.insert(frame.columns.get_loc("running") + 1, "best under the SLOs",
-             [data.point_text(points[i.name], i.x_metric, i.y_metric) for i in shown])
+             [advice.point_text(points[i.name], i.x_metric, i.y_metric) for i in shown])
 frame.insert(frame.columns.get_loc("best under the SLOs") + 1, "best trial",
              pd.array([points[i.name][0] if points[i.name] else None for i in shown], dtype="Int64"))
 st.dataframe(
@@ -47,7 +47,7 @@ for k, info in enumerate(shown[:60]):
         st.page_link(common.STUDY_PAGE, label=f"Open {info.name}", icon=":material/insights:",
                      query_params={"study": info.name})
         bp = points[info.name]
-        best = f"best {data.point_text(bp, info.x_metric, info.y_metric)} (trial {bp[0]})" \
+        best = f"best {advice.point_text(bp, info.x_metric, info.y_metric)} (trial {bp[0]})" \
             if bp is not None else "no level meets the SLOs yet"
         st.caption(f"{info.state} · {info.finished}/{info.budget} trials · {best}")
 if len(shown) > 60:
