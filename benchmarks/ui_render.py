@@ -11,8 +11,9 @@ when asked).
 
 ``--browser`` fills a second database of ``--browser-trials`` trials and times real page loads in headless
 Chromium against ``advisor dashboard``: from navigation until the first Plotly chart is drawn (the
-recommendation's topology) and until the Pareto plot is drawn, ``--browser-loads`` times in one browser (the
-first load is a fresh browser's: nothing cached). The machine's load average is recorded beside the numbers:
+recommendation's topology) and until the open tab's plot is (Convergence), then from a click on the Pareto tab
+until its plot is drawn, ``--browser-loads`` times in one browser (the first load is a fresh browser's: nothing
+cached). The machine's load average is recorded beside the numbers:
 on a shared 2-core machine other work slows the browser more than anything on the page.
 Prints a table and writes ``benchmarks/results/ui_render.json``.
 
@@ -175,7 +176,8 @@ _DRAWN = """m => [...document.querySelectorAll('.js-plotly-plot')].some(el => el
 
 def time_browser(url: str, loads: int = 3) -> list[dict[str, float]]:
     """Per page load: seconds from navigation until the first Plotly chart is drawn (``first_chart_s``) and
-    until the Pareto plot is (``pareto_s``), in headless Chromium against a real ``advisor dashboard``."""
+    until the open tab's plot is (``open_tab_s``: Convergence), then from a click on the Pareto tab until its
+    plot is drawn (``pareto_click_s``), in headless Chromium against a real ``advisor dashboard``."""
     from playwright.sync_api import sync_playwright
 
     with socket.socket() as s:
@@ -208,9 +210,14 @@ def time_browser(url: str, loads: int = 3) -> list[dict[str, float]]:
                 page.goto(f"http://127.0.0.1:{port}/study?study={STUDY}")
                 page.wait_for_function(_DRAWN, arg="*", timeout=300_000, polling=20)
                 first = time.perf_counter() - t0
+                page.wait_for_function(_DRAWN, arg="history", timeout=300_000, polling=20)
+                open_tab = time.perf_counter() - t0
+                load_avg = os.getloadavg()[0]
+                t1 = time.perf_counter()
+                page.get_by_role("tab", name="Pareto front").click()
                 page.wait_for_function(_DRAWN, arg="pareto", timeout=300_000, polling=20)
-                out.append({"first_chart_s": first, "pareto_s": time.perf_counter() - t0,
-                            "load_avg_1m": os.getloadavg()[0]})
+                out.append({"first_chart_s": first, "open_tab_s": open_tab,
+                            "pareto_click_s": time.perf_counter() - t1, "load_avg_1m": load_avg})
             browser.close()
     finally:
         os.killpg(proc.pid, signal.SIGINT)
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         burl, browser_info = filled(small, args.browser_trials)
         browser = time_browser(burl, args.browser_loads)
     first = [b["first_chart_s"] for b in browser]
-    pareto = [b["pareto_s"] for b in browser]
+    pareto = [b["pareto_click_s"] for b in browser]
     rows = [(f"AppTest {args.trials:,} trials, cold caches (first render)", cold),
             (f"AppTest {args.trials:,} trials, warm caches (median)", warm),
             ("AppTest, Parameters tab: turning importance on", importance_s)]
@@ -271,14 +278,18 @@ def main(argv: list[str] | None = None) -> int:
         rows += [(f"browser {args.browser_trials} trials → first chart (median of {len(first)})",
                   statistics.median(first)),
                  ("browser → first chart, fresh browser (load 1)", first[0]),
-                 (f"browser → Pareto plot (median of {len(pareto)})", statistics.median(pareto))]
+                 (f"browser → open tab's plot (median of {len(first)})",
+                  statistics.median(b["open_tab_s"] for b in browser)),
+                 (f"browser, click on the Pareto tab → its plot (median of {len(pareto)})",
+                  statistics.median(pareto))]
     print(f"\nStudy page (goal <= {GOAL_S:g} s)")
     print(f"{'what':56} {'seconds':>8}")
     for what, secs in rows:
         print(f"{what:56} {'–' if secs is None else f'{secs:8.2f}':>8}")
     if browser:
-        print("browser loads (first chart / Pareto / 1-min load average): " + ", ".join(
-            f"{b['first_chart_s']:.2f} / {b['pareto_s']:.2f} / {b['load_avg_1m']:.1f}" for b in browser))
+        print("browser loads (first chart / open tab / Pareto after its click / 1-min load average): " + ", ".join(
+            f"{b['first_chart_s']:.2f} / {b['open_tab_s']:.2f} / {b['pareto_click_s']:.2f} / {b['load_avg_1m']:.1f}"
+            for b in browser))
     ok_apptest = cold is None or (cold < GOAL_S and (warm is None or warm < GOAL_S))
     ok_browser = not first or statistics.median(first) <= GOAL_S
     ok = ok_apptest and ok_browser
@@ -292,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         "browser_trials": args.browser_trials if browser else None, "browser_fill": browser_info,
         "browser_loads": browser,
         "browser_first_chart_median_s": statistics.median(first) if first else None,
-        "browser_pareto_median_s": statistics.median(pareto) if pareto else None,
+        "browser_open_tab_median_s": statistics.median(b["open_tab_s"] for b in browser) if browser else None,
+        "browser_pareto_click_median_s": statistics.median(pareto) if pareto else None,
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_avg_at_end": os.getloadavg(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

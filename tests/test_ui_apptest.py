@@ -242,9 +242,11 @@ def _best_level(url: str, study: str = STUDY):  # noqa: ANN202 — a db Best
 def test_study_page_shows_every_point_failures_and_importance(env: Path, url: str) -> None:
     at = _run("views/study.py", study=STUDY)
     text = _texts(at)
-    assert f"{_measured_points(url)} trial × load-level points" in text
     assert "whole cluster:" in text  # the verdict `advisor best` prints, under the progress panel
-    assert "Optuna's get_param_importances" not in text  # only the open tab runs
+    assert "and the best so far" in text  # Convergence: the open tab of a page opened without ?tab=
+    assert "trial × load-level points" not in text and "Optuna's get_param_importances" not in text  # only it runs
+    at = _run("views/study.py", study=STUDY, tab="Pareto front")
+    assert f"{_measured_points(url)} trial × load-level points" in _texts(at)
     at = _run("views/study.py", study=STUDY, tab="Parameters")
     assert "Optuna's get_param_importances" in _texts(at)
     at = _run("views/study.py", study=STUDY, tab="Failures")
@@ -440,7 +442,7 @@ def test_unknown_study_or_trial_in_the_url_says_so(env: Path) -> None:
 
 
 def test_pareto_axes_are_chosen_from_the_stored_metrics(env: Path) -> None:
-    at = _run("views/study.py", study=STUDY)
+    at = _run("views/study.py", study=STUDY, tab="Pareto front")
     x = at.selectbox(key=common.key(STUDY, "axis_x"))
     assert "P90 TTFT (ms)" in x.options and x.value == "throughput_per_gpu"
     at.selectbox(key=common.key(STUDY, "axis_y")).select("p90_ttft_ms").run()

@@ -218,10 +218,14 @@ def test_every_page_in_a_real_browser(page: Any, dashboard: str, study_url: str)
     _screenshot(pg, "studies")
     pg.locator("a", has_text="Open ui").first.click()
 
-    # Study: the Pareto plot holds every measured trial × load level once
+    # Study: the recommendation's topology and the open tab's convergence; the Pareto plot holds every measured
+    # trial × load level once
     _settle(pg, f"Study {STUDY}")
-    for meta in ("topology", "pareto"):  # the recommendation's topology, then the front (the open tab)
+    for meta in ("topology", "history"):
         _wait_plot(pg, meta)
+    assert "pareto" not in {p["meta"] for p in _plots(pg)}  # only the open tab is drawn
+    pg.get_by_role("tab", name="Pareto front").click()
+    _wait_plot(pg, "pareto")
     plots = {p["meta"]: p for p in _plots(pg)}
     assert {"topology", "pareto"} <= set(plots)
     levels = sum(t["n"] for t in plots["pareto"]["traces"] if t["meta"] == "levels")

@@ -1,5 +1,5 @@
-"""Study: which deployment to run and why, then the Pareto front, each deployment's curve, what the parameters
-did, every trial.
+"""Study: which deployment to run and why, then in tabs the search's convergence (open first), the Pareto front,
+each deployment's curve, what the parameters did, every trial.
 
 The recommendation comes first: the deployment with the most throughput per GPU among levels meeting every
 SLO (at the reader's operating point), its margins, its gain over vLLM's defaults, its alternatives and its
@@ -363,8 +363,10 @@ def failures() -> None:
 
 # ---------------------------------------------------------------------------------------------- the rest, in tabs
 # Only the open tab runs (lazy tabs, kept in the URL as ?tab=): the page's first paint is the recommendation
-# and the Pareto front, not every table and figure of the study.
-TABS = {"Pareto front": pareto, "Curves": curves, "Convergence": convergence, "Parameters": parameters,
+# and the convergence plot, not every table and figure of the study. Convergence opens first because it is the
+# lightest tab with a plot: with the Pareto tab open (its axis pickers, a plot of every trial × level, the front's
+# table) a browser drew the recommendation's first chart 0.2-0.25 s later (benchmarks/ui_render.py, #16).
+TABS = {"Convergence": convergence, "Pareto front": pareto, "Curves": curves, "Parameters": parameters,
         "Trials": trials_table, "Failures": failures}
 for tab, draw in zip(st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True):
     if tab.open:
