@@ -5,15 +5,24 @@ defaults, repeats, and a Pareto front made only of measured points. Nothing mock
 The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
 machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
 so P90 TTFT jumps — and the SLO bound is the geometric mean of the two P90 TTFTs. One study then runs (about
-15 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
+8 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
+
+The same study is also the crash-safety test with real child processes (it was tests/test_crash.py's own
+2-trial study, two more vLLM cold starts): the first `advisor tune` is killed with SIGKILL once the baseline
+is measured and the search trial's servers have started (the tuner only: its vLLM servers run in process groups
+of their own and outlive it, as they would after an OOM-kill or a lost SSH session). The next `advisor tune` on
+the study must mark that trial interrupted, stop the orphaned servers from the resources recorded in the
+database, and complete the study — with every measurement written before the kill still there, once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +31,7 @@ import db
 from advisor.job import job_from_dict
 from advisor.study import open_study
 from db import queries
+from executors import procs
 from search_spaces import PREFIX_REUSE_LIMIT, TrialState
 
 pytestmark = [pytest.mark.vllm]
@@ -74,14 +84,56 @@ def study(tmp_path_factory):
            "executor": {"kind": "local", "run_dir": run_dir, "timeouts": {"health_s": 240}}}
     (work / "job.yaml").write_text(json.dumps(job))
     url = f"sqlite:///{work / 'knee.db'}"
-    tuned = advisor("tune", "job.yaml", "--storage", url, cwd=work)
+    crash = _kill_mid_trial(work, url)  # the first tuner: the baseline measured, SIGKILLed in the search trial
+    try:
+        t0 = time.monotonic()
+        tuned = advisor("tune", "job.yaml", "--storage", url, cwd=work)  # the same command again: resumes
+        crash["resume_s"] = time.monotonic() - t0
+        trials = _trials(url)
+    finally:
+        crash["alive_after_resume"] = [g for g in crash["orphans"] if procs.group_alive(g)]
+        for g in crash["alive_after_resume"]:  # a failed cleanup must not leave them to the next module
+            procs.stop_group(g, 10)
+    return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": ttft,
+            "job": job_from_dict(job), "crash": crash}
+
+
+def _trials(url: str) -> list[db.Trial]:
     database = db.connect(url)
     try:
-        trials = [queries.get_trial(database, "knee", t.number) for t in queries.list_trials(database, "knee")]
+        return [queries.get_trial(database, "knee", t.number) for t in queries.list_trials(database, "knee")]
     finally:
         database.close()
-    return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": ttft,
-            "job": job_from_dict(job)}
+
+
+def _kill_mid_trial(work: Path, url: str) -> dict:
+    """Run `advisor tune` on the study until one trial is complete and the next one's servers have started, then
+    SIGKILL the tuner alone. Returns the killed trial, its servers' process groups and what was measured."""
+    tuner = procs.start([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage", url], name="tuner",
+                        log_path=work / "tuner.log", cwd=work)
+    try:
+        deadline = time.monotonic() + 1200  # the baseline's knee search first: ~2 min alone on 2 cores
+        while True:  # wait for: one trial complete, the next one's server started
+            assert tuner.poll() is None, tuner.tail(40)
+            assert time.monotonic() < deadline, tuner.tail(40)
+            try:
+                ts = _trials(url) if Path(url[len("sqlite:///"):]).exists() else []
+            except db.UnknownStudy:  # the tuner has not created the study yet
+                ts = []
+            running = [t for t in ts if t.state is TrialState.RUNNING and (t.resources or {}).get("pgids")]
+            if any(t.state is TrialState.COMPLETE for t in ts) and running:
+                orphans = list(running[0].resources["pgids"])
+                victim = running[0].number
+                break
+            time.sleep(1)
+        tuner.popen.send_signal(signal.SIGKILL)  # the tuner alone, mid-trial
+        tuner.popen.wait(timeout=30)
+    finally:
+        if tuner.poll() is None:
+            procs.stop(tuner)
+    before = {(t.number, m.concurrency): m.model_dump() for t in _trials(url) for m in t.measurements}
+    return {"victim": victim, "orphans": orphans, "before": before,
+            "alive_after_kill": any(procs.group_alive(g) for g in orphans)}
 
 
 def _search_trial(study):
@@ -162,3 +214,26 @@ def test_pareto_values_are_one_measured_level(study) -> None:
     assert front
     for p in front:
         assert (p.trial_number, p.metric(x), p.metric(y)) in levels
+
+
+def test_sigkill_mid_trial_then_resume(study) -> None:
+    """Crash safety with real child processes (see the module's docstring): the resumed tuner closes the
+    killed trial, stops its orphaned servers and completes the study; nothing measured is lost or doubled."""
+    crash, tuned = study["crash"], study["tuned"]
+    assert crash["before"], "no measurement was written before the kill"
+    assert crash["alive_after_kill"], "the killed tuner's servers should still be running"
+    assert tuned.returncode == 0, tuned.stdout + tuned.stderr
+    assert "closed 1 trial(s) left running by an earlier tuner" in tuned.stdout
+    trials = study["trials"]
+    interrupted = [t for t in trials if t.number == crash["victim"]]
+    assert interrupted[0].state is TrialState.INTERRUPTED
+    assert "stopped process group" in interrupted[0].reason
+    assert crash["alive_after_resume"] == [], f"orphaned process groups {crash['alive_after_resume']} still running"
+    complete = [t for t in trials if t.state is TrialState.COMPLETE]
+    assert len(complete) == 4  # the study, completed: baseline, the search's candidate, both repeated
+    after = [(t.number, m.concurrency) for t in trials for m in t.measurements]
+    assert len(after) == len(set(after))  # nothing duplicated
+    now = {(t.number, m.concurrency): m.model_dump() for t in trials for m in t.measurements}
+    for key, m in crash["before"].items():  # nothing lost or changed
+        assert now[key] == m
+    print(f"resume after SIGKILL: {crash['resume_s']:.1f} s including three new trials")
