@@ -332,9 +332,9 @@ def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePla
     """Warm-up, knee search and fixed levels on one running deployment; ``timings`` gets the warm-up and
     measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it.
     ``expert_routing``: what the executor started the servers with, stored with every level."""
-    t0 = time.monotonic()
+    t0, warm0 = time.monotonic(), timings.warmup_s
     probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing)
     try:
         return search_levels(probe, workload, plan)
-    finally:
-        timings.measure_s = time.monotonic() - t0 - timings.warmup_s
+    finally:  # both add up over calls on one deployment (a second workload measured on the same servers)
+        timings.measure_s += time.monotonic() - t0 - (timings.warmup_s - warm0)

@@ -131,6 +131,7 @@ def local_aggregated(tiny_model, tmp_path_factory):
         except Exception as e:  # noqa: BLE001 — reported by the test that reads them
             side["error"] = e
         finally:
+            side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
             dep.timings.warmup_s, dep.timings.measure_s = own
         side["pgids"] = list(dep.resources["pgids"])
         return ms
@@ -204,6 +205,8 @@ def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(local_aggregate
     if "error" in side:
         raise side["error"]
     a, p = side["agentic"], side["prefix"]
+    # timings add up over measures on one deployment (a second measure once made measure_s negative)
+    assert side["after"][0] >= side["own"][0] and side["after"][1] > side["own"][1] > 0
     assert a.completed == a.num_requests == 12 and a.failed == 0
     assert p.completed == p.num_requests == 8 and p.failed == 0
     assert a.prefix_cache_hit_rate and a.prefix_cache_hit_rate > 0
