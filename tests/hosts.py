@@ -146,11 +146,13 @@ class TwoHosts:
 
     def close(self) -> list[str]:
         """Stop every process in our namespaces (TERM, then KILL), remove namespaces and bridge; returns
-        what was still running when it was asked to stop (for the test's report)."""
+        what was still running when it was asked to stop (for the test's report). Ray's own processes take
+        10-15 s to leave after a TERM (a raylet whose GCS went first keeps reconnecting): they are scaffolding
+        with nothing to save, so they get 5 s before the KILL."""
         left: list[str] = []
         for host in self.hosts:
             left += [f"{host.name}: {p}" for p in host.processes()]
-        for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
             pids = [p for h in self.hosts for p in h.pids()] + [g for g in self.groups if _alive(g)]
             if not pids:
                 break

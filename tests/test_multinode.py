@@ -1,14 +1,15 @@
 """Two hosts for real: `advisor tune` on a two-node Ray cluster made of two network namespaces (tests/hosts.py),
 the CPU build of vLLM on both, nothing mocked.
 
-One module-scoped study on hosts A (Ray head, tuner) and B (Ray worker), each with one CPU "GPU" slot:
+Two module-scoped studies on hosts A (Ray head, tuner) and B (Ray worker), each with one CPU "GPU" slot:
 1. a first `advisor tune` is SIGKILLed while a data-parallel instance spans both hosts (head on one, a
    ``--headless`` rank on the other); the next `advisor tune` of the same study must stop what it left on both
-   hosts (a Ray task on each recorded node), then finish the budget: the DP instance across the hosts, and a
-   P/D pair with prefill and decode on different hosts behind vllm-router, KV moving between them;
-2. a job whose cluster is bigger than the Ray cluster exits 2 with one line;
-3. with fixed ports (``executor.port_base``), a port held on host B fails the trial for the environment
-   (not the configuration); the tuner retries on a fresh placement, and the retry measures.
+   hosts (a Ray task on each recorded node), then finish the budget: the DP instance across the hosts;
+2. with fixed ports (``executor.port_base``), a port held on host B fails a P/D trial for the environment
+   (not the configuration); the tuner retries on a fresh placement, and the retry measures: prefill and
+   decode on different hosts behind vllm-router, KV moving between them (its launch script is exported and
+   run on both hosts too). One P/D deployment serves both checks: each costs a vLLM cold start per server;
+3. a job whose cluster is bigger than the Ray cluster exits 2 with one line.
 
 The tiny model's layers are all dense for this study (``make_tiny_moe(dense=True)``): MoE with data
 parallelism dies on the CPU build (REFERENCE.md). KV moves through ExampleConnector's shared folder (the
@@ -129,7 +130,8 @@ def study(cluster, tmp_path_factory):
     model = make_tiny_moe(work / "tiny-dense", dense=True)
     url = f"sqlite:///{work / 'twohost.db'}"
     job_file = work / "job.yaml"
-    job_file.write_text(json.dumps(_job(work, model, cluster)))
+    # DP only: the cross-host P/D trial is the ports study's (one P/D cold start for both checks)
+    job_file.write_text(json.dumps(_job(work, model, cluster, space={"modes": ["aggregated"]})))
     # 1. the first tuner dies (SIGKILL) while its DP instance runs on both hosts
     first = _tune(cluster, job_file, url)
     deadline = time.monotonic() + 600
@@ -191,10 +193,11 @@ def test_data_parallel_instance_across_two_hosts(study) -> None:
     assert "headless mode" in headless  # the rank on the other host ran as vLLM's headless DP rank
 
 
-def test_prefill_and_decode_on_different_hosts_move_kv(study) -> None:
-    done = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE]
+def test_prefill_and_decode_on_different_hosts_move_kv(ports_study) -> None:
+    url, name = ports_study["url"], ports_study["name"]
+    done = [t for t in _trials(url, name) if t.state is TrialState.COMPLETE]
     pd = [t for t in done if t.config.mode is Mode.DISAGGREGATED]
-    assert pd, [(t.number, t.state, t.reason) for t in _trials(study["url"])]
+    assert pd, [(t.number, t.state, t.reason) for t in _trials(url, name)]
     t = pd[0]
     where = {p["name"]: p["node"] for p in t.resources["processes"]}
     assert where["prefill-0-node0"] != where["decode-0-node0"], where
@@ -232,7 +235,10 @@ def _hold(host: two_hosts.Host, ports: list[int]) -> subprocess.Popen[str]:
     return p
 
 
-def test_port_taken_on_host_b_is_an_environment_failure_and_the_retry_measures(study, cluster) -> None:
+@pytest.fixture(scope="module")
+def ports_study(study, cluster) -> dict[str, Any]:
+    """A P/D study with fixed ports, run once the main study is done (nothing of it holds a port): its one trial
+    finds a port taken on host B, is retried, and measures — the module's cross-host P/D trial."""
     work = study["work"]
     job = _job(work, study["model"], cluster, name="ports", space={"modes": ["disaggregated"]},
                budget={"trials": 1})
@@ -257,6 +263,11 @@ def test_port_taken_on_host_b_is_an_environment_failure_and_the_retry_measures(s
         if holder.poll() is None:
             os.killpg(holder.pid, signal.SIGKILL)
             holder.wait()
+    return {"url": url, "name": "ports", "out": out, "released": released, "proc": p}
+
+
+def test_port_taken_on_host_b_is_an_environment_failure_and_the_retry_measures(ports_study) -> None:
+    url, out, released, p = ports_study["url"], ports_study["out"], ports_study["released"], ports_study["proc"]
     assert released, out[-4000:]
     assert p.returncode == 0, out[-4000:]
     assert "10.77.77.2" in out and "taken" in out, out[-4000:]
@@ -287,15 +298,16 @@ _GET = ("import sys, urllib.request\n"
         "except Exception as e:\n    print(0); print(e)\n")
 
 
-def test_exported_launch_script_runs_pd_across_the_two_hosts(study, cluster, tmp_path) -> None:
+def test_exported_launch_script_runs_pd_across_the_two_hosts(study, ports_study, cluster, tmp_path) -> None:
     """The exported launch.sh of the cross-host P/D trial, run as an operator would: `bash launch.sh 1` on host
     B, `bash launch.sh 0` on host A (which starts the router once both servers answer). A request through the
     router is served, and decode's prompt tokens received by KV transfer grow."""
-    pd = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE and t.config.mode is Mode.DISAGGREGATED]
+    url, name = ports_study["url"], ports_study["name"]
+    pd = [t for t in _trials(url, name) if t.state is TrialState.COMPLETE and t.config.mode is Mode.DISAGGREGATED]
     assert pd
     out = tmp_path / "export"
-    r = subprocess.run([PY, "-m", "advisor", "export", "twohost", "--trial", str(pd[0].number), "--out", str(out),
-                        "--model", str(study["model"]), "--storage", study["url"]], capture_output=True, text=True,
+    r = subprocess.run([PY, "-m", "advisor", "export", name, "--trial", str(pd[0].number), "--out", str(out),
+                        "--model", str(study["model"]), "--storage", url], capture_output=True, text=True,
                        cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     script = out / "launch.sh"
