@@ -290,10 +290,11 @@ def calibrate(
     console.print(f"{len(cal.trials)} measured trials on {cal.gpu}; median |predicted / measured − 1| "
                   f"(held out: {cal.folds}-fold cross-validation by trial):")
     rows = [[f"{part.replace('_', ' ')}, {when}", errs[part].levels,
-             *(f"{x:.1%}" if x is not None else None for x in errs[part].row())]
+             *(f"{x:.1%}" if x is not None else None for x in errs[part].row()),
+             f"{errs[part].rms_log:.3g}" if errs[part].rms_log is not None else None]
             for part in ("in_sample", "held_out") if part in cal.after
             for when, errs in (("default", cal.before), ("calibrated", cal.after))]
-    print_rows("", ["levels", "n", "all", *METRICS], rows)
+    print_rows("", ["levels", "n", "all", *METRICS, "rms log (fitted)"], rows)
     print_rows("", ["parameter", "default", "fitted"],
                 [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")

@@ -194,15 +194,17 @@ def test_best_and_export_on_the_real_study_and_the_launch_script_runs(study) -> 
 
 def test_calibrate_fits_the_model_to_the_real_measurements(study) -> None:
     """`advisor calibrate` on real CPU-vLLM levels: fitted parameters that `advisor tune` can load, and an
-    in-sample error no worse than the defaults' (held-out error is reported, not asserted: 4 trials)."""
+    in-sample error no worse than the defaults' in what the fit minimises, the RMS of log(predicted / measured)
+    (held-out error is reported, not asserted: 4 trials). Not the pooled median over metrics: on 2 Dec every
+    metric's median fell and the pooled one rose 0.71 → 0.95 (``calibrate.Errors``)."""
     work, url = study["work"], study["url"]
     r = advisor("calibrate", "real", "--storage", url, "--out", str(work / "cpu.json"), cwd=work)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "held out" in r.stdout and "calibrated" in r.stdout
     report = json.loads((work / "cpu.report.json").read_text())
     assert report["gpu"] == "CPU" and len(report["trials"]) >= 3 and report["fitted"]
-    before, after = report["error_before"]["in_sample"]["overall"], report["error_after"]["in_sample"]["overall"]
-    assert after <= before, (before, after)
+    before, after = report["error_before"]["in_sample"], report["error_after"]["in_sample"]
+    assert after["rms_log"] < before["rms_log"], (before, after)
     assert report["error_after"]["held_out"]["levels"] == report["error_before"]["in_sample"]["levels"]
     from executors.perf_model import PerfParams
 
