@@ -242,3 +242,16 @@ def test_every_level_stores_the_routing_it_ran_with(study) -> None:
     r = advisor("trials", "real", "--storage", study["url"], cwd=study["work"])
     assert r.returncode == 0 and f"simulated routing: zipf 1.1 ({every} of {every} levels)" in r.stdout, (
         r.stdout + r.stderr)
+
+
+def test_every_server_asks_for_amx_where_the_cpu_has_it(study) -> None:
+    """executors/vllm_cpu_amx.py: on a CPU with AMX every vLLM process asks Linux for the permission before any
+    kernel can use it (without it a P/D decode server died with SIGILL); on one without, nothing is asked."""
+    from executors.vllm_cpu_amx import cpu_has_amx
+
+    done = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE]
+    assert done
+    for t in done:
+        for name, text in _server_logs(t).items():
+            asked = "deploy-advisor cpu plugin: AMX tile permission granted" in text
+            assert asked == cpu_has_amx(), (name, cpu_has_amx(), text[-3000:])
