@@ -4,7 +4,7 @@ defaults, repeats, and a Pareto front made only of measured points. Nothing mock
 
 The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
 machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
-so P90 TTFT jumps — and the SLO bound is the geometric mean of the two P90 TTFTs. One study then runs (about
+so the median TTFT jumps — and the SLO bound is the geometric mean of the two median TTFTs. One study then runs (about
 8 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
 
 The same study is also the crash-safety test with real child processes (it was tests/test_crash.py's own
@@ -76,11 +76,13 @@ def study(tmp_path_factory):
     run = ex.evaluate(place(cfg, probe_job.cluster), probe_job.workload)
     ex.close()
     assert run.ok, (run.reason, run.log_tail)
-    ttft = {m.concurrency: m.p90_ttft_ms for m in run.measurements}
-    assert ttft[8] > 1.5 * ttft[1], f"P90 TTFT does not grow with queueing here: {ttft}"
+    # medians: at c=1 a TTFT is ~10 ms on a fast machine, and two hiccups of 16 requests made the P90 89 ms
+    # (CI, 2 Dec: c=8's P90 was 115 ms, so "grows with queueing" failed on noise; the medians were 9.5 / 97 ms)
+    ttft = {m.concurrency: m.p50_ttft_ms for m in run.measurements}
+    assert ttft[8] > 1.5 * ttft[1], f"median TTFT does not grow with queueing here: {ttft}"
     bound = math.sqrt(ttft[1] * ttft[8])
     job = {**BASE, "objective": {"mode": "pareto"},
-           "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": round(bound, 1)}],
+           "slos": [{"metric": "p50_ttft_ms", "op": "<=", "value": round(bound, 1)}],
            "executor": {"kind": "local", "run_dir": run_dir, "timeouts": {"health_s": 240}}}
     (work / "job.yaml").write_text(json.dumps(job))
     url = f"sqlite:///{work / 'knee.db'}"
@@ -149,7 +151,7 @@ def test_knee_is_bracketed_within_the_tolerance(study) -> None:
     ok = sorted(m.concurrency for m in t.measurements if all(s.met(m) for s in slo))
     bad = sorted(m.concurrency for m in t.measurements if not all(s.met(m) for s in slo))
     knee = [m for m in t.measurements if m.purpose == "knee"]
-    assert len(knee) == 1 and ok and bad, (study["probe"], [(m.concurrency, m.p90_ttft_ms, m.purpose)
+    assert len(knee) == 1 and ok and bad, (study["probe"], [(m.concurrency, m.p50_ttft_ms, m.purpose)
                                                              for m in t.measurements])
     k = knee[0].concurrency
     assert k == max(ok)  # the knee is a measured level: the highest meeting the SLO
