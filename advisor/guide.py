@@ -26,8 +26,9 @@ Candidates are ranked by the model's *knee* (the same knee search the executors 
 model is asked the question a trial answers.
 
 Ranking is exhaustive on spaces of up to ``EXHAUSTIVE_MAX`` valid candidates; larger spaces are ranked on a
-seeded random sample plus hill-climbing (one knob at a time) from the sample's best, so a model turn costs
-about a second on the 91,008-candidate GB300 space. In Pareto mode a turn maximises a random Chebyshev
+seeded sample drawn shape by shape (``advisor.guide_sample``: every shape is in it) plus hill-climbing (one knob
+at a time) from the best candidate of each of the best few shapes, so a model turn costs about a second on the
+91,008-candidate GB300 space. In Pareto mode a turn maximises a random Chebyshev
 weighting of the two predicted objectives (ParEGO), so successive turns spread along the front.
 """
 
@@ -42,6 +43,7 @@ import optuna
 import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
 from advisor.executor_factory import model_params
+from advisor.guide_sample import best_of_each_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
@@ -55,6 +57,8 @@ from search_spaces import DeploymentConfig, Measurement, TrialState, check
 EXHAUSTIVE_MAX = 8_000
 #: Larger spaces: this many seeded random valid candidates, then hill-climbing from the best few.
 SAMPLE = 2_000
+#: ... drawn shape by shape (``guide_sample.stratified``) where the valid space can be listed.
+ENUMERATE_MAX = 200_000
 CLIMB_STARTS = 6
 #: After its first turn, the guide re-scores this many candidates per mode (best by their last prediction).
 SHORTLIST = 100
@@ -94,6 +98,7 @@ class ModelGuide:
         self._exhaustive = False
         self._last: dict[str, Outcome] = {}  # config key → its outcome when last predicted (``_shortlist``)
         self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # the seeded sample of a large space
+        self._keys: dict[int, tuple[DeploymentConfig, str]] = {}  # id → (config, its key): see ``_key``
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
@@ -129,17 +134,17 @@ class ModelGuide:
         self.turns += 1
         weight = self.rng.random() if self.job.objective.mode is ObjectiveMode.PARETO else 1.0
         tried_modes = {self._mode_of_key(k) for k in taken}
-        cands = [(p, c) for p, c in self._candidates() if c.key() not in taken]
+        cands = [(p, c) for p, c in self._candidates() if self._key(c) not in taken]
         if not cands:
             return None
         scored = self._shortlist(cands, weight) if self._last else [(p, c, self._outcome(c)) for p, c in cands]
-        self._last.update((c.key(), o) for _, c, o in scored)
+        self._last.update((self._key(c), o) for _, c, o in scored)
         fresh = [t for t in scored if t[1].mode.value not in tried_modes]
         pool = fresh or scored
         rank = self._ranker(weight, [o for _, _, o in pool])
         best = max(pool, key=lambda t: rank(t[2]))
         if not self._exhaustive:  # climb from the sample's best few, on the same ranking
-            starts = sorted(pool, key=lambda t: rank(t[2]), reverse=True)[:CLIMB_STARTS]
+            starts = best_of_each_shape(sorted(pool, key=lambda t: rank(t[2]), reverse=True))[:CLIMB_STARTS]
             modes = {best[1].mode} if fresh else None
             for p, c, o in starts:
                 cand = self._climb(p, c, o, rank, taken, modes)
@@ -156,21 +161,21 @@ class ModelGuide:
         predicted outcome, predicted again with the current parameters. Scoring every candidate on every turn
         (a knee search each, about 2 ms) cost seconds per turn on a space of thousands; a re-fit reorders
         shapes more than it reorders the batch sizes and kernels within one."""
-        stale = [(p, c, self._last[c.key()]) for p, c in cands if c.key() in self._last]
+        stale = [(p, c, self._last[self._key(c)]) for p, c in cands if self._key(c) in self._last]
         rank = self._ranker(weight, [o for _, _, o in stale])
-        out = [(p, c, self._outcome(c)) for p, c in cands if c.key() not in self._last]
+        out = [(p, c, self._outcome(c)) for p, c in cands if self._key(c) not in self._last]
         picked: set[str] = set()
         best_of_shape: dict[tuple[Any, ...], int] = {}
         for p, c, _ in sorted(stale, key=lambda t: rank(t[2]), reverse=True):
-            shape = _shape(c)
+            shape = shape_of(c)
             n = best_of_shape.get(shape, 0)
             if n < PER_SHAPE:  # every shape's best few: a re-fit may move a whole shape up (TP4 → DEP4)
                 best_of_shape[shape] = n + 1
-                picked.add(c.key())
+                picked.add(self._key(c))
         for mode in {c.mode for _, c, _ in stale}:
             top = sorted((t for t in stale if t[1].mode is mode), key=lambda t: rank(t[2]), reverse=True)
-            picked.update(c.key() for _, c, _ in top[:SHORTLIST])
-        out.extend((p, c, self._outcome(c)) for p, c, _ in stale if c.key() in picked)
+            picked.update(self._key(c) for _, c, _ in top[:SHORTLIST])
+        out.extend((p, c, self._outcome(c)) for p, c, _ in stale if self._key(c) in picked)
         return out
 
     @property
@@ -223,7 +228,7 @@ class ModelGuide:
             better = None
             for p in self._neighbours(cur[0]):
                 c = self.config_of(p)
-                if c.key() in taken or (modes and c.mode not in modes) or not self._valid(c):
+                if self._key(c) in taken or (modes and c.mode not in modes) or not self._valid(c):
                     continue
                 o = self._outcome(c)
                 if rank(o) > rank(cur[2]):
@@ -264,8 +269,10 @@ class ModelGuide:
         return self._drawn
 
     def _draw(self) -> list[tuple[Params, DeploymentConfig]]:
-        out: dict[str, tuple[Params, DeploymentConfig]] = {}
         valid = self.job.valid_space()
+        if valid is not None and valid.valid <= ENUMERATE_MAX:
+            return [(p, self.config_of(p)) for p in stratified(list(valid.iter_valid()), self.rng, SAMPLE)]
+        out: dict[str, tuple[Params, DeploymentConfig]] = {}
         for _ in range(SAMPLE * (2 if valid is not None else 20)):
             if valid is not None:
                 drawn = valid.sample(self.rng, set())
@@ -276,7 +283,7 @@ class ModelGuide:
                 c = self.space.build(lambda n, ch: p.setdefault(n, self._record(n, ch)[self.rng.randrange(len(ch))]))
                 if not self._valid(c):
                     continue
-            out.setdefault(c.key(), (p, c))
+            out.setdefault(self._key(c), (p, c))
             if len(out) >= SAMPLE:
                 break
         return list(out.values())
@@ -299,17 +306,23 @@ class ModelGuide:
                 if alt != value:
                     yield {**params, name: alt}
 
+    def _key(self, cfg: DeploymentConfig) -> str:
+        """``cfg.key()``, serialised once per config object: a turn asks it of every candidate two or three times
+        (taken? last outcome? shortlisted?), and the JSON dump was a fifth of a later turn's time. The entry holds
+        the config, so its id is not reused while the entry lives."""
+        hit = self._keys.get(id(cfg))
+        if hit is None or hit[0] is not cfg:
+            if len(self._keys) > 4 * EXHAUSTIVE_MAX + 4 * SAMPLE:
+                self._keys.clear()
+            hit = self._keys[id(cfg)] = (cfg, cfg.key())
+        return hit[1]
+
     def _valid(self, cfg: DeploymentConfig) -> bool:
         return not check(cfg, self.model, self.job.cluster, self.job.workload.max_model_len)
 
     @staticmethod
     def _mode_of_key(key: str) -> str:
         return DeploymentConfig.model_validate_json(key).mode.value
-
-
-def _shape(cfg: DeploymentConfig) -> tuple[Any, ...]:
-    return (cfg.mode, *((r.instances, r.tensor_parallel_size, r.data_parallel_size, r.enable_expert_parallel)
-                        for r in cfg.roles))
 
 
 def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,

@@ -21,7 +21,7 @@ here reproduces.
 Samplers run the tune loop's own steps (suggest → rules → evaluate → score → tell, invalid candidates
 and repeats told but not counted as executed), on an in-memory study so thousands of trials stay cheap.
 Usage: ``python benchmarks/search_efficiency.py [--presets a,b] [--seeds 5] [--max-trials 600]
-[--truth exact|perturbed] [--spread 2] [--samplers grid,random,tpe,guided]``.
+[--truth exact|perturbed] [--spread 2] [--samplers grid,random,tpe,guided] [--out FILE]``.
 """
 
 from __future__ import annotations
@@ -104,6 +104,7 @@ def main() -> None:
     ap.add_argument("--truth", choices=["exact", "perturbed"], default="perturbed")
     ap.add_argument("--spread", type=float, default=2.0)
     ap.add_argument("--samplers", default="grid,random,tpe,guided")
+    ap.add_argument("--out", type=Path, default=None, help="default: results/search_efficiency_<truth>.json")
     a = ap.parse_args()
     samplers = a.samplers.split(",")
     rows = []
@@ -140,8 +141,8 @@ def main() -> None:
         print(f"{name:18} valid {r['valid_candidates']:>7}  within2% {r['within_2pct']:>5}  " +
               "  ".join(f"{k} {med[k]}" for k in samplers) + "  " +
               "  ".join(f"{k}/grid {v:.3f}" for k, v in vs_grid.items()) + f"  ({r['seconds']} s)", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"search_efficiency_{a.truth}.json"
+    out = a.out or RESULTS / f"search_efficiency_{a.truth}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"seeds": a.seeds, "max_trials": a.max_trials, "truth": a.truth,
                                "spread": a.spread if a.truth == "perturbed" else None, "presets": rows}, indent=2,
                               default=lambda x: None if x == float("inf") else x))

@@ -107,6 +107,7 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
 
     last_rate = own(max(0, executed - 100), executed)
     steady = own(1, executed) if executed > 1 else own(0, executed)
+    steady_cpu = own(1, executed, cpu_marks) if executed > 1 else own(0, executed, cpu_marks)
     checkpoints = {n: round(own(0, n), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     cpu_checkpoints = {n: round(own(0, n, cpu_marks), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     return {
@@ -117,9 +118,12 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
         "tuner_s_per_trial": round(tuner / max(1, executed), 4), "tuner_s_per_trial_last_100": round(last_rate, 4),
         "tuner_s_per_trial_after_first": round(steady, 4), "mean_s_per_trial_at": checkpoints,
         "tuner_cpu_s_per_trial": round(own(0, executed, cpu_marks), 4), "mean_cpu_s_per_trial_at": cpu_checkpoints,
+        "tuner_cpu_s_per_trial_after_first": round(steady_cpu, 4),
+        "first_trial_cpu_s": round(own(0, 1, cpu_marks), 3) if executed else None,
         "stopped_because": summary.stopped_because,
-        # the goal is per trial: the study's setup (schema, the guide's first full ranking) is the first trial's
-        "meets_goal": steady <= GOAL_S_PER_TRIAL and asked <= GOAL_ASKED_PER_EXECUTED * executed,
+        # the goal is per trial: the study's setup (schema, the guide's first full ranking) is the first trial's;
+        # CPU seconds are the tuner's own, which other work on the machine does not inflate (wall is printed too)
+        "meets_goal": steady_cpu <= GOAL_S_PER_TRIAL and asked <= GOAL_ASKED_PER_EXECUTED * executed,
     }
 
 
@@ -142,7 +146,8 @@ def main() -> int:
             print(f"{r['case']:<18} valid {r['valid']:>7,}/{r['candidates']:<9,} executed {r['executed']:>5} "
                   f"asked {r['asked']:>5} ({r['asked_per_executed']:.2f}×)  tuner s/trial: mean "
                   f"{r['tuner_s_per_trial']:.3f}, after the first {r['tuner_s_per_trial_after_first']:.3f}, last 100 "
-                  f"{r['tuner_s_per_trial_last_100']:.3f}, CPU s/trial {r['tuner_cpu_s_per_trial']:.3f}  {'ok' if r['meets_goal'] else 'MISSED'}  "
+                  f"{r['tuner_s_per_trial_last_100']:.3f}, CPU s/trial {r['tuner_cpu_s_per_trial']:.3f} (after the first "
+                  f"{r['tuner_cpu_s_per_trial_after_first']:.3f}, the first {r['first_trial_cpu_s']})  {'ok' if r['meets_goal'] else 'MISSED'}  "
                   f"[{r['stopped_because']}]", flush=True)
     out = {"goal": {"tuner_s_per_trial": GOAL_S_PER_TRIAL, "asked_per_executed": GOAL_ASKED_PER_EXECUTED},
            "trials": args.trials, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -7,6 +7,7 @@ and re-fitting, not by already knowing it. Labelled: a simulated stand-in for a 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -167,3 +168,37 @@ def _best(url: str, name: str) -> float:
                    states=[TrialState.COMPLETE]) if t.violation is not None and t.violation <= 0)
     finally:
         database.close()
+
+
+def test_a_large_space_is_sampled_shape_by_shape() -> None:
+    """Past ``EXHAUSTIVE_MAX`` valid candidates the guide ranks a seeded sample: every shape (mode, and per role
+    instances × TP × DP × EP) is in it with its share, in the space's own order, the same for the same seed; and
+    the hill-climbs start from distinct shapes."""
+    from advisor.guide import EXHAUSTIVE_MAX, SAMPLE
+    from advisor.guide_sample import PER_SHAPE_SAMPLE, best_of_each_shape, params_shape, shape_of
+    from advisor.objectives import Outcome
+
+    job = _job(preset="gb300-rack-dsv3")
+    valid = job.valid_space()
+    assert valid is not None and valid.valid > EXHAUSTIVE_MAX
+    every: dict[tuple, int] = {}
+    for p in valid.iter_valid():
+        every[params_shape(p)] = every.get(params_shape(p), 0) + 1
+    guide = ModelGuide(job, default_params(job.cluster.gpu))
+    pool = guide._candidates()
+    assert len(pool) == SAMPLE and len({c.key() for _, c in pool}) == SAMPLE
+    assert all(not check(c, job.model_profile(), job.cluster, job.workload.max_model_len) for _, c in pool)
+    per_shape: dict[tuple, int] = {}
+    for _, c in pool:
+        per_shape[shape_of(c)] = per_shape.get(shape_of(c), 0) + 1
+    assert len(per_shape) == len(every) > 1  # every shape, however rare
+    assert min(per_shape.values()) >= min(PER_SHAPE_SAMPLE, min(every.values()))
+    order = {json.dumps(p, sort_keys=True): i for i, p in enumerate(valid.iter_valid())}
+    idx = [order[json.dumps(p, sort_keys=True)] for p, _ in pool]
+    assert idx == sorted(idx)  # the space's order: ties among equal predictions break as an exhaustive ranking's
+    again = ModelGuide(job, default_params(job.cluster.gpu))._candidates()
+    assert [c.key() for _, c in again] == [c.key() for _, c in pool]
+    ranked = [(p, c, Outcome([float(i)], 0.0, None)) for i, (p, c) in enumerate(pool)]
+    starts = best_of_each_shape(ranked)
+    assert len(starts) == len(per_shape) and len({shape_of(c) for _, c, _ in starts}) == len(starts)
+    assert starts[0] is ranked[0]
