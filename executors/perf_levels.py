@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from executors.perf_derived import _md, _Role, _wd, memo
+from executors.perf_derived import _md, _ModelDerived, _Role, _wd, _WorkloadDerived, memo
 from executors.perf_measurement import _finish
 from executors.perf_params import MODEL_VERSION, PerfParams, default_params
 from executors.perf_step import _breakdown, _decode_cv, _prefill_capacity, _step
@@ -43,25 +43,26 @@ _ROLES_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
 _PD_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
 
 
-def _build_roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
-    cfg, md, wd = topo.config, _md(model), _wd(wl)
+def _build_roles(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams,
+                 ) -> tuple[_Role | None, _Role]:
+    cfg = topo.config
     prefill = _Role(cfg.prefill, md, wd, topo.cluster, p, 0) if cfg.prefill is not None else None
     return prefill, _Role(cfg.decode, md, wd, topo.cluster, p, cfg.speculative_mtp_tokens)
 
 
 def _roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
-    """(prefill role or None, decode role) constants of ``topo``."""
-    return memo(_ROLES_CACHE, _build_roles, topo, model, wl, p, limit=1023)
+    """(prefill role or None, decode role) constants of ``topo`` (keyed by the derived numbers, which workloads
+    that differ only in their levels share: ``perf_derived.same_lengths``)."""
+    return memo(_ROLES_CACHE, _build_roles, topo, _md(model), _wd(wl), p, limit=1023)
 
 
-def _disaggregated_constants(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
+def _disaggregated_constants(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams,
                              ) -> tuple[float, float, float, float, float, float, list[tuple[float, float]]]:
     """(KV hand-off time, its capacity, lone prefill latency, decode steps per request, KV batch cap, batch
     cap, decode step grid) of a P/D deployment: what does not depend on the load level."""
     cfg, cluster = topo.config, topo.cluster
     assert cfg.prefill is not None
-    md, wd = _md(model), _wd(wl)
-    Rp, Rd = _roles(topo, model, wl, p)
+    Rp, Rd = memo(_ROLES_CACHE, _build_roles, topo, md, wd, p, limit=1023)
     assert Rp is not None
     spec = cluster.spec
     # KV hand-off: the whole context (prefix included) moves; NVLink when the cluster is one domain
@@ -154,8 +155,8 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
     gpus = topo.gpus
     ranks_p = cfg.prefill.instances * cfg.prefill.data_parallel_size
     ranks_d = cfg.decode.instances * cfg.decode.data_parallel_size
-    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = memo(_PD_CACHE, _disaggregated_constants, topo, model, wl, p,
-                                                         limit=1023)
+    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = memo(_PD_CACHE, _disaggregated_constants, topo, _md(model),
+                                                         wd, p, limit=1023)
     n_cap = ranks_d * b_cap
     out = []
     for c in levels:

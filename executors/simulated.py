@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from executors.base import Deployment, Executor
 from executors.measure import MeasurePlan, knee_of, search_levels
+from executors.perf_derived import same_lengths
 from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict, predict_load
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload
@@ -78,6 +79,7 @@ def _search_only(wl: Workload, tolerance: float, max_levels: int) -> Workload:
             _SEARCH_ONLY.clear()
         hit = _SEARCH_ONLY[key] = (wl, wl.model_copy(update={"load_levels": [], "knee_search": True,
                                                              "knee_tolerance": tolerance, "max_levels": max_levels}))
+        same_lengths(hit[1], wl)
     return hit[1]
 
 
