@@ -43,7 +43,7 @@ import optuna
 import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
 from advisor.executor_factory import model_params
-from advisor.guide_sample import best_of_each_shape, shape_of, stratified
+from advisor.guide_sample import best_of_each_shape, params_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome, score
 from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
@@ -271,7 +271,8 @@ class ModelGuide:
     def _draw(self) -> list[tuple[Params, DeploymentConfig]]:
         valid = self.job.valid_space()
         if valid is not None and valid.valid <= ENUMERATE_MAX:
-            return [(p, self.config_of(p)) for p in stratified(list(valid.iter_valid()), self.rng, SAMPLE)]
+            chosen = set(stratified([params_shape(p) for p in valid.iter_valid()], self.rng, SAMPLE))
+            return [(p, self.config_of(p)) for i, p in enumerate(valid.iter_valid()) if i in chosen]
         out: dict[str, tuple[Params, DeploymentConfig]] = {}
         for _ in range(SAMPLE * (2 if valid is not None else 20)):
             if valid is not None:

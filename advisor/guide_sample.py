@@ -35,22 +35,23 @@ def params_shape(params: Params) -> tuple[Any, ...]:
     return tuple(v for k, v in params.items() if k == "mode" or k.endswith(_SHAPE_SUFFIXES))
 
 
-def stratified(valid: list[Params], rng: random.Random, size: int) -> list[Params]:
-    """``size`` of ``valid``, in their order: every shape's share first (``size`` / shapes, at least
-    ``PER_SHAPE_SAMPLE``, or all it has), then uniformly from the rest. Keeping the space's order makes ties
-    among equal predictions break as an exhaustive ranking breaks them."""
-    if len(valid) <= size:
-        return valid
-    shapes: dict[tuple[Any, ...], list[int]] = {}
-    for i, p in enumerate(valid):
-        shapes.setdefault(params_shape(p), []).append(i)
-    quota = max(PER_SHAPE_SAMPLE, size // len(shapes))
+def stratified(shapes: list[tuple[Any, ...]], rng: random.Random, size: int) -> list[int]:
+    """Indices of ``size`` candidates, in order, given each candidate's shape (``params_shape``): every shape's
+    share first (``size`` / shapes, at least ``PER_SHAPE_SAMPLE``, or all it has), then uniformly from the rest.
+    Keeping the space's order makes ties among equal predictions break as an exhaustive ranking breaks them;
+    taking shapes, not the candidates, keeps a listing of 91,008 candidates' parameters out of memory."""
+    if len(shapes) <= size:
+        return list(range(len(shapes)))
+    members: dict[tuple[Any, ...], list[int]] = {}
+    for i, s in enumerate(shapes):
+        members.setdefault(s, []).append(i)
+    quota = max(PER_SHAPE_SAMPLE, size // len(members))
     picked: set[int] = set()
-    for members in shapes.values():
-        picked.update(rng.sample(members, min(quota, len(members))))
-    rest = [i for i in range(len(valid)) if i not in picked]
+    for of_shape in members.values():
+        picked.update(rng.sample(of_shape, min(quota, len(of_shape))))
+    rest = [i for i in range(len(shapes)) if i not in picked]
     picked.update(rng.sample(rest, max(0, min(size - len(picked), len(rest)))))
-    return [valid[i] for i in sorted(picked)]
+    return sorted(picked)
 
 
 def best_of_each_shape(ranked: list[_T]) -> list[_T]:
