@@ -49,6 +49,7 @@ from advisor.objectives import Outcome, score
 from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
 from executors import place
 from executors.measure import MeasurePlan
+from executors.perf_derived import memo
 from executors.perf_model import CALIBRATABLE, PerfParams
 from executors.simulated import model_levels
 from search_spaces import DeploymentConfig, Measurement, TrialState, check
@@ -98,7 +99,7 @@ class ModelGuide:
         self._exhaustive = False
         self._last: dict[str, Outcome] = {}  # config key → its outcome when last predicted (``_shortlist``)
         self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # the seeded sample of a large space
-        self._keys: dict[int, tuple[DeploymentConfig, str]] = {}  # id → (config, its key): see ``_key``
+        self._keys: dict[tuple[int, ...], tuple[tuple[Any, ...], str]] = {}  # config keys: see ``_key``
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
@@ -308,15 +309,10 @@ class ModelGuide:
                     yield {**params, name: alt}
 
     def _key(self, cfg: DeploymentConfig) -> str:
-        """``cfg.key()``, serialised once per config object: a turn asks it of every candidate two or three times
-        (taken? last outcome? shortlisted?), and the JSON dump was a fifth of a later turn's time. The entry holds
-        the config, so its id is not reused while the entry lives."""
-        hit = self._keys.get(id(cfg))
-        if hit is None or hit[0] is not cfg:
-            if len(self._keys) > 4 * EXHAUSTIVE_MAX + 4 * SAMPLE:
-                self._keys.clear()
-            hit = self._keys[id(cfg)] = (cfg, cfg.key())
-        return hit[1]
+        """``cfg.key()``, serialised once per config object (``memo``, keyed by identity): a turn asks it of every
+        candidate two or three times (taken? last outcome? shortlisted?), and the JSON dump was a fifth of a later
+        turn's time."""
+        return memo(self._keys, DeploymentConfig.key, cfg, limit=4 * EXHAUSTIVE_MAX + 4 * SAMPLE)
 
     def _valid(self, cfg: DeploymentConfig) -> bool:
         return not check(cfg, self.model, self.job.cluster, self.job.workload.max_model_len)
