@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +70,11 @@ class _Search:
 
     def measure(self, load: float, purpose: str) -> Measurement:
         if load not in self.levels:
-            m = self.probe(load)
-            self.levels[load] = m.model_copy(update={"purpose": purpose})
+            self.keep(load, self.probe(load), purpose)
         return self.levels[load]
+
+    def keep(self, load: float, m: Measurement, purpose: str) -> None:
+        self.levels[load] = m.model_copy(update={"purpose": purpose})
 
     def default_start(self) -> float:
         fixed = sorted(self.wl.load_levels)
@@ -97,6 +99,15 @@ class _Search:
     def knee(self, known: list[Measurement] | None = None) -> None:
         """Search the knee. ``known`` levels (already measured, e.g. the model's fixed levels) bracket it for
         free: the search starts between them and they do not count against ``max_levels``."""
+        steps = self.knee_steps(known)
+        load = next(steps, None)
+        while load is not None:
+            self.keep(load, self.probe(load), "search")
+            load = next(steps, None)
+
+    def knee_steps(self, known: list[Measurement] | None = None) -> Iterator[float]:
+        """``knee`` as a generator: it yields each load it needs measured and goes on once the caller has
+        ``keep``-ed that load's measurement (``search_many`` runs many searches in lockstep this way)."""
         ok = lambda m: feasible(self.plan.slos, m)  # noqa: E731
         lo: float | None = None
         hi: float | None = None
@@ -116,7 +127,9 @@ class _Search:
             x, k_up, k_down = self._next(lo, hi, None, 0, 0)
         for _ in range(0 if closed or x is None else self.wl.max_levels):
             assert x is not None
-            m = self.measure(x, "search")
+            if x not in self.levels:
+                yield x
+            m = self.levels[x]
             if ok(m):
                 lo = x if lo is None else max(lo, x)
             else:
@@ -180,6 +193,45 @@ def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan,
         e.measurements = list(s.levels.values())  # type: ignore[attr-defined]
         raise
     return list(s.levels.values())
+
+
+def search_many(probe: Callable[[list[tuple[int, float]]], list[Measurement]], workload: Workload, plan: MeasurePlan,
+                known: Sequence[list[Measurement]]) -> list[list[Measurement]]:
+    """``search_levels`` for many deployments at once, in lockstep: ``probe`` gets every (deployment index, load)
+    the searches need next and answers them together, which lets the model answer as arrays
+    (``executors.perf_batch``). Deployment ``i``'s levels are exactly ``search_levels(probe_i, workload, plan,
+    known[i])``'s (``test_perf_batch``)."""
+    searches = [_Search(lambda _load: _not_probed(), workload, plan) for _ in known]
+    pending: dict[int, tuple[Iterator[float], float]] = {}
+    if workload.knee_search and plan.searchable:
+        for i, (s, k) in enumerate(zip(searches, known, strict=True)):
+            steps = s.knee_steps(k)
+            load = next(steps, None)
+            if load is not None:
+                pending[i] = (steps, load)
+    while pending:
+        asked = [(i, load) for i, (_, load) in pending.items()]
+        for (i, load), m in zip(asked, probe(asked), strict=True):
+            searches[i].keep(load, m, "search")
+            steps = pending[i][0]
+            nxt = next(steps, None)
+            if nxt is None:
+                del pending[i]
+            else:
+                pending[i] = (steps, nxt)
+    for raw_load in workload.load_levels:  # the fixed levels the searches did not measure, as search_levels does
+        asked = []
+        for i, s in enumerate(searches):
+            load = s.snap(float(raw_load)) if workload.load_by == "rate" else float(raw_load)
+            if load not in s.levels:
+                asked.append((i, load))
+        for (i, load), m in zip(asked, probe(asked) if asked else [], strict=True):
+            searches[i].keep(load, m, "fixed")
+    return [list(s.levels.values()) for s in searches]
+
+
+def _not_probed() -> Measurement:
+    raise AssertionError("search_many measures through its own probe")
 
 
 def knee_of(measurements: list[Measurement]) -> Measurement | None:

@@ -60,10 +60,15 @@ def _disaggregated_constants(topo: Topology, md: _ModelDerived, wd: _WorkloadDer
                              ) -> tuple[float, float, float, float, float, float, list[tuple[float, float]]]:
     """(KV hand-off time, its capacity, lone prefill latency, decode steps per request, KV batch cap, batch
     cap, decode step grid) of a P/D deployment: what does not depend on the load level."""
-    cfg, cluster = topo.config, topo.cluster
-    assert cfg.prefill is not None
     Rp, Rd = memo(_ROLES_CACHE, _build_roles, topo, md, wd, p, limit=1023)
     assert Rp is not None
+    return (*_kv_handoff(topo, md, wd, p), _prefill_alone(Rp), *_decode_grid(Rd))
+
+
+def _kv_handoff(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams) -> tuple[float, float]:
+    """(time, capacity in requests/s) of moving one request's KV from prefill to decode."""
+    cfg, cluster = topo.config, topo.cluster
+    assert cfg.prefill is not None
     spec = cluster.spec
     # KV hand-off: the whole context (prefix included) moves; NVLink when the cluster is one domain
     kv_bytes = md.kv_tok * wd.isl
@@ -71,17 +76,27 @@ def _disaggregated_constants(topo: Topology, md: _ModelDerived, wd: _WorkloadDer
     link = (spec.scaleup_gbps if one_domain else spec.scaleout_gbps) * 1e9 * p.kv_xfer_eff
     t_kv = p.kv_xfer_latency_s + kv_bytes / link + p.request_latency_s  # the request's way in rides along
     mu_kv = min(cfg.prefill.gpus, cfg.decode.gpus) * link / kv_bytes
-    # prefill latency of one request with the instance otherwise idle
-    P1 = min(float(cfg.prefill.max_num_batched_tokens), wd.isl_new)
+    return t_kv, mu_kv
+
+
+def _prefill_alone(Rp: _Role) -> float:
+    """Prefill latency of one request with the prefill instance otherwise idle."""
+    wd = Rp.wd
+    P1 = min(float(Rp.cfg.max_num_batched_tokens), wd.isl_new)
     s_alone = _step(Rp, 0.0, P1, P1 / wd.isl_new, 0.0)
-    S_p = max(wd.isl_new / P1, 1.0) * s_alone.total
-    # decode: τ(b) at a few batch sizes, interpolated in the closed-loop solve, exact at the answer
+    return max(wd.isl_new / P1, 1.0) * s_alone.total
+
+
+def _decode_grid(Rd: _Role) -> tuple[float, float, float, list[tuple[float, float]]]:
+    """(decode steps per request, KV batch cap, batch cap, τ(b) at a few batch sizes) of a decode role: the
+    closed-loop solve interpolates τ(b) through the grid and is exact at its answer."""
+    wd = Rd.wd
     osl_steps = wd.osl / Rd.acc
     b_kv = Rd.kv_cap / (wd.isl + wd.osl)
-    b_cap = max(min(float(cfg.decode.max_num_seqs), b_kv), 1.0)
+    b_cap = max(min(float(Rd.cfg.max_num_seqs), b_kv), 1.0)
     grid = sorted({1.0, b_cap ** (1 / 3), b_cap ** (2 / 3), b_cap})
     pts = [(b, _step(Rd, b, 0.0, 0.0, _decode_cv(Rd, b)).total) for b in grid]
-    return t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts
+    return osl_steps, b_kv, b_cap, pts
 
 
 def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from executors.perf_derived import _WorkloadDerived
 from search_spaces import Measurement, Workload
 
@@ -90,6 +92,43 @@ def _measurement(values: dict[str, Any]) -> Measurement:
     object.__setattr__(m, "__pydantic_extra__", None)
     object.__setattr__(m, "__pydantic_private__", None)
     return m
+
+
+def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[Measurement]:
+    """``n`` Measurements given field by field, as ``_measurement`` builds one: each of ``columns`` (every field
+    but ``raw``) is a NumPy array (one value per level), a list, a type (an empty one of it for each level), or one
+    value for every level; ``raw`` the same
+    for the ``raw`` dict's entries. Non-finite and negative floats become None, as in ``_sane``. For the batch
+    model (``executors.perf_batch``), which builds tens of thousands of levels a ranking."""
+    def column(v: Any) -> list[Any]:
+        if isinstance(v, np.ndarray):
+            out = v.tolist()
+            if v.dtype.kind == "f":
+                for j in np.flatnonzero(np.isnan(v) | (v < 0.0) | (v == math.inf)).tolist():
+                    out[j] = None
+            return out
+        if isinstance(v, list):
+            return [None if isinstance(x, float) and (x != x or x < 0.0 or x == math.inf) else x for x in v]
+        if isinstance(v, type):  # a fresh empty container for each level (``dict``, ``list``)
+            return [v() for _ in range(n)]
+        return [None if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf) else v] * n
+
+    raw_keys = tuple(raw)
+    raws = [dict(zip(raw_keys, row)) for row in zip(*(v.tolist() if isinstance(v, np.ndarray) else [v] * n
+                                                        for v in raw.values()))] if raw_keys else [{}] * n
+    cols = [column(columns[k]) if k != "raw" else raws for k in _fields]
+    if columns.keys() | {"raw"} != _field_set:
+        raise ValueError(f"fields missing or unknown: {sorted(columns.keys() ^ (_field_set - {'raw'}))}")
+    new, put = Measurement.__new__, object.__setattr__
+    out = []
+    for row in zip(*cols):
+        m = new(Measurement)
+        put(m, "__dict__", dict(zip(_fields, row)))
+        put(m, "__pydantic_fields_set__", set(_fields))
+        put(m, "__pydantic_extra__", None)
+        put(m, "__pydantic_private__", None)
+        out.append(m)
+    return out
 
 
 def _sane(m: Measurement) -> Measurement:

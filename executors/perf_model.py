@@ -31,7 +31,9 @@ This module is the model's public face; the parts live beside it, each one conce
 * ``executors.perf_derived`` — per-model, per-workload and per-role derived quantities;
 * ``executors.perf_step`` — the step-time model and the public step/throughput functions;
 * ``executors.perf_levels`` — the load-level (closed-loop queueing) model, ``predict`` and ``predict_load``;
-* ``executors.perf_measurement`` — percentiles and the assembly of a ``Measurement``.
+* ``executors.perf_measurement`` — percentiles and the assembly of a ``Measurement``;
+* ``executors.perf_batch`` (+ ``perf_batch_step``) — the same model over many deployments at once as NumPy arrays,
+  float for float (the guide's rankings: ``executors.simulated.model_levels_many``).
 
 Seeded perturbed parameters (a stand-in machine for research) are ``benchmarks/truths.py``.
 """

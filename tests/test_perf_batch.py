@@ -1,0 +1,112 @@
+"""The batch model (executors/perf_batch.py) and the lockstep knee search (executors.measure.search_many) against
+their references, the scalar model and ``search_levels``: the guide ranks with the batch, trials are predicted
+with the scalar model, and the two must be the same model.
+
+Same means the same floats: every field of every level (the ``raw`` breakdown included) of every valid candidate
+of each preset (a seeded 6,000 of GB300's), under the default parameters and under seeded perturbed ones (other branches: DBO on or off,
+the front end the bottleneck or not), and the same levels in the same order with the same flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import pytest
+
+from advisor.guide import predicted_outcome, predicted_outcomes
+from advisor.job import job_from_dict
+from benchmarks.truths import perturbed
+from executors import place
+from executors.measure import MeasurePlan, search_levels, search_many
+from executors.perf_model import default_params
+from executors.simulated import model_levels, model_levels_many
+from search_spaces import SLO, Measurement, Workload, check
+
+PRESETS = ["h200-dsv3", "h200-qwen3-235b", "gb300-rack-dsv3", "cpu-tiny-moe"]
+
+
+@functools.cache
+def _every_valid(preset: str, objective: str = "max_under_slo") -> tuple:
+    job = job_from_dict({"name": "t", "preset": preset, "objective": {"mode": objective}})
+    model, wl = job.model_profile(), job.workload
+    return job, tuple(c for _, c in job.space.enumerate() if not check(c, model, job.cluster, wl.max_model_len))
+
+
+def _valid(preset: str, limit: int | None, seed: int = 0, objective: str = "max_under_slo"):
+    job, every = _every_valid(preset, objective)
+    cfgs = list(every)
+    if limit is not None and len(cfgs) > limit:
+        cfgs = random.Random(seed).sample(cfgs, limit)
+    return job, cfgs
+
+
+def _dumps(levels: list[Measurement]) -> list[dict]:
+    return [m.model_dump() for m in levels]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("truth", [None, 3])
+def test_the_batch_model_gives_every_candidate_the_scalar_models_levels(preset: str, truth: int | None) -> None:
+    job, cfgs = _valid(preset, 6_000 if truth is None else 600)  # every candidate but GB300's 91,008 (6,000 of them)
+    params = default_params(job.cluster.gpu) if truth is None else perturbed(default_params(job.cluster.gpu), truth)
+    tops = [place(c, job.cluster) for c in cfgs]
+    plan = MeasurePlan(tuple(job.slos))
+    model, wl = job.model_profile(), job.workload
+    batch = model_levels_many(tops, model, wl, plan, params, tolerance=0.15, max_levels=10)
+    assert len(batch) == len(cfgs) > 0
+    modes = set()
+    for t, got in zip(tops, batch, strict=True):
+        want = model_levels(t, model, wl, plan, params, tolerance=0.15, max_levels=10)
+        assert _dumps(got) == _dumps(want), t.config.key()
+        modes.add(t.config.mode)
+    if preset != "cpu-tiny-moe":
+        assert len(modes) == 2  # both halves of the batch model were compared
+
+
+def test_the_guides_batch_outcomes_are_its_one_by_one_outcomes() -> None:
+    job, cfgs = _valid("h200-qwen3-235b", 300, seed=1, objective="pareto")
+    params = perturbed(default_params(job.cluster.gpu), 5)
+    got = predicted_outcomes(job, cfgs, params)
+    for c, o in zip(cfgs, got, strict=True):
+        want = predicted_outcome(job, c, params)
+        assert (o.values, o.violation) == (want.values, want.violation)
+        assert o.best is not None and want.best is not None and o.best.model_dump() == want.best.model_dump()
+
+
+def _noisy_probe(seed: int, i: int):
+    """A deployment whose SLO metric is load-driven but not monotone (noise can send a search back), as real
+    levels are: the lockstep search must take every branch the one-by-one search takes."""
+    knee = random.Random(f"{seed}-{i}").choice([0.5, 3, 17, 60, 250, 1000, 5000])
+
+    def probe(load: float) -> Measurement:
+        jitter = random.Random(f"{seed}-{i}-{load}").uniform(0.7, 1.3)
+        ok_ms = 1000.0 * jitter * load / knee
+        return Measurement(concurrency=max(1, int(load)), source="simulated", gpus=8, num_requests=50, completed=50,
+                           p90_ttft_ms=ok_ms, throughput_per_gpu=float(load), error_rate=0.0)
+    return probe
+
+
+@pytest.mark.parametrize("load_by", ["concurrency", "rate"])
+@pytest.mark.parametrize("start", [None, 40.0])
+def test_the_lockstep_search_is_the_one_by_one_search(load_by: str, start: float | None) -> None:
+    slos = (SLO(metric="p90_ttft_ms", op="<=", value=1000.0),)
+    wl = Workload(load_levels=[8, 64, 512], load_by=load_by, max_levels=7, knee_tolerance=0.1, max_load=2048)
+    plan = MeasurePlan(slos, start)
+    probes = [_noisy_probe(7, i) for i in range(120)]
+    known = [[probes[i](float(c)).model_copy(update={"purpose": "fixed"}) for c in (8, 64)] if i % 3 else []
+             for i in range(len(probes))]
+    asked_rounds: list[int] = []
+
+    def together(asked: list[tuple[int, float]]) -> list[Measurement]:
+        asked_rounds.append(len(asked))
+        assert len({i for i, _ in asked}) == len(asked)  # one load per search per round
+        return [probes[i](load) for i, load in asked]
+
+    many = search_many(together, wl, plan, known)
+    for i, probe in enumerate(probes):
+        one = search_levels(probe, wl, plan, known=known[i] or None)
+        assert [(m.load, m.purpose, m.flags) for m in many[i]] == [(m.load, m.purpose, m.flags) for m in one]
+    flags = {f for levels in many for m in levels for f in m.flags}
+    assert len(flags) >= 2  # the searches ended in different ways
+    assert max(asked_rounds) > 1 and len(asked_rounds) < sum(len(x) for x in many)  # they ran together
