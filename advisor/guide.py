@@ -162,21 +162,30 @@ class ModelGuide:
         predicted outcome, predicted again with the current parameters. Scoring every candidate on every turn
         (a knee search each, about 2 ms) cost seconds per turn on a space of thousands; a re-fit reorders
         shapes more than it reorders the batch sizes and kernels within one."""
-        stale = [(p, c, self._last[self._key(c)]) for p, c in cands if self._key(c) in self._last]
-        rank = self._ranker(weight, [o for _, _, o in stale])
-        new = [(p, c) for p, c in cands if self._key(c) not in self._last]
+        stale: list[tuple[Params, DeploymentConfig, Outcome, str]] = []
+        new: list[tuple[Params, DeploymentConfig]] = []
+        for p, c in cands:
+            k = self._key(c)
+            o = self._last.get(k)
+            if o is None:
+                new.append((p, c))
+            else:
+                stale.append((p, c, o, k))
+        rank = self._ranker(weight, [t[2] for t in stale])
         picked: set[str] = set()
         best_of_shape: dict[tuple[Any, ...], int] = {}
-        for p, c, _ in sorted(stale, key=lambda t: rank(t[2]), reverse=True):
+        best_of_mode: dict[Any, int] = {}
+        for _, c, _, k in sorted(stale, key=lambda t: rank(t[2]), reverse=True):  # one stable sort serves both
             shape = shape_of(c)
             n = best_of_shape.get(shape, 0)
             if n < PER_SHAPE:  # every shape's best few: a re-fit may move a whole shape up (TP4 → DEP4)
                 best_of_shape[shape] = n + 1
-                picked.add(self._key(c))
-        for mode in {c.mode for _, c, _ in stale}:
-            top = sorted((t for t in stale if t[1].mode is mode), key=lambda t: rank(t[2]), reverse=True)
-            picked.update(self._key(c) for _, c, _ in top[:SHORTLIST])
-        return self._scored([*new, *((p, c) for p, c, _ in stale if self._key(c) in picked)])
+                picked.add(k)
+            n = best_of_mode.get(c.mode, 0)
+            if n < SHORTLIST:
+                best_of_mode[c.mode] = n + 1
+                picked.add(k)
+        return self._scored([*new, *((p, c) for p, c, _, k in stale if k in picked)])
 
     @property
     def done(self) -> bool:

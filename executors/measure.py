@@ -111,12 +111,13 @@ class _Search:
         ok = lambda m: feasible(self.plan.slos, m)  # noqa: E731
         lo: float | None = None
         hi: float | None = None
-        for m in known or []:
+        judged = [(m, ok(m)) for m in known or []]
+        for m, met in judged:
             self.levels.setdefault(m.load, m)
-            if ok(m):
+            if met:
                 lo = m.load if lo is None else max(lo, m.load)
-        for m in known or []:
-            if not ok(m) and (lo is None or m.load > lo):
+        for m, met in judged:
+            if not met and (lo is None or m.load > lo):
                 hi = m.load if hi is None else min(hi, m.load)
         k_up = k_down = 0
         closed = lo is not None and hi is not None and hi <= self.within(lo)
