@@ -49,6 +49,7 @@ from advisor.objectives import Outcome, score
 from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
 from executors import place
 from executors.measure import MeasurePlan
+from executors.perf_batch import collector_paused
 from executors.perf_derived import memo
 from executors.perf_model import CALIBRATABLE, PerfParams
 from executors.simulated import model_levels, model_levels_many
@@ -349,9 +350,10 @@ def predicted_outcomes(job: TuningJob, cfgs: Sequence[DeploymentConfig], params:
     """``predicted_outcome`` of each of ``cfgs``, the model answering them together (``model_levels_many``: its
     knee searches in lockstep, each level of every candidate as one element of NumPy arrays) — the same outcomes,
     about three times faster on a ranking of thousands (docs/benchmarks.md)."""
-    levels = model_levels_many([place(c, job.cluster) for c in cfgs], job.model_profile(), job.workload,
-                               plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10)
-    return [score(job, ms) for ms in levels]
+    with collector_paused():
+        levels = model_levels_many([place(c, job.cluster) for c in cfgs], job.model_profile(), job.workload,
+                                   plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10)
+        return [score(job, ms) for ms in levels]
 
 
 def exhaustive(job: TuningJob, params: PerfParams) -> dict[str, Outcome]:

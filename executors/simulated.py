@@ -8,12 +8,11 @@ and the prior that ranks candidates before real trials.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 
 from executors.base import Deployment, Executor
 from executors.measure import MeasurePlan, knee_of, search_levels, search_many
-from executors.perf_batch import Batch
+from executors.perf_batch import Batch, collector_paused
 from executors.perf_derived import same_lengths
 from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict, predict_load
 from executors.topology import Topology
@@ -80,21 +79,13 @@ def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workl
             and workload.knee_search and not plan.start and topologies):
         return [model_levels(t, model, workload, plan, params, tolerance=tolerance, max_levels=max_levels)
                 for t in topologies]
-    # The cyclic collector is paused meanwhile: a ranking allocates tens of thousands of levels, none of them in a
-    # reference cycle, and the collections their allocation set off (each walking every live object) were a third
-    # of its time. Reference counting frees them as before.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         batch = Batch(topologies, model, workload, params)
         loads = [float(c) for c in workload.load_levels]
         fixed = batch.predict([(i, c) for i in range(len(topologies)) for c in loads])
         known = [fixed[i * len(loads):(i + 1) * len(loads)] for i in range(len(topologies))]
         wl = _search_only(workload, tolerance, max_levels)
         return search_many(lambda asked: batch.predict(asked, wl), wl, plan, known)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 _SEARCH_ONLY: dict[tuple[int, float, int], tuple[Workload, Workload]] = {}
