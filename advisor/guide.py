@@ -43,16 +43,14 @@ import optuna
 import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
 from advisor.executor_factory import model_params
+from advisor.guide_rank import predicted_outcome, predicted_outcomes
 from advisor.guide_sample import best_of_each_shape, params_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
-from advisor.objectives import Outcome, score
+from advisor.objectives import Outcome
 from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
-from executors import place
 from executors.measure import MeasurePlan
-from executors.perf_batch import collector_paused
 from executors.perf_derived import memo
 from executors.perf_model import CALIBRATABLE, PerfParams
-from executors.simulated import model_levels, model_levels_many
 from search_spaces import DeploymentConfig, Measurement, TrialState, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
@@ -335,33 +333,6 @@ class ModelGuide:
     @staticmethod
     def _mode_of_key(key: str) -> str:
         return DeploymentConfig.model_validate_json(key).mode.value
-
-
-def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,
-                      plan: MeasurePlan | None = None) -> Outcome:
-    """What a trial of ``cfg`` would be told, with the model as the deployment: its knee (to 15%, started from
-    the fixed levels' verdicts) or, without a knee to search, its fixed levels."""
-    return score(job, model_levels(place(cfg, job.cluster), job.model_profile(), job.workload,
-                                   plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10))
-
-
-def predicted_outcomes(job: TuningJob, cfgs: Sequence[DeploymentConfig], params: PerfParams,
-                       plan: MeasurePlan | None = None) -> list[Outcome]:
-    """``predicted_outcome`` of each of ``cfgs``, the model answering them together (``model_levels_many``: its
-    knee searches in lockstep, each level of every candidate as one element of NumPy arrays) — the same outcomes,
-    about three times faster on a ranking of thousands (docs/benchmarks.md)."""
-    with collector_paused():
-        levels = model_levels_many([place(c, job.cluster) for c in cfgs], job.model_profile(), job.workload,
-                                   plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10)
-        return [score(job, ms) for ms in levels]
-
-
-def exhaustive(job: TuningJob, params: PerfParams) -> dict[str, Outcome]:
-    """Every valid candidate of the job's space scored with ``params`` (config key → outcome): the ground truth
-    of the search-efficiency benchmark and of the guide's tests."""
-    model, wl = job.model_profile(), job.workload
-    cfgs = [cfg for _, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
-    return {cfg.key(): o for cfg, o in zip(cfgs, predicted_outcomes(job, cfgs, params), strict=True)}
 
 
 def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import optuna
 
-from advisor.guide import enqueue_turn, exhaustive, make_guide
+from advisor.guide import enqueue_turn, make_guide
+from advisor.guide_rank import exhaustive
 from advisor.job import SamplerKind, SamplerSpec, job_from_dict
 from advisor.objectives import worst
 from advisor.study import make_sampler

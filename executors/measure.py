@@ -74,7 +74,7 @@ class _Search:
         return self.levels[load]
 
     def keep(self, load: float, m: Measurement, purpose: str) -> None:
-        self.levels[load] = m.model_copy(update={"purpose": purpose})
+        self.levels[load] = m if m.purpose == purpose else m.model_copy(update={"purpose": purpose})
 
     def default_start(self) -> float:
         fixed = sorted(self.wl.load_levels)

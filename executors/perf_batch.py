@@ -86,7 +86,7 @@ class _Levels:
         self.expert_balance, self.has_balance = expert_balance, has_balance
 
 
-def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float) -> list[Measurement]:
+def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float, purpose: str) -> list[Measurement]:
     """``perf_measurement._finish``, the arithmetic as arrays, then one ``Measurement`` per element."""
     osl, r_i, r_o = wd.osl, wd.r_i, wd.r_o
     ts = lv.ttft_service
@@ -133,7 +133,7 @@ def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float) -> list
         "kv_transfer_tokens": nf * wd.isl if lv.kv_transfer else None, "preemptions": 0.0,
         "eplb_balancedness": [b if has else None for b, has in zip(lv.expert_balance.tolist(),
                                                                    lv.has_balance.tolist(), strict=True)],
-        "request_rate": None, "purpose": "fixed", "intervals": dict, "flags": list,
+        "request_rate": None, "purpose": purpose, "intervals": dict, "flags": list,
         "expert_routing": None,
     }, lv.raw, len(c))
 
@@ -206,10 +206,12 @@ class Batch:
                                      for t in tops])
             self.tp_p = np.array([float(t.config.prefill.tensor_parallel_size) for t in tops])  # type: ignore[union-attr]
 
-    def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None) -> list[Measurement]:
+    def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None,
+                purpose: str = "fixed") -> list[Measurement]:
         """The Measurement of deployment ``i`` at concurrency ``max(1, int(load))`` for each ``(i, load)``: what
-        ``perf_levels.predict_load`` gives for a concurrency workload. ``workload`` (default: the batch's) sizes
-        each level (``num_prompts``); its lengths must be the batch's."""
+        ``perf_levels.predict_load`` gives for a concurrency workload, with ``purpose`` (the knee search's levels
+        are made as "search" levels rather than copied into them). ``workload`` (default: the batch's) sizes each
+        level (``num_prompts``); its lengths must be the batch's."""
         wl = workload or self.wl
         if not asked:
             return []
@@ -220,12 +222,12 @@ class Batch:
         for mask, run in ((is_agg, self._aggregated), (~is_agg, self._disaggregated)):
             where = np.nonzero(mask)[0]
             if len(where):
-                for j, m in zip(where.tolist(), run(self.pos[idx[where]], idx[where], cs[where], wl), strict=True):
+                for j, m in zip(where.tolist(), run(self.pos[idx[where]], idx[where], cs[where], wl, purpose), strict=True):
                     out[j] = m
         return out  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------ perf_levels, as arrays
-    def _aggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload) -> list[Measurement]:
+    def _aggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> list[Measurement]:
         p, wd = self.p, self.wd
         R = self.Ra.take(k)
         inst = self.inst_a[k]
@@ -269,7 +271,7 @@ class Batch:
         lv = _Levels(c, self.gpus[idx], X, ttft_s - chunk_wait, wait, chunk_wait, tpot, sd_step, s0.total, s1.total,
                      f_any, np.maximum(s0.dp_imbalance, s1.dp_imbalance), raw, False, 1.0 / s0.expert_imbalance,
                      R.e > 1)
-        return _finish(lv, wl, wd, p.tpot_cv)
+        return _finish(lv, wl, wd, p.tpot_cv, purpose)
 
     def _interp(self, k: Arr, b: Arr) -> Arr:
         """``perf_levels._interp`` over each deployment's own decode step grid."""
@@ -289,7 +291,7 @@ class Batch:
         gap = np.where(b1 > b0, b1 - b0, 1.0)
         return np.where(done, res, np.where(b1 > b0, t1 + (t1 - t0) * (b - b1) / gap, t1))
 
-    def _disaggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload) -> list[Measurement]:
+    def _disaggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> list[Measurement]:
         p, wd = self.p, self.wd
         Rp, Rd = self.Rp.take(k), self.Rd.take(k)
         t_kv, mu_kv, S_p, osl_steps = self.t_kv[k], self.mu_kv[k], self.S_p[k], self.osl_steps_d[k]
@@ -352,4 +354,4 @@ class Batch:
         lv = _Levels(c, self.gpus[idx], X, ttft_service, wait_d, q_wait, tpot, zero, tau, tau, zero,
                      np.maximum(sd_.dp_imbalance, s_full.dp_imbalance), raw, True, 1.0 / sd_.expert_imbalance,
                      Rd.e > 1)
-        return _finish(lv, wl, wd, p.tpot_cv)
+        return _finish(lv, wl, wd, p.tpot_cv, purpose)

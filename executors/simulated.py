@@ -85,7 +85,8 @@ def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workl
         fixed = batch.predict([(i, c) for i in range(len(topologies)) for c in loads])
         known = [fixed[i * len(loads):(i + 1) * len(loads)] for i in range(len(topologies))]
         wl = _search_only(workload, tolerance, max_levels)
-        return search_many(lambda asked: batch.predict(asked, wl), wl, plan, known)
+        # the searches' levels are made as such; fixed levels left after them (none: ``wl`` has none) would be copied
+        return search_many(lambda asked: batch.predict(asked, wl, "search"), wl, plan, known)
 
 
 _SEARCH_ONLY: dict[tuple[int, float, int], tuple[Workload, Workload]] = {}

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import db
 from advisor.calibrate import METRICS
-from advisor.guide import PROPOSER_ATTR, ModelGuide, exhaustive
+from advisor.guide import PROPOSER_ATTR, ModelGuide
+from advisor.guide_rank import exhaustive
 from advisor.job import job_from_dict
 from advisor.study import open_study
 from advisor.tune import CONFIG_KEY_ATTR, tune

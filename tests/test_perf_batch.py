@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from advisor.guide import predicted_outcome, predicted_outcomes
+from advisor.guide_rank import predicted_outcome, predicted_outcomes
 from advisor.job import job_from_dict
 from benchmarks.truths import perturbed
 from executors import place
