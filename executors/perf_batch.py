@@ -25,11 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from executors.perf_batch_step import Arr, _decode_cv, _pow, _prefill_capacity, _Roles, _Step, _step
+from executors.perf_batch_step import Arr, _decode_cv, _pow, _prefill_capacity, _Roles, _step
 from executors.perf_derived import _md, _Role, _wd, _WorkloadDerived
-from executors.perf_levels import RANDOM_WAIT_UTIL_CAP, _decode_grid, _kv_handoff, _prefill_alone
+from executors.perf_levels import (
+    RANDOM_WAIT_UTIL_CAP,
+    _decode_grid,
+    _kv_handoff,
+    _prefill_alone,
+    _raw_aggregated,
+    _raw_disaggregated,
+)
 from executors.perf_measurement import _measurements, _pct_uniform, _Z90, _Z99
-from executors.perf_params import MODEL_VERSION, PerfParams
+from executors.perf_params import PerfParams
 from search_spaces import Measurement, Mode, ModelProfile, Workload
 
 if TYPE_CHECKING:
@@ -45,18 +52,6 @@ def _front_capped(x: Arr, instances: Arr, p: PerfParams) -> Arr:
     if p.frontend_per_request_s > 0.0:
         return np.minimum(x, instances / p.frontend_per_request_s)
     return x
-
-
-def _breakdown(prefix: str, st: _Step) -> dict[str, Arr]:
-    """``perf_step._breakdown``."""
-    return {
-        f"{prefix}_step_ms": st.total * 1e3, f"{prefix}_dense_ms": st.dense * 1e3,
-        f"{prefix}_attention_ms": st.attention * 1e3, f"{prefix}_experts_ms": st.experts * 1e3,
-        f"{prefix}_comm_ms": st.comm * 1e3, f"{prefix}_exposed_comm_ms": st.exposed_comm * 1e3,
-        f"{prefix}_overhead_ms": st.overhead * 1e3, f"{prefix}_frontend_ms": st.frontend * 1e3,
-        f"{prefix}_dp_imbalance": st.dp_imbalance, f"{prefix}_expert_imbalance": st.expert_imbalance,
-        f"{prefix}_tokens_per_rank": st.tokens,
-    }
 
 
 @contextlib.contextmanager
@@ -260,14 +255,8 @@ class Batch:
         wait = np.maximum(c / X - (ttft_s + osl_steps * tau), 0.0)
         tpot = tau / R.acc
         sd_step = np.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
-        raw: dict[str, Any] = {
-            "model": MODEL_VERSION, "mode": "aggregated",
-            "batch_per_rank": b, "batch_cap": b_cap, "batch_cap_kv": b_kv, "batch_cap_budget": b_budget,
-            "kv_capacity_tokens_per_rank": R.kv_cap, "ranks": ranks.astype(int),
-            "prefill_tokens_per_step": p_avg, "prefill_chunk": chunk, "stall_share": f_any,
-            "mean_step_ms": tau * 1e3, "queue_random_ms": chunk_wait * 1e3, "queue_steady_ms": wait * 1e3,
-            **_breakdown("decode", s0), **_breakdown("mixed", s1),
-        }
+        raw = _raw_aggregated(b, b_cap, b_kv, b_budget, R.kv_cap, ranks.astype(int), p_avg, chunk, f_any, tau,
+                              chunk_wait, wait, s0, s1)
         lv = _Levels(c, self.gpus[idx], X, ttft_s - chunk_wait, wait, chunk_wait, tpot, sd_step, s0.total, s1.total,
                      f_any, np.maximum(s0.dp_imbalance, s1.dp_imbalance), raw, False, 1.0 / s0.expert_imbalance,
                      R.e > 1)
@@ -339,17 +328,8 @@ class Batch:
         wait_d = wait - q_wait
         ttft_service = S_p + t_kv + tau
         tpot = tau / Rd.acc
-        raw: dict[str, Any] = {
-            "model": MODEL_VERSION, "mode": "disaggregated",
-            "decode_batch_per_rank": b, "decode_batch_cap": b_cap, "decode_batch_cap_kv": b_kv,
-            "decode_kv_capacity_tokens_per_rank": Rd.kv_cap, "decode_ranks": ranks_d.astype(int),
-            "prefill_ranks": ranks_p.astype(int),
-            "prefill_capacity_req_s": mu_p, "prefill_utilisation": u, "prefill_latency_ms": S_p * 1e3,
-            "queue_random_ms": q_wait * 1e3, "queue_steady_ms": wait_d * 1e3,
-            "prefill_input_tokens_per_s_per_gpu": mu_rank / self.tp_p[k] * wd.isl / wd.isl_new,
-            "kv_transfer_ms": t_kv * 1e3, "kv_transfer_capacity_req_s": mu_kv,
-            **_breakdown("decode", sd_), **_breakdown("prefill", s_full),
-        }
+        raw = _raw_disaggregated(b, b_cap, b_kv, Rd.kv_cap, ranks_d.astype(int), ranks_p.astype(int), mu_p, u, S_p,
+                                 q_wait, wait_d, mu_rank / self.tp_p[k] * wd.isl / wd.isl_new, t_kv, mu_kv, sd_, s_full)
         zero = np.zeros_like(tau)
         lv = _Levels(c, self.gpus[idx], X, ttft_service, wait_d, q_wait, tpot, zero, tau, tau, zero,
                      np.maximum(sd_.dp_imbalance, s_full.dp_imbalance), raw, True, 1.0 / sd_.expert_imbalance,

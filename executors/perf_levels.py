@@ -135,14 +135,8 @@ def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: Pe
         wait = max(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
         tpot = tau / R.acc
         sd_step = math.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
-        raw: dict[str, Any] = {
-            "model": MODEL_VERSION, "mode": "aggregated",
-            "batch_per_rank": b, "batch_cap": b_cap, "batch_cap_kv": b_kv, "batch_cap_budget": b_budget,
-            "kv_capacity_tokens_per_rank": R.kv_cap, "ranks": ranks,
-            "prefill_tokens_per_step": p_avg, "prefill_chunk": chunk, "stall_share": f_any,
-            "mean_step_ms": tau * 1e3, "queue_random_ms": chunk_wait * 1e3, "queue_steady_ms": wait * 1e3,
-            **_breakdown("decode", s0), **_breakdown("mixed", s1),
-        }
+        raw = _raw_aggregated(b, b_cap, b_kv, b_budget, R.kv_cap, ranks, p_avg, chunk, f_any, tau, chunk_wait, wait,
+                              s0, s1)
         out.append(_finish(c, wl, wd, gpus, X, ttft_s - chunk_wait, wait, chunk_wait,
                            tpot, sd_step, s0.total, s1.total, f_any, max(s0.dp_imbalance, s1.dp_imbalance),
                            raw, False, 1.0 / s0.expert_imbalance if R.e > 1 else None, p.tpot_cv))
@@ -220,20 +214,42 @@ def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p:
         wait_d = wait - q_wait
         ttft_service = S_p + t_kv + tau
         tpot = tau / Rd.acc
-        raw: dict[str, Any] = {
-            "model": MODEL_VERSION, "mode": "disaggregated",
-            "decode_batch_per_rank": b, "decode_batch_cap": b_cap, "decode_batch_cap_kv": b_kv,
-            "decode_kv_capacity_tokens_per_rank": Rd.kv_cap, "decode_ranks": ranks_d, "prefill_ranks": ranks_p,
-            "prefill_capacity_req_s": mu_p, "prefill_utilisation": u, "prefill_latency_ms": S_p * 1e3,
-            "queue_random_ms": q_wait * 1e3, "queue_steady_ms": wait_d * 1e3,
-            "prefill_input_tokens_per_s_per_gpu": mu_rank / cfg.prefill.tensor_parallel_size * wd.isl / wd.isl_new,
-            "kv_transfer_ms": t_kv * 1e3, "kv_transfer_capacity_req_s": mu_kv,
-            **_breakdown("decode", sd_), **_breakdown("prefill", s_full),
-        }
+        raw = _raw_disaggregated(b, b_cap, b_kv, Rd.kv_cap, ranks_d, ranks_p, mu_p, u, S_p, q_wait, wait_d,
+                                 mu_rank / cfg.prefill.tensor_parallel_size * wd.isl / wd.isl_new, t_kv, mu_kv, sd_,
+                                 s_full)
         out.append(_finish(c, wl, wd, gpus, X, ttft_service, wait_d, q_wait, tpot, 0.0, tau, tau, 0.0,
                            max(sd_.dp_imbalance, s_full.dp_imbalance), raw, True,
                            1.0 / sd_.expert_imbalance if Rd.e > 1 else None, p.tpot_cv))
     return out
+
+
+def _raw_aggregated(b: Any, b_cap: Any, b_kv: Any, b_budget: Any, kv_cap: Any, ranks: Any, p_avg: Any, chunk: Any,
+                    f_any: Any, tau: Any, chunk_wait: Any, wait: Any, s0: Any, s1: Any) -> dict[str, Any]:
+    """The ``raw`` breakdown of an aggregated level: floats here, arrays in ``perf_batch``."""
+    return {
+        "model": MODEL_VERSION, "mode": "aggregated",
+        "batch_per_rank": b, "batch_cap": b_cap, "batch_cap_kv": b_kv, "batch_cap_budget": b_budget,
+        "kv_capacity_tokens_per_rank": kv_cap, "ranks": ranks,
+        "prefill_tokens_per_step": p_avg, "prefill_chunk": chunk, "stall_share": f_any,
+        "mean_step_ms": tau * 1e3, "queue_random_ms": chunk_wait * 1e3, "queue_steady_ms": wait * 1e3,
+        **_breakdown("decode", s0), **_breakdown("mixed", s1),
+    }
+
+
+def _raw_disaggregated(b: Any, b_cap: Any, b_kv: Any, kv_cap: Any, ranks_d: Any, ranks_p: Any, mu_p: Any, u: Any,
+                       S_p: Any, q_wait: Any, wait_d: Any, prefill_per_gpu: Any, t_kv: Any, mu_kv: Any, sd_: Any,
+                       s_full: Any) -> dict[str, Any]:
+    """The ``raw`` breakdown of a P/D level: floats here, arrays in ``perf_batch``."""
+    return {
+        "model": MODEL_VERSION, "mode": "disaggregated",
+        "decode_batch_per_rank": b, "decode_batch_cap": b_cap, "decode_batch_cap_kv": b_kv,
+        "decode_kv_capacity_tokens_per_rank": kv_cap, "decode_ranks": ranks_d, "prefill_ranks": ranks_p,
+        "prefill_capacity_req_s": mu_p, "prefill_utilisation": u, "prefill_latency_ms": S_p * 1e3,
+        "queue_random_ms": q_wait * 1e3, "queue_steady_ms": wait_d * 1e3,
+        "prefill_input_tokens_per_s_per_gpu": prefill_per_gpu,
+        "kv_transfer_ms": t_kv * 1e3, "kv_transfer_capacity_req_s": mu_kv,
+        **_breakdown("decode", sd_), **_breakdown("prefill", s_full),
+    }
 
 
 def predict(topology: Topology, model: ModelProfile, workload: Workload,
