@@ -202,7 +202,7 @@ def search_many(probe: Callable[[list[tuple[int, float]]], list[Measurement]], w
     the searches need next and answers them together, which lets the model answer as arrays
     (``executors.perf_batch``). Deployment ``i``'s levels are exactly ``search_levels(probe_i, workload, plan,
     known[i])``'s (``test_perf_batch``)."""
-    searches = [_Search(lambda _load: _not_probed(), workload, plan) for _ in known]
+    searches = [_Search(_not_probed, workload, plan) for _ in known]
     pending: dict[int, tuple[Iterator[float], float]] = {}
     if workload.knee_search and plan.searchable:
         for i, (s, k) in enumerate(zip(searches, known, strict=True)):
@@ -231,7 +231,7 @@ def search_many(probe: Callable[[list[tuple[int, float]]], list[Measurement]], w
     return [list(s.levels.values()) for s in searches]
 
 
-def _not_probed() -> Measurement:
+def _not_probed(_load: float) -> Measurement:
     raise AssertionError("search_many measures through its own probe")
 
 

@@ -10,9 +10,9 @@ load.
 The scalar model (``perf_levels`` / ``perf_step``) stays the reference, and this module mirrors it expression by
 expression, in the same order of operations, so that each number is the same float: ``+ - * /`` and ``sqrt``
 are correctly rounded in both, and ``exp`` and ``**`` are taken from Python's ``math`` element by element
-(NumPy's own may differ in the last bit). The step model is ``perf_batch_step``. ``tests/test_perf_batch.py`` compares the two on every valid
-candidate of the presets, level by level and field by field. A change to the scalar model must be made here
-too; that test fails until it is.
+(NumPy's own may differ in the last bit). The step model is ``perf_batch_step``. ``tests/test_perf_batch.py``
+compares the two on every valid candidate of the presets, level by level and field by field. A change to the
+scalar model must be made here too; that test fails until it is.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from search_spaces import Measurement, Mode, ModelProfile, Workload
 
 if TYPE_CHECKING:
     from executors.topology import Topology
+
 
 def _md1_wait(service: Arr, u: Arr) -> Arr:
     """``perf_levels._md1_wait``."""
@@ -193,13 +194,12 @@ class Batch:
             self.npts = np.array([len(grids[i][3]) for i in idd], dtype=int)
             self.pts_b = np.array([[b for b, _ in pad[i]] for i in idd], dtype=float)
             self.pts_t = np.array([[t for _, t in pad[i]] for i in idd], dtype=float)
-            self.ranks_p = np.array([float(t.config.prefill.instances * t.config.prefill.data_parallel_size)  # type: ignore[union-attr]
-                                     for t in tops])
-            self.ranks_d = np.array([float(t.config.decode.instances * t.config.decode.data_parallel_size)
-                                     for t in tops])
-            self.inst_pd = np.array([float(min(t.config.prefill.instances, t.config.decode.instances))  # type: ignore[union-attr]
-                                     for t in tops])
-            self.tp_p = np.array([float(t.config.prefill.tensor_parallel_size) for t in tops])  # type: ignore[union-attr]
+            pre: list[Any] = [t.config.prefill for t in tops]  # every one set: these are P/D deployments
+            dec = [t.config.decode for t in tops]
+            self.ranks_p = np.array([float(r.instances * r.data_parallel_size) for r in pre])
+            self.ranks_d = np.array([float(r.instances * r.data_parallel_size) for r in dec])
+            self.inst_pd = np.array([float(min(a.instances, b.instances)) for a, b in zip(pre, dec, strict=True)])
+            self.tp_p = np.array([float(r.tensor_parallel_size) for r in pre])
 
     def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None,
                 purpose: str = "fixed") -> list[Measurement]:
@@ -217,7 +217,8 @@ class Batch:
         for mask, run in ((is_agg, self._aggregated), (~is_agg, self._disaggregated)):
             where = np.nonzero(mask)[0]
             if len(where):
-                for j, m in zip(where.tolist(), run(self.pos[idx[where]], idx[where], cs[where], wl, purpose), strict=True):
+                got = run(self.pos[idx[where]], idx[where], cs[where], wl, purpose)
+                for j, m in zip(where.tolist(), got, strict=True):
                     out[j] = m
         return out  # type: ignore[return-value]
 

@@ -75,31 +75,43 @@ _fields = tuple(Measurement.model_fields)
 _field_set = frozenset(_fields)
 
 
-def _measurement(values: dict[str, Any]) -> Measurement:
-    """A ``Measurement`` from every one of its fields, sane (see ``_sane``), built as ``model_construct`` builds
-    it but without its walk over each field's aliases and defaults: that walk was a fifth of the model's time
-    (the guide scores thousands of candidates a turn, four or more levels each). Anything but the full set of
-    fields takes ``model_construct``'s own path."""
-    if values.keys() != _field_set:
-        return _sane(Measurement.model_construct(**values))
-    d = {}
-    for k in _fields:
-        v = values[k]
-        d[k] = None if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf) else v
-    m = Measurement.__new__(Measurement)
-    object.__setattr__(m, "__dict__", d)
-    object.__setattr__(m, "__pydantic_fields_set__", set(_fields))
-    object.__setattr__(m, "__pydantic_extra__", None)
-    object.__setattr__(m, "__pydantic_private__", None)
+def _missing(v: Any) -> bool:
+    """Whether ``v`` is a number the model reports as missing: a non-finite or negative float."""
+    return isinstance(v, float) and (v != v or v < 0.0 or v == math.inf)
+
+
+def _built(d: dict[str, Any]) -> Measurement:
+    """A ``Measurement`` whose ``__dict__`` is ``d`` (every field, in declaration order), built as
+    ``model_construct`` builds it but without its walk over each field's aliases and defaults: that walk was a
+    fifth of the model's time (the guide scores thousands of candidates a turn, four or more levels each)."""
+    m = _new(Measurement)
+    _put(m, "__dict__", d)
+    _put(m, "__pydantic_fields_set__", set(_fields))
+    _put(m, "__pydantic_extra__", None)
+    _put(m, "__pydantic_private__", None)
     return m
 
 
+_new, _put = Measurement.__new__, object.__setattr__  # bound once: ``_built`` runs for every level of a ranking
+
+
+def _measurement(values: dict[str, Any]) -> Measurement:
+    """A ``Measurement`` from every one of its fields, sane (see ``_sane``); anything but the full set of fields
+    takes ``model_construct``'s own path."""
+    if values.keys() != _field_set:
+        return _sane(Measurement.model_construct(**values))
+    return _built({k: None if _missing(v := values[k]) else v for k in _fields})
+
+
 def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[Measurement]:
-    """``n`` Measurements given field by field, as ``_measurement`` builds one: each of ``columns`` (every field
-    but ``raw``) is a NumPy array (one value per level), a list, a type (an empty one of it for each level), or one
-    value for every level; ``raw`` the same
-    for the ``raw`` dict's entries. Non-finite and negative floats become None, as in ``_sane``. For the batch
-    model (``executors.perf_batch``), which builds tens of thousands of levels a ranking."""
+    """``n`` Measurements given field by field, as ``_measurement`` builds one, for the batch model
+    (``executors.perf_batch``), which builds tens of thousands of levels a ranking. Each of ``columns`` (every
+    field but ``raw``) is a NumPy array (one value per level), a list, a type (a fresh empty one of it for each
+    level), or one value for every level; ``raw`` holds arrays or single values, one per entry of the ``raw``
+    dict. Missing numbers become None, as in ``_sane``."""
+    if columns.keys() | {"raw"} != _field_set:
+        raise ValueError(f"fields missing or unknown: {sorted(columns.keys() ^ (_field_set - {'raw'}))}")
+
     def column(v: Any) -> list[Any]:
         if isinstance(v, np.ndarray):
             out = v.tolist()
@@ -108,33 +120,22 @@ def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[
                     out[j] = None
             return out
         if isinstance(v, list):
-            return [None if isinstance(x, float) and (x != x or x < 0.0 or x == math.inf) else x for x in v]
+            return [None if _missing(x) else x for x in v]
         if isinstance(v, type):  # a fresh empty container for each level (``dict``, ``list``)
             return [v() for _ in range(n)]
-        return [None if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf) else v] * n
+        return [None if _missing(v) else v] * n
 
     raw_keys = tuple(raw)
-    raws = [dict(zip(raw_keys, row)) for row in zip(*(v.tolist() if isinstance(v, np.ndarray) else [v] * n
-                                                        for v in raw.values()))] if raw_keys else [{}] * n
-    cols = [column(columns[k]) if k != "raw" else raws for k in _fields]
-    if columns.keys() | {"raw"} != _field_set:
-        raise ValueError(f"fields missing or unknown: {sorted(columns.keys() ^ (_field_set - {'raw'}))}")
-    new, put = Measurement.__new__, object.__setattr__
-    out = []
-    for row in zip(*cols):
-        m = new(Measurement)
-        put(m, "__dict__", dict(zip(_fields, row)))
-        put(m, "__pydantic_fields_set__", set(_fields))
-        put(m, "__pydantic_extra__", None)
-        put(m, "__pydantic_private__", None)
-        out.append(m)
-    return out
+    raw_rows = zip(*(v.tolist() if isinstance(v, np.ndarray) else [v] * n for v in raw.values()))
+    raws = [dict(zip(raw_keys, row)) for row in raw_rows] if raw_keys else [{} for _ in range(n)]
+    cols = [raws if k == "raw" else column(columns[k]) for k in _fields]
+    return [_built(dict(zip(_fields, row))) for row in zip(*cols)]
 
 
 def _sane(m: Measurement) -> Measurement:
     """Replace any non-finite or negative number by None (missing), never by a made-up value."""
     d = m.__dict__
     for k, v in d.items():
-        if isinstance(v, float) and (v != v or v < 0.0 or v == math.inf):
+        if _missing(v):
             d[k] = None
     return m

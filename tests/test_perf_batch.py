@@ -2,9 +2,10 @@
 their references, the scalar model and ``search_levels``: the guide ranks with the batch, trials are predicted
 with the scalar model, and the two must be the same model.
 
-Same means the same floats: every field of every level (the ``raw`` breakdown included) of every valid candidate
-of each preset (a seeded 6,000 of GB300's), under the default parameters and under seeded perturbed ones (other branches: DBO on or off,
-the front end the bottleneck or not), and the same levels in the same order with the same flags.
+Same means the same floats: every field of every level (the ``raw`` breakdown included) of every valid
+candidate of each preset (a seeded 6,000 of GB300's), under the default parameters and under seeded perturbed
+ones (other values, other sides of the model's min/max branches), and the same levels in the same order with
+the same flags.
 """
 
 from __future__ import annotations
