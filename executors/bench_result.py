@@ -222,7 +222,8 @@ def intervals(data: Mapping[str, Any], *, gpus: int, samples: int = BOOTSTRAP_SA
         add(f"p{p}_tpot_ms", tpot, lambda a, p=p: np.percentile(a, p, axis=1))
         if f"p{p}_tpot_ms" in out:  # speed = 1000 / TPOT percentile: the interval's ends swap
             lo, hi = out[f"p{p}_tpot_ms"]
-            out[f"p{p}_tokens_per_s_per_user"] = [1000.0 / hi, 1000.0 / lo]
+            if lo > 0:  # a zero TPOT (every token in one chunk) has no finite speed, so no speed interval
+                out[f"p{p}_tokens_per_s_per_user"] = [1000.0 / hi, 1000.0 / lo]
     if dur and gpus > 0 and len(in_lens) >= len(ok) and len(out_lens) >= len(ok):
         toks = np.array([float((in_lens[i] or 0) + (out_lens[i] or 0)) for i in ok])
         outs = np.array([float(out_lens[i] or 0) for i in ok])

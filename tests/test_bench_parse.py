@@ -294,3 +294,22 @@ def test_gpu_build_without_latencies_gets_tpot_from_ttft_and_token_gaps():
     assert m.p90_tokens_per_s_per_user == pytest.approx(1000 / np.percentile(tp, 90), rel=1e-4)
     assert m.p90_tpot_ms == pytest.approx(np.percentile(tp, 90), rel=1e-4)
     assert 14 <= m.achieved_concurrency <= 16 and not m.client_saturated
+
+
+def test_zero_tpot_requests_give_no_speed_interval_and_no_crash():
+    # Seen on the CPU build's P/D path: the decode streams a short answer in one chunk, so E2E == TTFT and the
+    # TPOT of those requests is 0 ms; 1000 / 0 has no finite value, so the speed interval is left out.
+    n = 8
+    d = {"num_prompts": n, "completed": n, "failed": 0, "duration": 1.0, "total_input_tokens": 200 * n,
+         "total_output_tokens": 8 * n, "request_throughput": 8.0, "output_throughput": 64.0,
+         "total_token_throughput": 1664.0, "latencies": [0.05] * n, "ttfts": [0.05] * n,
+         "output_lens": [8] * n, "input_lens": [200] * n, "itls": [[0.0] * 7] * n,
+         "start_times": [0.1 * i for i in range(n)], "errors": [""] * n}
+    m = bench.parse_result(d, concurrency=2, gpus=1)
+    assert m.intervals["p90_tpot_ms"] == [0.0, 0.0]
+    assert "p90_tokens_per_s_per_user" not in m.intervals
+    assert m.p90_tokens_per_s_per_user is None
+    assert m.intervals["p90_ttft_ms"][0] == pytest.approx(50.0)
+    d["latencies"] = [0.05 + 0.007 * (i + 1) for i in range(n)]  # positive TPOTs: the interval is back
+    lo, hi = bench.parse_result(d, concurrency=2, gpus=1).intervals["p90_tokens_per_s_per_user"]
+    assert 0 < lo <= hi
