@@ -175,6 +175,7 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
         client_saturated=saturated,
         error_rate=failed / num_requests if num_requests else None,
         intervals=intervals(data, gpus=gpus),
+        flags=["bursty-delivery"] if coalesced is not None and coalesced > COALESCED_WARN else [],
         raw=raw,
         **kw,
     )

@@ -343,7 +343,7 @@ class LevelProbe:
     def _measurement(self, spec: bench.LevelSpec, run: _Run, extra_flags: list[str] | None = None) -> Measurement:
         m = bench.parse_result(run.data, concurrency=spec.concurrency, gpus=self.gpus,
                                request_rate=spec.request_rate)
-        flags = list(extra_flags or [])
+        flags = [*m.flags, *(extra_flags or [])]
         raw = dict(m.raw)
         if run.deltas is None:
             stats: dict[str, Any] = {"dp_imbalance": None, "prefix_cache_hit_rate": None,

@@ -298,6 +298,9 @@ LEVEL_FLAGS = {
     "knee-at-max-load": "every SLO held at workload.max_load: the knee is at least this level",
     "bracket-open": "the knee search ran out of levels before its bracket closed to the tolerance",
     "no-level-meets-slo": "the lowest load tried missed an SLO: the deployment has no knee",
+    "bursty-delivery": "more than half of the gaps between tokens reached the client under 0.05 ms: the stream "
+                       "arrived in lumps (a CPU-starved server, proxy or client), so TTFT, TPOT, ITL and tokens/s "
+                       "per user describe the delivery, not the serving; E2E latency and throughput still hold",
 }
 PREFIX_REUSE_LIMIT = 0.05
 

@@ -83,7 +83,9 @@ def test_failed_requests_are_counted_and_their_errors_kept():
 def test_single_concurrency_sample():
     m = bench.parse_result(_load("bench_serve_random_c1.json"), concurrency=1, gpus=1)
     assert m.completed == 8 and m.achieved_concurrency == pytest.approx(1.0, abs=0.05)
-    assert m.raw["derived"]["coalesced_itl_share"] is not None
+    share = m.raw["derived"]["coalesced_itl_share"]
+    assert share is not None
+    assert ("bursty-delivery" in m.flags) == (share > bench.COALESCED_WARN)
 
 
 def test_no_data_is_none_never_zero():
@@ -308,6 +310,7 @@ def test_zero_tpot_requests_give_no_speed_interval_and_no_crash():
     m = bench.parse_result(d, concurrency=2, gpus=1)
     assert m.intervals["p90_tpot_ms"] == [0.0, 0.0]
     assert "p90_tokens_per_s_per_user" not in m.intervals
+    assert m.flags == ["bursty-delivery"]  # every gap between tokens was 0: the level says its TTFT is the delivery's
     assert m.p90_tokens_per_s_per_user is None
     assert m.intervals["p90_ttft_ms"][0] == pytest.approx(50.0)
     d["latencies"] = [0.05 + 0.007 * (i + 1) for i in range(n)]  # positive TPOTs: the interval is back
