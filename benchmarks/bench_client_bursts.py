@@ -1,15 +1,18 @@
 """Does a level measure the server, or how its tokens reached the client? Levels on a real CPU-vLLM deployment
-of the tiny MoE, with the client run two ways: forked from the bench zygote as the local executor does on the
-CPU build (``zygote``), and as a fresh ``vllm bench serve`` command (``command``: ~7 s of import per level on 2
-cores).
+of the tiny MoE, measured the way the local executor measures them.
 
 A request's tokens "arrive in a burst" when its first token reaches the client with its last (TTFT within 2 ms
 of E2E): nobody read the stream while the server produced it, so the TTFT measured is the delivery's, not the
 server's. Each repeat deploys the knee test's deployment (max-num-seqs 4) and measures concurrency 1, 4 and 8
-(16, 16 and 24 requests) after one warm-up request; the ways take turns so that drift on the machine reaches
-both. Prints a table and writes ``benchmarks/results/bench_client_bursts.json``.
+(16, 16 and 24 requests) after one warm-up request. Prints a table and writes
+``benchmarks/results/bench_client_bursts.json``.
 
-    python benchmarks/bench_client_bursts.py [--repeats 4] [--ways zygote command]
+At ea6f3bb this script also ran each level's client forked from a process that had imported vLLM once (the
+CPU build's ``bench_zygote``, then the default), taking turns with a fresh ``vllm bench serve``:
+``results/bench_client_bursts_zygote_vs_command.json``. The forked client read c=1 median TTFTs of 47-80 ms in
+4 of 4 deployments, the command 8.8-12.9 ms; so the zygote was removed and every level is a command again.
+
+    python benchmarks/bench_client_bursts.py [--repeats 4]
 """
 
 from __future__ import annotations
@@ -27,11 +30,10 @@ from typing import Any
 
 from advisor.executor_factory import make_executor
 from advisor.job import job_from_dict
-from executors import bench_zygote, place
+from executors import place
 from search_spaces import DeploymentConfig
 
 RESULTS = Path(__file__).parent / "results" / "bench_client_bursts.json"
-WAYS = ("zygote", "command")
 JOB = {
     "name": "bursts", "preset": "cpu-tiny-moe",
     "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
@@ -40,12 +42,6 @@ JOB = {
                  "warmups_per_concurrency": 1, "max_load": 8, "knee_search": False},
 }
 CONFIG = {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": 4, "max_num_batched_tokens": 2048}}
-
-
-def use(way: str) -> None:
-    """Point the local executor's levels at ``way``'s client."""
-    bench_zygote.usable = ((lambda _p: False) if way == "command"  # type: ignore[assignment]
-                           else (lambda p: list(p.engine_cmd) == bench_zygote.LAUNCHER))
 
 
 def level_rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -63,7 +59,6 @@ def level_rows(run_dir: Path) -> list[dict[str, Any]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=4)
-    ap.add_argument("--ways", nargs="*", choices=WAYS, default=list(WAYS))
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` tears the deployment down like Ctrl-C
@@ -71,35 +66,32 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bursts-") as tmp:
         for rep in range(args.repeats):
-            for way in args.ways:
-                use(way)
-                run_dir = Path(tmp) / f"{way}-{rep}"
-                job = job_from_dict({**JOB, "executor": {"kind": "local", "run_dir": str(run_dir)}})
-                ex = make_executor(job)
-                try:
-                    result = ex.evaluate(place(cfg, job.cluster), job.workload)
-                finally:
-                    ex.close()
-                if not result.ok:
-                    print(f"{way} repeat {rep}: {result.failure}: {result.reason}", file=sys.stderr)
-                    return 1
-                for row in level_rows(run_dir):
-                    runs.append({"way": way, "repeat": rep, **row})
-                    print(f"{way:<10} repeat {rep}  c={row['concurrency']}  median TTFT {row['median_ttft_ms']:6.1f} ms"
-                          f"  E2E {row['median_e2el_ms']:6.1f} ms  bursts {row['burst_share']:.0%}", flush=True)
-    print(f"\n{'way':<10} {'c':>2} {'median TTFT ms per repeat':<34} {'median E2E ms per repeat':<34} "
+            run_dir = Path(tmp) / f"repeat-{rep}"
+            job = job_from_dict({**JOB, "executor": {"kind": "local", "run_dir": str(run_dir)}})
+            ex = make_executor(job)
+            try:
+                result = ex.evaluate(place(cfg, job.cluster), job.workload)
+            finally:
+                ex.close()
+            if not result.ok:
+                print(f"repeat {rep}: {result.failure}: {result.reason}", file=sys.stderr)
+                return 1
+            for row in level_rows(run_dir):
+                runs.append({"repeat": rep, **row})
+                print(f"repeat {rep}  c={row['concurrency']}  median TTFT {row['median_ttft_ms']:6.1f} ms"
+                      f"  E2E {row['median_e2el_ms']:6.1f} ms  bursts {row['burst_share']:.0%}", flush=True)
+    print(f"\n{'c':>2} {'median TTFT ms per repeat':<34} {'median E2E ms per repeat':<34} "
           "bursts (share of requests) per repeat")
     summary = []
-    for way in args.ways:
-        for c in sorted({r["concurrency"] for r in runs}):
-            rs = [r for r in runs if r["way"] == way and r["concurrency"] == c]
-            summary.append({"way": way, "concurrency": c, "median_ttft_ms": [r["median_ttft_ms"] for r in rs],
-                            "median_e2el_ms": [r["median_e2el_ms"] for r in rs],
-                            "burst_share": [r["burst_share"] for r in rs]})
-            ttfts = " ".join(f"{r['median_ttft_ms']:6.1f}" for r in rs)
-            e2es = " ".join(f"{r['median_e2el_ms']:6.1f}" for r in rs)
-            bursts = " ".join(f"{r['burst_share']:4.0%}" for r in rs)
-            print(f"{way:<10} {c:>2} {ttfts:<34} {e2es:<34} {bursts}")
+    for c in sorted({r["concurrency"] for r in runs}):
+        rs = [r for r in runs if r["concurrency"] == c]
+        summary.append({"concurrency": c, "median_ttft_ms": [r["median_ttft_ms"] for r in rs],
+                        "median_e2el_ms": [r["median_e2el_ms"] for r in rs],
+                        "burst_share": [r["burst_share"] for r in rs]})
+        ttfts = " ".join(f"{r['median_ttft_ms']:6.1f}" for r in rs)
+        e2es = " ".join(f"{r['median_e2el_ms']:6.1f}" for r in rs)
+        bursts = " ".join(f"{r['burst_share']:4.0%}" for r in rs)
+        print(f"{c:>2} {ttfts:<34} {e2es:<34} {bursts}")
     out = {"command": " ".join(["python", *sys.argv]), "repeats": args.repeats,
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "load_average_1_5_15_at_end": os.getloadavg()}, "summary": summary, "levels": runs}

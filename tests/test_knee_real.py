@@ -4,8 +4,15 @@ defaults, repeats, and a Pareto front made only of measured points. Nothing mock
 
 The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
 machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
-so the median TTFT jumps — and the SLO bound is the geometric mean of the two median TTFTs. One study then runs (about
-8 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
+so the median E2E latency about doubles — and the SLO bound is the geometric mean of the two medians. One study
+then runs (about 8 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
+
+Why E2E and not TTFT: on this 2-core machine some CPU deployments deliver each response's tokens in one burst
+for a minute or more (a level's TTFT then equals its E2E latency: ~80 ms at c=1 where ~10 ms is usual; see
+docs/measurement.md, "Bursty delivery", and benchmarks/bench_client_bursts.py). In
+one CI run (2 Dec) the c=1 median TTFT was 9.9 ms in the probe and 78 ms in the study, so a TTFT bound taken
+from the probe failed every level of the study. Over 13 deployments measured here on 2 Dec, bursty or not,
+the c=1 median E2E latency stayed within 74-86 ms and the c=8 one within 165-203 ms.
 
 The same study is also the crash-safety test with real child processes (it was tests/test_crash.py's own
 2-trial study, two more vLLM cold starts): the first `advisor tune` is killed with SIGKILL once the baseline
@@ -76,13 +83,12 @@ def study(tmp_path_factory):
     run = ex.evaluate(place(cfg, probe_job.cluster), probe_job.workload)
     ex.close()
     assert run.ok, (run.reason, run.log_tail)
-    # medians: at c=1 a TTFT is ~10 ms on a fast machine, and two hiccups of 16 requests made the P90 89 ms
-    # (CI, 2 Dec: c=8's P90 was 115 ms, so "grows with queueing" failed on noise; the medians were 9.5 / 97 ms)
-    ttft = {m.concurrency: m.p50_ttft_ms for m in run.measurements}
-    assert ttft[8] > 1.5 * ttft[1], f"median TTFT does not grow with queueing here: {ttft}"
-    bound = math.sqrt(ttft[1] * ttft[8])
+    # medians, not P90s: two hiccups in a 16-request level moved a P90 (see the module's docstring for E2E)
+    e2e = {m.concurrency: m.p50_e2el_ms for m in run.measurements}
+    assert e2e[8] > 1.5 * e2e[1], f"median E2E latency does not grow with queueing here: {e2e}"
+    bound = math.sqrt(e2e[1] * e2e[8])
     job = {**BASE, "objective": {"mode": "pareto"},
-           "slos": [{"metric": "p50_ttft_ms", "op": "<=", "value": round(bound, 1)}],
+           "slos": [{"metric": "p50_e2el_ms", "op": "<=", "value": round(bound, 1)}],
            "executor": {"kind": "local", "run_dir": run_dir, "timeouts": {"health_s": 240}}}
     (work / "job.yaml").write_text(json.dumps(job))
     url = f"sqlite:///{work / 'knee.db'}"
@@ -96,7 +102,7 @@ def study(tmp_path_factory):
         crash["alive_after_resume"] = [g for g in crash["orphans"] if procs.group_alive(g)]
         for g in crash["alive_after_resume"]:  # a failed cleanup must not leave them to the next module
             procs.stop_group(g, 10)
-    return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": ttft,
+    return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": e2e,
             "job": job_from_dict(job), "crash": crash}
 
 
@@ -151,7 +157,7 @@ def test_knee_is_bracketed_within_the_tolerance(study) -> None:
     ok = sorted(m.concurrency for m in t.measurements if all(s.met(m) for s in slo))
     bad = sorted(m.concurrency for m in t.measurements if not all(s.met(m) for s in slo))
     knee = [m for m in t.measurements if m.purpose == "knee"]
-    assert len(knee) == 1 and ok and bad, (study["probe"], [(m.concurrency, m.p50_ttft_ms, m.purpose)
+    assert len(knee) == 1 and ok and bad, (study["probe"], [(m.concurrency, m.p50_e2el_ms, m.purpose)
                                                              for m in t.measurements])
     k = knee[0].concurrency
     assert k == max(ok)  # the knee is a measured level: the highest meeting the SLO
