@@ -165,7 +165,7 @@ def run_bench(
 
     A fresh process per level, on every platform: levels forked from one imported vLLM (the CPU build's
     ``bench_zygote`` until 2 Dec) saved ~7 s of import per level but read a c=1 median TTFT of 47-80 ms where
-    this command read 8.8-12.9 ms, on the same deployments (``benchmarks/bench_client_bursts.py``).
+    this command read 8.8-12.9 ms, in deployments of one hour taking turns (``benchmarks/bench_client_bursts.py``).
     """
     argv = [*platform.engine_cmd, "bench", "serve", *args]
     full_env = {**platform.env, **(env or {})}
