@@ -43,7 +43,7 @@ import optuna
 import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
 from advisor.executor_factory import model_params
-from advisor.guide_rank import predicted_outcome, predicted_outcomes
+from advisor.guide_rank import predicted_outcomes
 from advisor.guide_sample import best_of_each_shape, params_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, SamplerKind, TuningJob
 from advisor.objectives import Outcome
@@ -60,6 +60,8 @@ SAMPLE = 2_000
 #: ... drawn shape by shape (``guide_sample.stratified``) where the valid space can be listed.
 ENUMERATE_MAX = 200_000
 CLIMB_STARTS = 6
+#: A climb stops after this many moves.
+CLIMB_STEPS = 50
 #: After its first turn, the guide re-scores this many candidates per mode (best by their last prediction).
 SHORTLIST = 100
 #: ... and the best this many of every shape (mode, and per role instances × TP × DP × EP).
@@ -146,8 +148,7 @@ class ModelGuide:
         if not self._exhaustive:  # climb from the sample's best few, on the same ranking
             starts = best_of_each_shape(sorted(pool, key=lambda t: rank(t[2]), reverse=True))[:CLIMB_STARTS]
             modes = {best[1].mode} if fresh else None
-            for p, c, o in starts:
-                cand = self._climb(p, c, o, rank, taken, modes)
+            for cand in self._climbs(starts, rank, taken, modes):
                 if rank(cand[2]) > rank(best[2]):
                     best = cand
         if (best_measured is not None and self.job.objective.mode is ObjectiveMode.MAX_UNDER_SLO
@@ -210,12 +211,9 @@ class ModelGuide:
                           sensitive(problem, self.start, list(CALIBRATABLE), self._sensitivity))
 
     # ---------------------------------------------------------------------------------------- ranking
-    def _outcome(self, cfg: DeploymentConfig) -> Outcome:
-        return predicted_outcome(self.job, cfg, self.params, self.plan)
-
     def _scored(self, cands: list[tuple[Params, DeploymentConfig]]) -> list[tuple[Params, DeploymentConfig, Outcome]]:
         """Each candidate with its predicted outcome, the model answering all of them at once (the same outcomes as
-        ``_outcome`` one by one)."""
+        ``guide_rank.predicted_outcome`` one by one)."""
         outs = predicted_outcomes(self.job, [c for _, c in cands], self.params, self.plan)
         return [(p, c, o) for (p, c), o in zip(cands, outs, strict=True)]
 
@@ -234,23 +232,42 @@ class ModelGuide:
                 return (o.feasible, o.values[0] if o.feasible else -o.violation)
         return key
 
-    def _climb(self, params: Params, cfg: DeploymentConfig, out: Outcome, rank: Any, taken: set[str],
-               modes: set[Any] | None) -> tuple[Params, DeploymentConfig, Outcome]:
-        """Greedy ascent over one-knob changes of valid, untaken candidates (first improvement)."""
-        cur = (params, cfg, out)
-        for _ in range(50):
-            better = None
-            for p in self._neighbours(cur[0]):
-                c = self.config_of(p)
-                if self._key(c) in taken or (modes and c.mode not in modes) or not self._valid(c):
-                    continue
-                o = self._outcome(c)
-                if rank(o) > rank(cur[2]):
-                    better = (p, c, o)
-                    break
-            if better is None:
-                return cur
-            cur = better
+    def _climbs(self, starts: list[tuple[Params, DeploymentConfig, Outcome]], rank: Any, taken: set[str],
+                modes: set[Any] | None) -> list[tuple[Params, DeploymentConfig, Outcome]]:
+        """Greedy ascents over one-knob changes of valid, untaken candidates, one from each of ``starts``, each
+        moving to its first neighbour (in ``_neighbours``' order) that ranks above it, at most ``CLIMB_STEPS``
+        moves. The climbs run in lockstep so that each step predicts every climber's neighbours in one batch
+        (and a candidate two climbs meet once): the same ascents as one climb at a time trying neighbours one
+        by one, which cost the GB300 preset's model turns ~0.15 s each."""
+        cur = list(starts)
+        moving = list(range(len(cur)))
+        known: dict[str, Outcome] = {}  # this turn's predictions, by config key
+        for _ in range(CLIMB_STEPS):
+            if not moving:
+                break
+            steps: dict[int, list[tuple[Params, DeploymentConfig, str]]] = {}
+            new: dict[str, DeploymentConfig] = {}
+            for i in moving:
+                steps[i] = []
+                for p in self._neighbours(cur[i][0]):
+                    c = self.config_of(p)
+                    k = self._key(c)
+                    if k in taken or (modes and c.mode not in modes) or not self._valid(c):
+                        continue
+                    steps[i].append((p, c, k))
+                    if k not in known:
+                        new.setdefault(k, c)
+            if new:
+                known.update(zip(new, predicted_outcomes(self.job, list(new.values()), self.params, self.plan),
+                                 strict=True))
+            still = []
+            for i in moving:
+                here = rank(cur[i][2])
+                up = next(((p, c, known[k]) for p, c, k in steps[i] if rank(known[k]) > here), None)
+                if up is not None:
+                    cur[i] = up
+                    still.append(i)
+            moving = still
         return cur
 
     # ------------------------------------------------------------------------------------ candidates
@@ -259,7 +276,7 @@ class ModelGuide:
         if self._pool is None:
             if valid is not None:  # the valid candidates, straight from the space (no rejection)
                 if valid.valid <= EXHAUSTIVE_MAX:
-                    self._pool = [(p, self.config_of(p)) for p in valid.iter_valid()]
+                    self._pool = list(valid.iter_valid_configs())
                     self._exhaustive = True
             else:
                 pool: list[tuple[Params, DeploymentConfig]] = []
@@ -285,8 +302,8 @@ class ModelGuide:
     def _draw(self) -> list[tuple[Params, DeploymentConfig]]:
         valid = self.job.valid_space()
         if valid is not None and valid.valid <= ENUMERATE_MAX:
-            chosen = set(stratified([params_shape(p) for p in valid.iter_valid()], self.rng, SAMPLE))
-            return [(p, self.config_of(p)) for i, p in enumerate(valid.iter_valid()) if i in chosen]
+            chosen = stratified(valid.valid_shapes(params_shape), self.rng, SAMPLE)
+            return [(p, self.config_of(p)) for p in valid.valid_at(chosen)]
         out: dict[str, tuple[Params, DeploymentConfig]] = {}
         for _ in range(SAMPLE * (2 if valid is not None else 20)):
             if valid is not None:

@@ -109,14 +109,18 @@ class SearchSpace(BaseModel):
         """The candidate that ``choose``'s answers describe; parameter names are the study's."""
         mode = Mode(choose("mode", [m.value for m in self.modes]))
         if mode is Mode.AGGREGATED:
-            return DeploymentConfig(mode=mode, decode=self._role(choose, "mixed", Role.MIXED, self.mixed),
-                                    router_policy=self.router_policy)
-        return DeploymentConfig(
-            mode=mode,
-            prefill=self._role(choose, "prefill", Role.PREFILL, self.prefill),
-            decode=self._role(choose, "decode", Role.DECODE, self.decode),
-            router_policy=self.router_policy,
-        )
+            return self.assemble(mode, self._role(choose, "mixed", Role.MIXED, self.mixed))
+        return self.assemble(mode, self._role(choose, "prefill", Role.PREFILL, self.prefill),
+                             self._role(choose, "decode", Role.DECODE, self.decode))
+
+    def assemble(self, mode: Mode, *roles: RoleConfig) -> DeploymentConfig:
+        """The candidate of ``mode`` made of roles already built (the mixed one; or prefill, decode): ``build``'s
+        last step, which ``valid_space`` also takes with the role rows it built once."""
+        if mode is Mode.AGGREGATED:
+            (mixed,) = roles
+            return DeploymentConfig(mode=mode, decode=mixed, router_policy=self.router_policy)
+        prefill, decode = roles
+        return DeploymentConfig(mode=mode, prefill=prefill, decode=decode, router_policy=self.router_policy)
 
     def _role(self, choose_any: Choose, p: str, role: Role, rs: RoleSpace) -> RoleConfig:
         def choose(name: str, choices: Sequence[Any]) -> Any:

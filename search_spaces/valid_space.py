@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
 from search_spaces.cluster import ClusterSpec
-from search_spaces.deployment import Mode, Role, RoleConfig
+from search_spaces.deployment import DeploymentConfig, Mode, Role, RoleConfig
 from search_spaces.model_profile import ModelProfile
 from search_spaces.rules import deployment_violations, role_violations
 from search_spaces.space import SearchSpace
@@ -50,6 +50,7 @@ class _Rows:
     """One role's choices: parameters, violated rules, footprint; bitsets by (name, value) and footprint."""
 
     params: list[Params] = field(default_factory=list)
+    configs: list[RoleConfig] = field(default_factory=list)  # each row built (frozen: candidates share them)
     rules: list[frozenset[str]] = field(default_factory=list)
     footprints: list[tuple[int, int]] = field(default_factory=list)
     index: dict[str, int] = field(default_factory=dict)  # params_key → row
@@ -62,6 +63,7 @@ class _Rows:
         i = len(self.params)
         bit = 1 << i
         self.params.append(params)
+        self.configs.append(role)
         self.rules.append(frozenset(v.rule for v in violations))
         fp = (role.instances, role.gpus_per_instance)
         self.footprints.append(fp)
@@ -249,13 +251,54 @@ class ValidSpace:
 
     def iter_valid(self, mode: str | None = None) -> Iterator[Params]:
         """Every valid candidate's parameters (in ``build``'s order of parameters)."""
+        for m, i, j in self._valid_rows(mode):
+            yield self._params_at(m, i, j)
+
+    def iter_valid_configs(self) -> Iterator[tuple[Params, DeploymentConfig]]:
+        """``iter_valid`` with each candidate, assembled from its role rows as built once (``space.build`` gives
+        an equal candidate from the parameters, at ten times the cost: it builds and checks each role again)."""
+        for m, i, j in self._valid_rows():
+            if m == Mode.AGGREGATED.value:
+                yield self._params_at(m, i, j), self.space.assemble(Mode.AGGREGATED, self.roles[Role.MIXED].configs[i])
+            else:
+                yield self._params_at(m, i, j), self.space.assemble(
+                    Mode.DISAGGREGATED, self.roles[Role.PREFILL].configs[i], self.roles[Role.DECODE].configs[j])
+
+    def valid_shapes(self, row_key: Callable[[Params], tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``(mode, *row_key(row) of each of its role rows)`` of every valid candidate, in ``iter_valid``'s order,
+        with ``row_key`` called once per role row: a key of each of 91,008 candidates without building their
+        parameters."""
+        keys = {role: [row_key(p) for p in rows.params] for role, rows in self.roles.items()}
+        agg, dis = Mode.AGGREGATED.value, Mode.DISAGGREGATED.value
+        return [(m, *keys[Role.MIXED][i]) if m == agg else (dis, *keys[Role.PREFILL][i], *keys[Role.DECODE][j])
+                for m, i, j in self._valid_rows()]
+
+    def valid_at(self, indices: Iterable[int]) -> list[Params]:
+        """The parameters of the valid candidates at ``indices`` of ``iter_valid``'s order, in that order."""
+        want = sorted(set(indices))
+        out: list[Params] = []
+        for n, (m, i, j) in enumerate(self._valid_rows()):
+            if len(out) == len(want):
+                break
+            if n == want[len(out)]:
+                out.append(self._params_at(m, i, j))
+        return out
+
+    def _params_at(self, mode: str, i: int, j: int) -> Params:
+        if mode == Mode.AGGREGATED.value:
+            return {"mode": mode, **self.roles[Role.MIXED].params[i]}
+        return {"mode": mode, **self.roles[Role.PREFILL].params[i], **self.roles[Role.DECODE].params[j]}
+
+    def _valid_rows(self, mode: str | None = None) -> Iterator[tuple[str, int, int]]:
+        """(mode, row, decode row or -1) of every valid candidate, in ``iter_valid``'s order."""
         if Role.MIXED in self.roles and mode in (None, Mode.AGGREGATED.value):
             rows = self.roles[Role.MIXED]
             for i in _bits(self._agg_bits(rows.valid)):
-                yield {"mode": Mode.AGGREGATED.value, **rows.params[i]}
+                yield Mode.AGGREGATED.value, i, -1
         if Role.PREFILL in self.roles and mode in (None, Mode.DISAGGREGATED.value):
             pre, dec = self.roles[Role.PREFILL], self.roles[Role.DECODE]
             for p, d, _ in self._pairs(pre.valid, dec.valid):
+                ds = list(_bits(d))
                 for i in _bits(p):
-                    for j in _bits(d):
-                        yield {"mode": Mode.DISAGGREGATED.value, **pre.params[i], **dec.params[j]}
+                    for j in ds:
+                        yield Mode.DISAGGREGATED.value, i, j

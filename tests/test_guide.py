@@ -11,6 +11,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 import db
 from advisor.calibrate import METRICS
 from advisor.guide import PROPOSER_ATTR, ModelGuide
@@ -203,3 +205,44 @@ def test_a_large_space_is_sampled_shape_by_shape() -> None:
     starts = best_of_each_shape(ranked)
     assert len(starts) == len(per_shape) and len({shape_of(c) for _, c, _ in starts}) == len(starts)
     assert starts[0] is ranked[0]
+
+
+@pytest.mark.parametrize("steps", [1, 2, 50])
+def test_lockstep_climbs_are_the_one_at_a_time_climbs(steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guide's hill-climbs run in lockstep with each step predicted in one batch; each ends where a climb on
+    its own ends, trying one-knob neighbours in order with the scalar model and moving to the first that ranks
+    higher (the reference below), from the same starts, with some candidates taken and one mode allowed. Cut
+    short after one and two moves, every step of the path is compared, not only where it ends."""
+    from advisor import guide as guide_mod
+    from advisor.guide import CLIMB_STARTS
+    from advisor.guide_rank import predicted_outcome
+    from advisor.guide_sample import best_of_each_shape
+
+    monkeypatch.setattr(guide_mod, "CLIMB_STEPS", steps)
+    job = _job(preset="gb300-rack-dsv3")
+    guide = ModelGuide(job, default_params(job.cluster.gpu))
+    scored = guide._scored(guide._candidates())
+    rank = guide._ranker(1.0, [o for _, _, o in scored])
+    starts = best_of_each_shape(sorted(scored, key=lambda t: rank(t[2]), reverse=True))[:CLIMB_STARTS]
+    taken = {c.key() for _, c, _ in sorted(scored, key=lambda t: rank(t[2]), reverse=True)[CLIMB_STARTS:40]}
+
+    def alone(p, c, o, modes):
+        for _ in range(steps):
+            for q in guide._neighbours(p):
+                d = guide.config_of(q)
+                if d.key() in taken or (modes and d.mode not in modes) or not guide._valid(d):
+                    continue
+                u = predicted_outcome(job, d, guide.params, guide.plan)
+                if rank(u) > rank(o):
+                    p, c, o = q, d, u
+                    break
+            else:
+                return p, c, o
+        return p, c, o
+
+    for modes in (None, {starts[0][1].mode}):
+        got = guide._climbs(starts, rank, taken, modes)
+        want = [alone(p, c, o, modes) for p, c, o in starts]
+        assert [(c.key(), o.values, o.violation) for _, c, o in got] == \
+            [(c.key(), o.values, o.violation) for _, c, o in want]
+        assert any(g[1].key() != s[1].key() for g, s in zip(got, starts, strict=True))  # some climb moved

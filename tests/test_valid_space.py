@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from advisor.cli import app
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR
+from advisor.guide_sample import params_shape
 from advisor.job import job_from_dict
 from advisor.space_report import space_report
 from advisor.study import open_study
@@ -58,6 +59,16 @@ def test_role_by_role_count_equals_checking_every_candidate(preset: str) -> None
     assert vs is not None and vs.candidates == n and vs.valid == len(valid)
     assert {params_key(p) for p in vs.iter_valid()} == valid
     assert dict(vs.broken) == dict(broken)
+    # the candidates assembled from the role rows are the ones ``build`` makes of the same parameters, in order;
+    # shapes read per role row and parameters picked by index agree with the full listing
+    every = list(vs.iter_valid())
+    built = {params_key(p): c for p, c in job.space.enumerate()}
+    assembled = list(vs.iter_valid_configs())
+    assert [p for p, _ in assembled] == every
+    assert all(c == built[params_key(p)] and c.key() == built[params_key(p)].key() for p, c in assembled)
+    assert vs.valid_shapes(params_shape) == [params_shape(p) for p in every]
+    picks = sorted(random.Random(1).sample(range(len(every)), min(50, len(every))))
+    assert vs.valid_at(picks) == [every[i] for i in picks]
 
 
 def test_prefix_counts_taken_candidates_and_uniform_sampling() -> None:
