@@ -35,23 +35,18 @@ weighting of the two predicted objectives (ParEGO), so successive turns spread a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-import optuna
-
-import db
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
-from advisor.executor_factory import model_params
 from advisor.guide_rank import predicted_outcomes
 from advisor.guide_sample import best_of_each_shape, params_shape, shape_of, stratified
-from advisor.job import ObjectiveMode, SamplerKind, TuningJob
+from advisor.job import ObjectiveMode, TuningJob
 from advisor.objectives import Outcome
-from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
 from executors.measure import MeasurePlan
 from executors.perf_derived import memo
 from executors.perf_model import CALIBRATABLE, PerfParams
-from search_spaces import DeploymentConfig, Measurement, TrialState, check
+from search_spaces import DeploymentConfig, Measurement, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
 EXHAUSTIVE_MAX = 8_000
@@ -101,6 +96,8 @@ class ModelGuide:
         self._last: dict[str, Outcome] = {}  # config key → its outcome when last predicted (``_shortlist``)
         self._drawn: list[tuple[Params, DeploymentConfig]] | None = None  # the seeded sample of a large space
         self._keys: dict[tuple[int, ...], tuple[tuple[Any, ...], str]] = {}  # config keys: see ``_key``
+        self._configs: dict[tuple[tuple[str, Any], ...], DeploymentConfig] = {}  # ``config_of``'s
+        self._validity: dict[tuple[int, ...], tuple[tuple[Any, ...], bool]] = {}  # ``_valid``'s
 
     # ------------------------------------------------------------------------------------------ turns
     def wants_turn(self, executed: int) -> bool:
@@ -325,12 +322,19 @@ class ModelGuide:
         return self._choices[name]
 
     def config_of(self, params: Params) -> DeploymentConfig:
-        """The candidate for ``params``; a dimension they lack (a branch just switched on) takes its first choice."""
-        def choose(name: str, choices: Sequence[Any]) -> Any:
-            self._record(name, choices)
-            v = params.get(name)
-            return v if v in choices else choices[0]
-        return self.space.build(choose)
+        """The candidate for ``params``; a dimension they lack (a branch just switched on) takes its first choice.
+        Built once per parameters: the climbs of every model turn walk mostly the same neighbourhoods."""
+        key = tuple(params.items())
+        cfg = self._configs.get(key)
+        if cfg is None:
+            def choose(name: str, choices: Sequence[Any]) -> Any:
+                self._record(name, choices)
+                v = params.get(name)
+                return v if v in choices else choices[0]
+            if len(self._configs) > 8 * SAMPLE:
+                self._configs.clear()
+            cfg = self._configs[key] = self.space.build(choose)
+        return cfg
 
     def _neighbours(self, params: Params) -> Iterable[Params]:
         for name, value in params.items():
@@ -345,69 +349,12 @@ class ModelGuide:
         return memo(self._keys, DeploymentConfig.key, cfg, limit=4 * EXHAUSTIVE_MAX + 4 * SAMPLE)
 
     def _valid(self, cfg: DeploymentConfig) -> bool:
+        """No rule broken (``check``), asked once per config object (``memo``)."""
+        return memo(self._validity, self._check, cfg, limit=8 * SAMPLE)
+
+    def _check(self, cfg: DeploymentConfig) -> bool:
         return not check(cfg, self.model, self.job.cluster, self.job.workload.max_model_len)
 
     @staticmethod
     def _mode_of_key(key: str) -> str:
         return DeploymentConfig.model_validate_json(key).mode.value
-
-
-def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
-    """A guide for the default sampler (TPE with ``sampler.guide``); None for the baselines."""
-    if job.sampler.kind is not SamplerKind.TPE or not job.sampler.guide or job.sampler.guided_trials == 0:
-        return None
-    return ModelGuide(job, start)
-
-
-def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
-                 taken: Callable[[], set[str]], best_measured: float | None = None) -> bool | None:
-    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it: True if it did,
-    None if the model declined its turn (the caller marks the sampler's trial with ``DECLINED_ATTR``, so the
-    study counts the turn), False when it was not a model turn. ``taken`` (the config keys not to propose) is
-    asked for only on a model turn."""
-    if guide is None or not guide.wants_turn(executed):
-        return False
-    params = guide.propose(taken(), best_measured)
-    if params is None:
-        return None
-    study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})
-    return True
-
-
-def study_turns(trials: Iterable[optuna.trial.FrozenTrial]) -> int:
-    """Model turns a study has had, in any worker: picks enqueued plus turns the model declined."""
-    return sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))
-
-
-def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
-    """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
-    picks up its calibration and its count of model turns)."""
-    guide = make_guide(job, model_params(job))
-    if guide is None:
-        return None
-    trials = study.get_trials(deepcopy=False)
-    guide.turns = study_turns(trials)
-    done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
-    for number in done[-MAX_FIT_TRIALS:]:
-        t = db.queries.get_trial(database, name, number)
-        if t is not None and t.config is not None:
-            guide.observe(t.config, list(t.measurements), refit=False)
-            if t.predicted and t.objectives and (t.violation or 0.0) <= 0:
-                guide.judge(t.predicted, t.objectives)
-    guide.refit()
-    return guide
-
-
-def study_taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
-    """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
-    taken = set()
-    for t in study.get_trials(deepcopy=False):
-        if CONFIG_KEY_ATTR in t.user_attrs:
-            taken.add(t.user_attrs[CONFIG_KEY_ATTR])
-        elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
-            try:
-                taken.add(guide.config_of(t.params).key())
-            except ValueError:
-                continue
-    return taken

@@ -22,9 +22,8 @@ import db
 from advisor.errors import BadInput
 from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
-from advisor.guide import (
-    DECLINED_ATTR, PROPOSER_ATTR, ModelGuide, enqueue_turn, resume_guide, study_taken, study_turns,
-)
+from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
+from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study, redact_url

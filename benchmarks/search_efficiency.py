@@ -35,7 +35,7 @@ from pathlib import Path
 
 import optuna
 
-from advisor.guide import enqueue_turn, make_guide
+from advisor.guide_study import enqueue_turn, make_guide
 from advisor.guide_rank import exhaustive
 from advisor.job import SamplerKind, SamplerSpec, job_from_dict
 from advisor.objectives import worst

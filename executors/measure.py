@@ -58,8 +58,10 @@ def feasible(slos: tuple[SLO, ...] | list[SLO], m: Measurement) -> bool:
 
 # ------------------------------------------------------------------------------------------- the algorithm
 class _Search:
-    def __init__(self, probe: Probe, workload: Workload, plan: MeasurePlan) -> None:
+    def __init__(self, probe: Probe, workload: Workload, plan: MeasurePlan,
+                 judge: Callable[[Any], bool] | None = None) -> None:
         self.probe, self.wl, self.plan = probe, workload, plan
+        self.judge = judge or (lambda m: feasible(plan.slos, m))  # does a level meet every SLO?
         self.integer = workload.load_by == "concurrency"
         self.low = 1.0 if self.integer else MIN_RATE
         self.levels: dict[float, Measurement] = {}
@@ -108,7 +110,7 @@ class _Search:
     def knee_steps(self, known: list[Measurement] | None = None) -> Iterator[float]:
         """``knee`` as a generator: it yields each load it needs measured and goes on once the caller has
         ``keep``-ed that load's measurement (``search_many`` runs many searches in lockstep this way)."""
-        ok = lambda m: feasible(self.plan.slos, m)  # noqa: E731
+        ok = self.judge
         lo: float | None = None
         hi: float | None = None
         judged = [(m, ok(m)) for m in known or []]
@@ -196,13 +198,14 @@ def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan,
     return list(s.levels.values())
 
 
-def search_many(probe: Callable[[list[tuple[int, float]]], list[Measurement]], workload: Workload, plan: MeasurePlan,
-                known: Sequence[list[Measurement]]) -> list[list[Measurement]]:
+def search_many(probe: Callable[[list[tuple[int, float]]], list[Any]], workload: Workload, plan: MeasurePlan,
+                known: Sequence[list[Any]], judge: Callable[[Any], bool] | None = None) -> list[list[Any]]:
     """``search_levels`` for many deployments at once, in lockstep: ``probe`` gets every (deployment index, load)
     the searches need next and answers them together, which lets the model answer as arrays
     (``executors.perf_batch``). Deployment ``i``'s levels are exactly ``search_levels(probe_i, workload, plan,
-    known[i])``'s (``test_perf_batch``)."""
-    searches = [_Search(_not_probed, workload, plan) for _ in known]
+    known[i])``'s (``test_perf_batch``). ``judge`` (default: ``feasible`` under the plan's SLOs) says whether a level
+    meets every SLO; the batch model's lazy levels answer it from their table."""
+    searches = [_Search(_not_probed, workload, plan, judge) for _ in known]
     pending: dict[int, tuple[Iterator[float], float]] = {}
     if workload.knee_search and plan.searchable:
         for i, (s, k) in enumerate(zip(searches, known, strict=True)):

@@ -35,7 +35,7 @@ from executors.perf_levels import (
     _raw_aggregated,
     _raw_disaggregated,
 )
-from executors.perf_measurement import _measurements, _pct_uniform, _Z90, _Z99
+from executors.perf_measurement import LazyLevel, LevelTable, _pct_uniform, _Z90, _Z99
 from executors.perf_params import PerfParams
 from search_spaces import Measurement, Mode, ModelProfile, Workload
 
@@ -82,8 +82,8 @@ class _Levels:
         self.expert_balance, self.has_balance = expert_balance, has_balance
 
 
-def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float, purpose: str) -> list[Measurement]:
-    """``perf_measurement._finish``, the arithmetic as arrays, then one ``Measurement`` per element."""
+def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float, purpose: str) -> LevelTable:
+    """``perf_measurement._finish``, the arithmetic as arrays: the levels' fields, one element per level."""
     osl, r_i, r_o = wd.osl, wd.r_i, wd.r_o
     ts = lv.ttft_service
     det, rand = lv.wait_det, lv.wait_rand
@@ -111,7 +111,7 @@ def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float, purpose
     prompts = {v: wl.num_prompts(v) for v in set(c.tolist())}
     n = np.array([prompts[v] for v in c.tolist()], dtype=int)
     nf = n.astype(float)
-    return _measurements({
+    return LevelTable({
         "concurrency": c, "source": "simulated", "gpus": lv.gpus.astype(int), "num_requests": n, "completed": n,
         "failed": 0, "duration_s": np.where(X > 0, nf / np.where(X > 0, X, 1.0), math.inf),
         "input_tokens": [int(round(v)) for v in (nf * wd.isl).tolist()],
@@ -202,28 +202,29 @@ class Batch:
             self.tp_p = np.array([float(r.tensor_parallel_size) for r in pre])
 
     def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None,
-                purpose: str = "fixed") -> list[Measurement]:
+                purpose: str = "fixed", lazy: bool = False) -> list[Measurement] | list[LazyLevel]:
         """The Measurement of deployment ``i`` at concurrency ``max(1, int(load))`` for each ``(i, load)``: what
         ``perf_levels.predict_load`` gives for a concurrency workload, with ``purpose`` (the knee search's levels
         are made as "search" levels rather than copied into them). ``workload`` (default: the batch's) sizes each
-        level (``num_prompts``); its lengths must be the batch's."""
+        level (``num_prompts``); its lengths must be the batch's. ``lazy``: levels built as Measurements only when
+        asked (``perf_measurement.LazyLevel``)."""
         wl = workload or self.wl
         if not asked:
             return []
         idx = np.array([i for i, _ in asked], dtype=int)
         cs = np.array([float(max(1, int(load))) for _, load in asked])
-        out: list[Measurement | None] = [None] * len(asked)
+        out: list[Any] = [None] * len(asked)
         is_agg = np.isin(idx, self.agg)
         for mask, run in ((is_agg, self._aggregated), (~is_agg, self._disaggregated)):
             where = np.nonzero(mask)[0]
             if len(where):
-                got = run(self.pos[idx[where]], idx[where], cs[where], wl, purpose)
-                for j, m in zip(where.tolist(), got, strict=True):
+                table = run(self.pos[idx[where]], idx[where], cs[where], wl, purpose)
+                for j, m in zip(where.tolist(), table.lazy() if lazy else table.rows(), strict=True):
                     out[j] = m
-        return out  # type: ignore[return-value]
+        return out
 
     # ------------------------------------------------------------------------------ perf_levels, as arrays
-    def _aggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> list[Measurement]:
+    def _aggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> LevelTable:
         p, wd = self.p, self.wd
         R = self.Ra.take(k)
         inst = self.inst_a[k]
@@ -281,7 +282,7 @@ class Batch:
         gap = np.where(b1 > b0, b1 - b0, 1.0)
         return np.where(done, res, np.where(b1 > b0, t1 + (t1 - t0) * (b - b1) / gap, t1))
 
-    def _disaggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> list[Measurement]:
+    def _disaggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> LevelTable:
         p, wd = self.p, self.wd
         Rp, Rd = self.Rp.take(k), self.Rd.take(k)
         t_kv, mu_kv, S_p, osl_steps = self.t_kv[k], self.mu_kv[k], self.S_p[k], self.osl_steps_d[k]

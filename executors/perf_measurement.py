@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from executors.perf_derived import _WorkloadDerived
-from search_spaces import Measurement, Workload
+from search_spaces import SLO, Measurement, Workload
 
 #: Standard-normal quantiles of P90 and P99 (spreads modelled as normal).
 _Z90 = 1.2815515655446004
@@ -103,16 +103,31 @@ def _measurement(values: dict[str, Any]) -> Measurement:
     return _built({k: None if _missing(v := values[k]) else v for k in _fields})
 
 
-def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[Measurement]:
-    """``n`` Measurements given field by field, as ``_measurement`` builds one, for the batch model
-    (``executors.perf_batch``), which builds tens of thousands of levels a ranking. Each of ``columns`` (every
-    field but ``raw``) is a NumPy array (one value per level), a list, a type (a fresh empty one of it for each
-    level), or one value for every level; ``raw`` holds arrays or single values, one per entry of the ``raw``
-    dict. Missing numbers become None, as in ``_sane``."""
-    if columns.keys() | {"raw"} != _field_set:
-        raise ValueError(f"fields missing or unknown: {sorted(columns.keys() ^ (_field_set - {'raw'}))}")
+class LevelTable:
+    """Levels given field by field, for the batch model (``executors.perf_batch``), which makes tens of thousands of
+    levels a ranking. Each of ``columns`` (every field but ``raw``) is a NumPy array (one value per level), a list,
+    a type (a fresh empty one of it for each level), or one value for every level; ``raw`` holds arrays or single
+    values, one per entry of the ``raw`` dict. A level becomes a ``Measurement`` as ``_measurement`` builds one
+    (missing numbers become None, as in ``_sane``) — all of them (``rows``), or one when it is asked for
+    (``LazyLevel``): a ranking reads a few fields of most levels and keeps one level per candidate, and building,
+    then freeing, a Measurement for each of the others was a third of its time."""
 
-    def column(v: Any) -> list[Any]:
+    def __init__(self, columns: dict[str, Any], raw: dict[str, Any], n: int) -> None:
+        if columns.keys() | {"raw"} != _field_set:
+            raise ValueError(f"fields missing or unknown: {sorted(columns.keys() ^ (_field_set - {'raw'}))}")
+        self.columns, self.raw, self.n = columns, raw, n
+        self._lists: dict[str, list[Any]] = {}
+        self._row_parts: list[tuple[str, list[Any] | None]] | None = None
+        self._violations: tuple[tuple[SLO, ...], list[float]] | None = None
+
+    def column(self, name: str) -> list[Any]:
+        """Field ``name`` of every level, as the levels' Measurements hold it (converted once)."""
+        got = self._lists.get(name)
+        if got is None:
+            got = self._lists[name] = self._convert(self.columns[name])
+        return got
+
+    def _convert(self, v: Any) -> list[Any]:
         if isinstance(v, np.ndarray):
             out = v.tolist()
             if v.dtype.kind == "f":
@@ -122,14 +137,103 @@ def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[
         if isinstance(v, list):
             return [None if _missing(x) else x for x in v]
         if isinstance(v, type):  # a fresh empty container for each level (``dict``, ``list``)
-            return [v() for _ in range(n)]
-        return [None if _missing(v) else v] * n
+            return [v() for _ in range(self.n)]
+        return [None if _missing(v) else v] * self.n
 
-    raw_keys = tuple(raw)
-    raw_rows = zip(*(v.tolist() if isinstance(v, np.ndarray) else [v] * n for v in raw.values()))
-    raws = [dict(zip(raw_keys, row)) for row in raw_rows] if raw_keys else [{} for _ in range(n)]
-    cols = [raws if k == "raw" else column(columns[k]) for k in _fields]
-    return [_built(dict(zip(_fields, row))) for row in zip(*cols)]
+    def _raw_rows(self) -> list[tuple[Any, ...]]:
+        got = self._lists.get("raw")
+        if got is None:
+            n = self.n
+            got = self._lists["raw"] = list(zip(*(v.tolist() if isinstance(v, np.ndarray) else [v] * n
+                                                  for v in self.raw.values()))) if self.raw else [()] * n
+        return got
+
+    def rows(self) -> list[Measurement]:
+        """Every level as a Measurement."""
+        keys = tuple(self.raw)
+        raws = [dict(zip(keys, row)) for row in self._raw_rows()]
+        cols = [raws if k == "raw" else self.column(k) for k in _fields]
+        return [_built(dict(zip(_fields, row))) for row in zip(*cols)]
+
+    def lazy(self) -> list[LazyLevel]:
+        """Every level, each built as a Measurement only when asked (``LazyLevel.built``)."""
+        purpose, rate, c = self.column("purpose"), self.column("request_rate"), self.column("concurrency")
+        return [LazyLevel(self, j, purpose[j], (), rate[j] if rate[j] is not None else float(c[j]))  # Measurement.load
+                for j in range(self.n)]
+
+    def built(self, j: int, purpose: str, flags: tuple[str, ...]) -> Measurement:
+        """Level ``j`` as a Measurement (the one ``rows`` gives), with ``purpose`` and ``flags``."""
+        if self._row_parts is None:
+            self._row_parts = [(k, None if k in ("raw", "purpose", "flags") or isinstance(self.columns[k], type)
+                                else self.column(k)) for k in _fields]
+        d: dict[str, Any] = {}
+        for k, col in self._row_parts:
+            if col is not None:
+                d[k] = col[j]
+            elif k == "raw":
+                d[k] = dict(zip(self.raw, self._raw_rows()[j]))
+            elif k == "purpose":
+                d[k] = purpose
+            elif k == "flags":
+                d[k] = list(flags)
+            else:
+                d[k] = self.columns[k]()
+        return _built(d)
+
+    def violations(self, slos: tuple[SLO, ...]) -> list[float]:
+        """``slo_violation(slos, level)`` of every level, read from the columns (computed once)."""
+        if self._violations is None or self._violations[0] is not slos:  # one search asks with one tuple
+            self._violations = (slos, self._worst(slos))
+        return self._violations[1]
+
+    def _worst(self, slos: tuple[SLO, ...]) -> list[float]:
+        """``worst_violation`` of every level, as arrays: ``SLO.excess`` of a float column with a missing value
+        (as ``_convert`` makes one) violating by 1, of any other column value by value."""
+        worst = np.zeros(self.n)  # ``max(..., default=0.0)``
+        for i, s in enumerate(slos):
+            v = self.columns[s.metric]
+            if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+                scale = abs(s.value) or 1.0
+                e = np.where(np.isnan(v) | (v < 0.0) | (v == math.inf), 1.0,
+                             (s.value - v) / scale if s.op == ">=" else (v - s.value) / scale)
+            else:
+                e = np.array([s.excess(x) for x in self.column(s.metric)], dtype=float)
+            worst = e if i == 0 else np.maximum(worst, e)
+        return np.where(np.array(self.column("completed")) == 0, 1.0, worst).tolist()
+
+
+class LazyLevel:
+    """One level of a ``LevelTable`` that is not a Measurement yet: what the knee search and the scoring read of a
+    level — any field by name, ``load``, and a ``model_copy`` that sets ``purpose`` or ``flags`` — and ``built``,
+    the Measurement itself. Only the batch model's rankings make these (``model_levels_many(..., lazy=True)``)."""
+
+    __slots__ = ("table", "j", "purpose", "flags", "load")
+
+    def __init__(self, table: LevelTable, j: int, purpose: str, flags: tuple[str, ...], load: float) -> None:
+        self.table, self.j, self.purpose, self.flags, self.load = table, j, purpose, flags, load
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _field_set:
+            raise AttributeError(name)
+        return self.table.column(name)[self.j]
+
+    def model_copy(self, *, update: dict[str, Any]) -> LazyLevel:
+        if update.keys() - {"purpose", "flags"}:
+            raise ValueError(f"a lazy level sets only its purpose and flags, not {sorted(update)}")
+        return LazyLevel(self.table, self.j, update.get("purpose", self.purpose), tuple(update.get("flags", self.flags)),
+                         self.load)
+
+    def built(self) -> Measurement:
+        return self.table.built(self.j, self.purpose, self.flags)
+
+    def meets(self, slos: tuple[SLO, ...]) -> bool:
+        """``executors.measure.feasible(slos, self)``, from the table's violations."""
+        return self.table.violations(slos)[self.j] <= 0
+
+
+def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[Measurement]:
+    """``n`` Measurements given field by field (``LevelTable.rows``)."""
+    return LevelTable(columns, raw, n).rows()
 
 
 def _sane(m: Measurement) -> Measurement:

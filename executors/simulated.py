@@ -9,6 +9,7 @@ and the prior that ranks candidates before real trials.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from executors.base import Deployment, Executor
 from executors.measure import MeasurePlan, knee_of, search_levels, search_many
@@ -70,11 +71,13 @@ def model_levels(topology: Topology, model: ModelProfile, workload: Workload, pl
 
 
 def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workload: Workload, plan: MeasurePlan,
-                      params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16) -> list[list[Measurement]]:
+                      params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16,
+                      lazy: bool = False) -> list[list[Any]]:
     """``model_levels`` of each of ``topologies``, the same levels, with the model answering every deployment's
     next level at once as arrays (``executors.perf_batch``; its searches run in lockstep). Where the batch model
     does not reach (a rate workload, no fixed levels, a predicted start, no knee to search) each deployment
-    takes ``model_levels``."""
+    takes ``model_levels``. ``lazy``: the batch's levels are ``perf_measurement.LazyLevel``s, each built as its
+    Measurement only when asked (a ranking keeps one level per candidate)."""
     if not (workload.load_levels and workload.load_by == "concurrency" and plan.searchable
             and workload.knee_search and not plan.start and topologies):
         return [model_levels(t, model, workload, plan, params, tolerance=tolerance, max_levels=max_levels)
@@ -82,11 +85,12 @@ def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workl
     with collector_paused():
         batch = Batch(topologies, model, workload, params)
         loads = [float(c) for c in workload.load_levels]
-        fixed = batch.predict([(i, c) for i in range(len(topologies)) for c in loads])
+        fixed = batch.predict([(i, c) for i in range(len(topologies)) for c in loads], lazy=lazy)
         known = [fixed[i * len(loads):(i + 1) * len(loads)] for i in range(len(topologies))]
         wl = _search_only(workload, tolerance, max_levels)
         # the searches' levels are made as such; fixed levels left after them (none: ``wl`` has none) would be copied
-        return search_many(lambda asked: batch.predict(asked, wl, "search"), wl, plan, known)
+        judge = (lambda lv: lv.meets(plan.slos)) if lazy else None
+        return search_many(lambda asked: batch.predict(asked, wl, "search", lazy), wl, plan, known, judge)
 
 
 _SEARCH_ONLY: dict[tuple[int, float, int], tuple[Workload, Workload]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -336,7 +337,10 @@ class SLO(BaseModel):
     def violation(self, m: Measurement, value: float | None = None) -> float:
         """How far ``m`` (or ``value``) is outside the bound, relative to it (≤ 0 means met); missing data
         violates by 1. A bound of 0 is scaled by 1 (an error rate ≤ 0 is violated by the failed share)."""
-        got = getattr(m, self.metric) if value is None else value
+        return self.excess(getattr(m, self.metric) if value is None else value)
+
+    def excess(self, got: float | None) -> float:
+        """``violation`` of a value of the metric (None: missing)."""
         if got is None:
             return 1.0
         scale = abs(self.value) or 1.0
@@ -356,8 +360,13 @@ class SLO(BaseModel):
         return f"{self.metric} {self.op} {self.value:g}"
 
 
-def slo_violation(slos: list[SLO], m: Measurement) -> float:
+def slo_violation(slos: Sequence[SLO], m: Measurement) -> float:
     """The worst violation of ``m`` over all SLOs (≤ 0: every SLO met); a failed level violates by 1."""
-    if m.completed == 0:
+    return worst_violation(slos, m.completed, [getattr(m, s.metric) for s in slos])
+
+
+def worst_violation(slos: Sequence[SLO], completed: int, values: Sequence[float | None]) -> float:
+    """``slo_violation`` of a level that completed ``completed`` requests with ``values`` of the SLOs' metrics."""
+    if completed == 0:
         return 1.0
-    return max((s.violation(m) for s in slos), default=0.0)
+    return max((s.excess(v) for s, v in zip(slos, values, strict=True)), default=0.0)

@@ -21,8 +21,9 @@ from benchmarks.truths import perturbed
 from executors import place
 from executors.measure import MeasurePlan, search_levels, search_many
 from executors.perf_model import default_params
+from executors.perf_batch import Batch
 from executors.simulated import model_levels, model_levels_many
-from search_spaces import SLO, Measurement, Workload, check
+from search_spaces import SLO, Measurement, Workload, check, slo_violation
 
 PRESETS = ["h200-dsv3", "h200-qwen3-235b", "gb300-rack-dsv3", "cpu-tiny-moe"]
 
@@ -65,14 +66,48 @@ def test_the_batch_model_gives_every_candidate_the_scalar_models_levels(preset: 
         assert len(modes) == 2  # both halves of the batch model were compared
 
 
-def test_the_guides_batch_outcomes_are_its_one_by_one_outcomes() -> None:
-    job, cfgs = _valid("h200-qwen3-235b", 300, seed=1, objective="pareto")
+@pytest.mark.parametrize(("preset", "objective"), [("h200-qwen3-235b", "pareto"), ("h200-dsv3", "max_under_slo"),
+                                                   ("gb300-rack-dsv3", "max_under_slo")])
+def test_the_guides_batch_outcomes_are_its_one_by_one_outcomes(preset: str, objective: str) -> None:
+    """The ranking scores lazy levels (built as Measurements only for each candidate's operating point) and judges
+    the searches' levels from the batch's columns: the same outcomes, operating point and all."""
+    job, cfgs = _valid(preset, 300, seed=1, objective=objective)
     params = perturbed(default_params(job.cluster.gpu), 5)
     got = predicted_outcomes(job, cfgs, params)
+    assert any(o.feasible for o in got)
     for c, o in zip(cfgs, got, strict=True):
         want = predicted_outcome(job, c, params)
         assert (o.values, o.violation) == (want.values, want.violation)
-        assert o.best is not None and want.best is not None and o.best.model_dump() == want.best.model_dump()
+        assert isinstance(o.best, Measurement) and want.best is not None
+        assert o.best.model_dump() == want.best.model_dump()
+
+
+def test_lazy_levels_are_the_levels_and_their_violations_the_scalar_ones() -> None:
+    """A lazy level reads each field as its Measurement holds it, is built into that Measurement (purpose and flags
+    set through ``model_copy``), and the table's violations are ``slo_violation``'s, missing values included."""
+    job, cfgs = _valid("h200-qwen3-235b", 200, seed=4)
+    params = perturbed(default_params(job.cluster.gpu), 2)
+    batch = Batch([place(c, job.cluster) for c in cfgs], job.model_profile(), job.workload, params)
+    asked = [(i, float(c)) for i in range(len(cfgs)) for c in (1, 64, 512, 4096)]
+    eager, lazy = batch.predict(asked), batch.predict(asked, lazy=True)
+    slos = (*job.slos, SLO(metric="p99_e2el_ms", op="<=", value=30_000.0),
+            SLO(metric="p90_tokens_per_s_per_user", op=">=", value=0.0), SLO(metric="error_rate", op="<=", value=0.0))
+    met = [slo_violation(slos, m) <= 0 for m in eager]
+    assert any(met) and not all(met)
+    for m, lv, ok in zip(eager, lazy, met, strict=True):
+        assert (lv.load, lv.purpose, lv.p90_ttft_ms, lv.eplb_balancedness) == \
+            (m.load, m.purpose, m.p90_ttft_ms, m.eplb_balancedness)
+        assert lv.built().model_dump() == m.model_dump()
+        assert lv.meets(slos) is ok
+        flagged = lv.model_copy(update={"purpose": "knee"}).model_copy(update={"flags": ["bracket-open"]})
+        assert flagged.built().model_dump() == m.model_copy(
+            update={"purpose": "knee", "flags": ["bracket-open"]}).model_dump()
+    # a missing value (NaN in the columns, None in the Measurement) violates by 1, as slo_violation says
+    table = batch.predict(asked[:2], lazy=True)[0].table  # a fresh table: nothing read of it yet
+    table.columns["p50_ttft_ms"][0] = float("nan")
+    slo = (SLO(metric="p50_ttft_ms", op="<=", value=1e9),)
+    assert table.violations(slo)[0] == 1.0 == slo_violation(slo, table.built(0, "fixed", ()))
+    assert table.violations(slo)[1] == slo_violation(slo, table.built(1, "fixed", ())) < 0
 
 
 def _noisy_probe(seed: int, i: int):
