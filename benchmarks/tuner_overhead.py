@@ -7,7 +7,11 @@ model scoring each level) is measured around ``evaluate`` and subtracted: what i
 Prints a table and writes ``benchmarks/results/tuner_overhead.json``. Goals (issue 15): ≤ 0.25 s of tuner time
 per executed trial up to 1,000 executed trials on a 2-core machine, and Optuna trials asked ≤ 2 × executed.
 
-    python benchmarks/tuner_overhead.py [--trials 1000] [--cases h200-dsv3 kimi-k2-fp8 ...]
+    python benchmarks/tuner_overhead.py [--trials 1000] [--cases h200-dsv3 kimi-k2-fp8 ...] [--truth SEED]
+
+Each case runs in a fresh process (as ``advisor tune`` does), so each pays what tune imports on first use.
+``--truth SEED``: the simulated machine is a perturbed model (a machine the model does not know) — the guide's
+re-fits then move its parameters on every trial, as on real hardware; without it they have nothing to fit.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +35,7 @@ from advisor.tune import tune
 from executors.perf_model import default_params
 from executors.simulated import SimulatedExecutor
 from search_spaces import preset_names
+from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
 
 GOAL_S_PER_TRIAL = 0.25
 GOAL_ASKED_PER_EXECUTED = 2.0
@@ -76,12 +82,13 @@ class TimedExecutor(SimulatedExecutor):
             self.spent_cpu += time.process_time() - c0
 
 
-def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict[str, Any]:
+def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path, truth: int | None = None) -> dict[str, Any]:
     job = job_from_dict({**doc, "budget": {**doc.get("budget", {}), "trials": trials}}, source=name)
     t0 = time.perf_counter()
     rep = space_report(job)
     space_s = time.perf_counter() - t0
-    ex = TimedExecutor(job.model_profile(), default_params(job.cluster.gpu))
+    params = default_params(job.cluster.gpu)
+    ex = TimedExecutor(job.model_profile(), params if truth is None else perturbed(params, truth, 2.0))
     url = f"sqlite:///{workdir / (name + '.db')}"
     marks: list[tuple[float, float]] = []  # (wall, executor time) after each executed trial
     cpu_marks: list[tuple[float, float]] = []  # (process CPU time, executor CPU time): what other work can't inflate
@@ -111,7 +118,7 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
     checkpoints = {n: round(own(0, n), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     cpu_checkpoints = {n: round(own(0, n, cpu_marks), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     return {
-        "case": name, "candidates": rep.candidates, "valid": rep.valid, "space_report_s": round(space_s, 3),
+        "case": name, "truth": "exact" if truth is None else f"perturbed seed {truth}", "candidates": rep.candidates, "valid": rep.valid, "space_report_s": round(space_s, 3),
         "budget": trials, "executed": executed, "asked": asked, "asked_per_executed": round(asked / max(1, executed), 3),
         "invalid_told": summary.invalid, "repeats_told": summary.repeats, "wall_s": round(wall, 2),
         "executor_s": round(ex.spent, 2), "tuner_s": round(tuner, 2),
@@ -121,9 +128,11 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path) -> dict
         "tuner_cpu_s_per_trial_after_first": round(steady_cpu, 4),
         "first_trial_cpu_s": round(own(0, 1, cpu_marks), 3) if executed else None,
         "stopped_because": summary.stopped_because,
-        # the goal is per trial: the study's setup (schema, the guide's first full ranking) is the first trial's;
-        # CPU seconds are the tuner's own, which other work on the machine does not inflate (wall is printed too)
-        "meets_goal": steady_cpu <= GOAL_S_PER_TRIAL and asked <= GOAL_ASKED_PER_EXECUTED * executed,
+        # the goal holds "up to 1,000 executed trials": the mean from the start of tune (the study's set-up and the
+        # guide's first ranking included) at every checkpoint and at the end; CPU seconds are the tuner's own,
+        # which other work on the machine does not inflate (wall is recorded too)
+        "meets_goal": max([*cpu_checkpoints.values(), own(0, executed, cpu_marks)]) <= GOAL_S_PER_TRIAL
+        and asked <= GOAL_ASKED_PER_EXECUTED * executed,
     }
 
 
@@ -133,27 +142,38 @@ def main() -> int:
     ap.add_argument("--cases", nargs="*", default=[*preset_names(), "kimi-k2-fp8"])
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--no-guide", action="store_true", help="TPE alone (sampler.guide: false): the guide's share")
+    ap.add_argument("--truth", type=int, default=None, metavar="SEED",
+                    help="the simulated machine is the model with seeded perturbed parameters (benchmarks/truths.py, "
+                         "spread 2), not the model the guide starts from: its re-fits then have something to fit")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # run this case here and print its row as JSON
     args = ap.parse_args()
+    if args.one:
+        doc = kimi_job(args.trials) if args.one == "kimi-k2-fp8" else {"name": args.one, "preset": args.one}
+        if args.no_guide:
+            doc = {**doc, "sampler": {"guide": False}}
+        with tempfile.TemporaryDirectory(prefix="tuner-overhead-") as tmp:
+            print(json.dumps(run_case(args.one, doc, args.trials, Path(tmp), args.truth)))
+        return 0
     rows = []
-    with tempfile.TemporaryDirectory(prefix="tuner-overhead-") as tmp:
-        work = Path(tmp)
-        for case in args.cases:
-            doc = kimi_job(args.trials) if case == "kimi-k2-fp8" else {"name": case, "preset": case}
-            if args.no_guide:
-                doc = {**doc, "sampler": {"guide": False}}
-            rows.append(run_case(case, doc, args.trials, work))
-            r = rows[-1]
-            print(f"{r['case']:<18} valid {r['valid']:>7,}/{r['candidates']:<9,} executed {r['executed']:>5} "
-                  f"asked {r['asked']:>5} ({r['asked_per_executed']:.2f}×)  tuner s/trial: mean "
-                  f"{r['tuner_s_per_trial']:.3f}, after the first {r['tuner_s_per_trial_after_first']:.3f}, last 100 "
-                  f"{r['tuner_s_per_trial_last_100']:.3f}, CPU s/trial {r['tuner_cpu_s_per_trial']:.3f} (after the first "
-                  f"{r['tuner_cpu_s_per_trial_after_first']:.3f}, the first {r['first_trial_cpu_s']})  {'ok' if r['meets_goal'] else 'MISSED'}  "
-                  f"[{r['stopped_because']}]", flush=True)
+    for case in args.cases:
+        # each case in a fresh process, as `advisor tune` runs: what tune imports on first use (scipy.optimize
+        # for the guide's first re-fit, ~0.3 CPU s) is every case's, not only the first one's
+        cmd = [sys.executable, __file__, "--one", case, "--trials", str(args.trials), *(["--no-guide"] * args.no_guide),
+               *(["--truth", str(args.truth)] if args.truth is not None else [])]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        r = rows[-1]
+        print(f"{r['case']:<18} valid {r['valid']:>7,}/{r['candidates']:<9,} executed {r['executed']:>5} "
+              f"asked {r['asked']:>5} ({r['asked_per_executed']:.2f}×)  tuner CPU s/trial, mean at "
+              f"{', '.join(f'{n}: {v:.3f}' for n, v in r['mean_cpu_s_per_trial_at'].items())}; over all "
+              f"{r['tuner_cpu_s_per_trial']:.3f} (the first trial {r['first_trial_cpu_s']}, after it "
+              f"{r['tuner_cpu_s_per_trial_after_first']:.3f}; wall {r['tuner_s_per_trial']:.3f})  "
+              f"{'ok' if r['meets_goal'] else 'MISSED'}  [{r['stopped_because']}]", flush=True)
     out = {"goal": {"tuner_s_per_trial": GOAL_S_PER_TRIAL, "asked_per_executed": GOAL_ASKED_PER_EXECUTED},
            "trials": args.trials, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                               "optuna": optuna.__version__,
                                               "load_average_1_5_15_at_end": os.getloadavg()},
-           "guide": not args.no_guide, "command": " ".join(["python", *sys.argv]), "rows": rows}
+           "guide": not args.no_guide, "truth": args.truth, "command": " ".join(["python", *sys.argv]), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")
