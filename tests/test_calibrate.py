@@ -126,27 +126,30 @@ def test_fit_reads_the_levels_a_knee_search_measured(tmp_path: Path) -> None:
 
 def test_a_problems_log_ratios_are_its_samples_one_by_one() -> None:
     """A re-fit's residuals come from the batch model, each job's samples predicted at once; they are the scalar
-    model's, sample by sample, value for value and in the same order — over samples of two jobs (other
-    models), both modes, concurrencies off the fixed levels, and other parameters."""
+    model's, sample by sample, value for value and in the same order — over samples of three jobs (other models;
+    one too small for the batch), both modes, concurrencies off the fixed levels, and other parameters."""
     import random
 
-    from advisor.calibrate import Problem, Sample
+    from advisor.calibrate import BATCH_MIN_LEVELS, Problem, Sample
     from benchmarks.truths import perturbed
 
     samples = []
-    for name, preset in (("a", "h200-qwen3-235b"), ("b", "h200-dsv3")):
+    for name, preset, n in (("a", "h200-qwen3-235b", 12), ("b", "h200-dsv3", 12), ("c", "gb300-rack-dsv3", 2)):
         job = job_from_dict({"name": name, "preset": preset})
         cfgs = [c for _, c in job.valid_space().iter_valid_configs()]
-        for i, cfg in enumerate(random.Random(3).sample(cfgs, 12)):
+        for i, cfg in enumerate(random.Random(3).sample(cfgs, n)):
             cs = sorted(random.Random(i).sample([1, 3, 17, 64, 100, 256, 1024], 4))
             levels = predict(place(cfg, job.cluster), job.model_profile(), job.workload,
                              perturbed(default_params(job.cluster.gpu), i), cs)
             measured = {m.concurrency: {"throughput_per_gpu": m.throughput_per_gpu, "p50_ttft_ms": m.p50_ttft_ms,
                                         "p50_tpot_ms": m.p50_tpot_ms} for m in levels}
             samples.append(Sample(name, i, cfg, job, measured))
-    samples.insert(5, samples.pop(20))  # the two jobs' samples interleaved
+    samples.insert(5, samples.pop(20))  # the jobs' samples interleaved
+    samples.insert(3, samples.pop())
     assert len({s.config.mode for s in samples}) == 2
     problem = Problem(samples)
+    # two jobs with enough levels for the batch, one predicted one by one
+    assert sorted(len(asked) >= BATCH_MIN_LEVELS for _, asked in problem._groups) == [False, True, True]
     for params in (default_params("H200"), perturbed(default_params("H200"), 9, 3.0)):
         got = problem.log_ratios(params)
         want = [r for i in range(len(samples)) for r in problem.sample_log_ratios(i, params)]
