@@ -231,11 +231,6 @@ class LazyLevel:
         return self.table.violations(slos)[self.j] <= 0
 
 
-def _measurements(columns: dict[str, Any], raw: dict[str, Any], n: int) -> list[Measurement]:
-    """``n`` Measurements given field by field (``LevelTable.rows``)."""
-    return LevelTable(columns, raw, n).rows()
-
-
 def _sane(m: Measurement) -> Measurement:
     """Replace any non-finite or negative number by None (missing), never by a made-up value."""
     d = m.__dict__
