@@ -210,8 +210,9 @@ class ModelGuide:
     # ---------------------------------------------------------------------------------------- ranking
     def _scored(self, cands: list[tuple[Params, DeploymentConfig]]) -> list[tuple[Params, DeploymentConfig, Outcome]]:
         """Each candidate with its predicted outcome, the model answering all of them at once (the same outcomes as
-        ``guide_rank.predicted_outcome`` one by one)."""
-        outs = predicted_outcomes(self.job, [c for _, c in cands], self.params, self.plan)
+        ``guide_rank.predicted_outcome`` one by one, less the operating point: the guide ranks on values and
+        violations, and building a Measurement for each candidate's point was a tenth of a ranking)."""
+        outs = predicted_outcomes(self.job, [c for _, c in cands], self.params, self.plan, points=False)
         return [(p, c, o) for (p, c), o in zip(cands, outs, strict=True)]
 
     def _ranker(self, weight: float, outcomes: Iterable[Outcome]) -> Any:
@@ -255,8 +256,8 @@ class ModelGuide:
                     if k not in known:
                         new.setdefault(k, c)
             if new:
-                known.update(zip(new, predicted_outcomes(self.job, list(new.values()), self.params, self.plan),
-                                 strict=True))
+                known.update(zip(new, predicted_outcomes(self.job, list(new.values()), self.params, self.plan,
+                                                         points=False), strict=True))
             still = []
             for i in moving:
                 here = rank(cur[i][2])

@@ -26,21 +26,25 @@ def predicted_outcome(job: TuningJob, cfg: DeploymentConfig, params: PerfParams,
 
 
 def predicted_outcomes(job: TuningJob, cfgs: Sequence[DeploymentConfig], params: PerfParams,
-                       plan: MeasurePlan | None = None) -> list[Outcome]:
+                       plan: MeasurePlan | None = None, *, points: bool = True) -> list[Outcome]:
     """``predicted_outcome`` of each of ``cfgs``, the model answering them together (``model_levels_many``: its
     knee searches in lockstep, each level of every candidate as one element of NumPy arrays, and only each
     candidate's operating point built as a Measurement) — the same outcomes, about four times faster on a ranking of
-    thousands (docs/benchmarks.md)."""
+    thousands (docs/benchmarks.md). ``points=False``: no operating point (``best`` None), for a ranking that reads
+    the values and the violation only (the guide's)."""
     with collector_paused():
         levels = model_levels_many([place(c, job.cluster) for c in cfgs], job.model_profile(), job.workload,
                                    plan or MeasurePlan(tuple(job.slos)), params, tolerance=0.15, max_levels=10,
                                    lazy=True)
-        return [_with_built_point(score(job, ms)) for ms in levels]
+        return [_with_point(score(job, ms), points) for ms in levels]
 
 
-def _with_built_point(o: Outcome) -> Outcome:
-    """``o`` with its operating point a Measurement (the batch scored lazy levels: only this one is built)."""
-    return replace(o, best=o.best.built()) if isinstance(o.best, LazyLevel) else o
+def _with_point(o: Outcome, built: bool) -> Outcome:
+    """``o`` with its operating point built as a Measurement (the batch scored lazy levels: only this one is
+    built), or without one (``best`` None) where the caller reads the values and the violation only."""
+    if isinstance(o.best, LazyLevel):
+        return replace(o, best=o.best.built() if built else None)
+    return o if built else replace(o, best=None)
 
 
 def exhaustive(job: TuningJob, params: PerfParams) -> dict[str, Outcome]:

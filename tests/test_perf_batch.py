@@ -75,6 +75,9 @@ def test_the_guides_batch_outcomes_are_its_one_by_one_outcomes(preset: str, obje
     params = perturbed(default_params(job.cluster.gpu), 5)
     got = predicted_outcomes(job, cfgs, params)
     assert any(o.feasible for o in got)
+    bare = predicted_outcomes(job, cfgs, params, points=False)  # the guide's: no operating point built
+    assert [(o.values, o.violation) for o in bare] == [(o.values, o.violation) for o in got]
+    assert all(o.best is None for o in bare)
     for c, o in zip(cfgs, got, strict=True):
         want = predicted_outcome(job, c, params)
         assert (o.values, o.violation) == (want.values, want.violation)
