@@ -118,7 +118,8 @@ def run_case(name: str, doc: dict[str, Any], trials: int, workdir: Path, truth: 
     checkpoints = {n: round(own(0, n), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     cpu_checkpoints = {n: round(own(0, n, cpu_marks), 4) for n in (10, 100, 250, 500, 1000) if n <= executed}
     return {
-        "case": name, "truth": "exact" if truth is None else f"perturbed seed {truth}", "candidates": rep.candidates, "valid": rep.valid, "space_report_s": round(space_s, 3),
+        "case": name, "truth": "exact" if truth is None else f"perturbed seed {truth}", "candidates": rep.candidates,
+        "valid": rep.valid, "space_report_s": round(space_s, 3),
         "budget": trials, "executed": executed, "asked": asked, "asked_per_executed": round(asked / max(1, executed), 3),
         "invalid_told": summary.invalid, "repeats_told": summary.repeats, "wall_s": round(wall, 2),
         "executor_s": round(ex.spent, 2), "tuner_s": round(tuner, 2),

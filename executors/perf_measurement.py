@@ -220,8 +220,8 @@ class LazyLevel:
     def model_copy(self, *, update: dict[str, Any]) -> LazyLevel:
         if update.keys() - {"purpose", "flags"}:
             raise ValueError(f"a lazy level sets only its purpose and flags, not {sorted(update)}")
-        return LazyLevel(self.table, self.j, update.get("purpose", self.purpose), tuple(update.get("flags", self.flags)),
-                         self.load)
+        flags = tuple(update.get("flags", self.flags))
+        return LazyLevel(self.table, self.j, update.get("purpose", self.purpose), flags, self.load)
 
     def built(self) -> Measurement:
         return self.table.built(self.j, self.purpose, self.flags)
