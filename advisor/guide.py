@@ -27,9 +27,9 @@ model is asked the question a trial answers.
 
 Ranking is exhaustive on spaces of up to ``EXHAUSTIVE_MAX`` valid candidates; larger spaces are ranked on a
 seeded sample drawn shape by shape (``advisor.guide_sample``: every shape is in it) plus hill-climbing (one knob
-at a time) from the best candidate of each of the best few shapes, so a model turn costs about a second on the
-91,008-candidate GB300 space. In Pareto mode a turn maximises a random Chebyshev
-weighting of the two predicted objectives (ParEGO), so successive turns spread along the front.
+at a time) from the best candidate of each of the best few shapes, so on the 91,008-candidate GB300 space a
+first model turn costs about half a CPU second and a later one ~0.15 s. In Pareto mode a turn maximises a random
+Chebyshev weighting of the two predicted objectives (ParEGO), so successive turns spread along the front.
 """
 
 from __future__ import annotations
