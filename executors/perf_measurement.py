@@ -187,8 +187,9 @@ class LevelTable:
         return self._violations[1]
 
     def _worst(self, slos: tuple[SLO, ...]) -> list[float]:
-        """``worst_violation`` of every level, as arrays: ``SLO.excess`` of a float column with a missing value
-        (as ``_convert`` makes one) violating by 1, of any other column value by value."""
+        """``slo_violation`` of every level, as arrays: ``SLO.excess`` of a float column with a missing value (as
+        ``_convert`` makes one) violating by 1, of any other column value by value; a level that completed nothing
+        violates by 1."""
         worst = np.zeros(self.n)  # ``max(..., default=0.0)``
         for i, s in enumerate(slos):
             v = self.columns[s.metric]

@@ -29,12 +29,11 @@ from search_spaces.workload import (
     Measurement,
     Workload,
     slo_violation,
-    worst_violation,
 )
 
 __all__ = [
     "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
-    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "worst_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
+    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
     "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SLO_METRICS", "SearchSpace", "Slice",
     "Violation", "Workload", "DEFAULT_ERROR_SLO", "LEVEL_FLAGS", "PREFIX_REUSE_LIMIT", "vllm_default_batch", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
     "matmul_tflops", "model_preset", "pack", "preset_names", "vllm_flag", "weight_bytes_per_gpu",

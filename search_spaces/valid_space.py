@@ -258,11 +258,7 @@ class ValidSpace:
         """``iter_valid`` with each candidate, assembled from its role rows as built once (``space.build`` gives
         an equal candidate from the parameters, at ten times the cost: it builds and checks each role again)."""
         for m, i, j in self._valid_rows():
-            if m == Mode.AGGREGATED.value:
-                yield self._params_at(m, i, j), self.space.assemble(Mode.AGGREGATED, self.roles[Role.MIXED].configs[i])
-            else:
-                yield self._params_at(m, i, j), self.space.assemble(
-                    Mode.DISAGGREGATED, self.roles[Role.PREFILL].configs[i], self.roles[Role.DECODE].configs[j])
+            yield self._params_at(m, i, j), self._config_at(m, i, j)
 
     def valid_shapes(self, row_key: Callable[[Params], tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """``(mode, *row_key(row) of each of its role rows)`` of every valid candidate, in ``iter_valid``'s order,
@@ -288,6 +284,12 @@ class ValidSpace:
         if mode == Mode.AGGREGATED.value:
             return {"mode": mode, **self.roles[Role.MIXED].params[i]}
         return {"mode": mode, **self.roles[Role.PREFILL].params[i], **self.roles[Role.DECODE].params[j]}
+
+    def _config_at(self, mode: str, i: int, j: int) -> DeploymentConfig:
+        if mode == Mode.AGGREGATED.value:
+            return self.space.assemble(Mode.AGGREGATED, self.roles[Role.MIXED].configs[i])
+        return self.space.assemble(Mode.DISAGGREGATED, self.roles[Role.PREFILL].configs[i],
+                                   self.roles[Role.DECODE].configs[j])
 
     def _valid_rows(self, mode: str | None = None) -> Iterator[tuple[str, int, int]]:
         """(mode, row, decode row or -1) of every valid candidate, in ``iter_valid``'s order."""

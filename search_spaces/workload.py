@@ -362,11 +362,6 @@ class SLO(BaseModel):
 
 def slo_violation(slos: Sequence[SLO], m: Measurement) -> float:
     """The worst violation of ``m`` over all SLOs (≤ 0: every SLO met); a failed level violates by 1."""
-    return worst_violation(slos, m.completed, [getattr(m, s.metric) for s in slos])
-
-
-def worst_violation(slos: Sequence[SLO], completed: int, values: Sequence[float | None]) -> float:
-    """``slo_violation`` of a level that completed ``completed`` requests with ``values`` of the SLOs' metrics."""
-    if completed == 0:
+    if m.completed == 0:
         return 1.0
-    return max((s.excess(v) for s, v in zip(slos, values, strict=True)), default=0.0)
+    return max((s.violation(m) for s in slos), default=0.0)
