@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,22 @@ def job_of_study(database: db.Database, study: str) -> TuningJob:
         names = [s.name for s in queries.list_studies(database)]
         raise BadInput(f"study {study!r} is not in {database.url_for_display}; studies: {', '.join(names) or 'none'}")
     return job_from_dict(row.job, source=f"study {study!r}")
+
+
+def profile(url: str, job: TuningJob, *, depths: list[int] | None = None, out: Path | None = None,
+            on_level: Callable[[str], None] | None = None) -> Any:
+    """``advisor profile``: measure the job's model shape on this machine's GPU kind and store the fitted model
+    (``advisor.profile``)."""
+    from advisor.profile import run_profile
+
+    try:
+        database = db.connect(url)  # created when missing: a profile may be the first thing a database holds
+    except db.DatabaseUnavailable as e:
+        raise BadInput(f"storage: cannot open {redact_url(url)}: {e}") from None
+    try:
+        return run_profile(job, database, depths=depths, out=out, on_level=on_level)
+    finally:
+        database.close()
 
 
 def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = None, seed: int = 0,

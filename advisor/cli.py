@@ -267,6 +267,51 @@ def export(
 
 @app.command()
 @friendly
+def profile(
+    job_file: Annotated[Path, typer.Argument(help="The job YAML (local or ray executor: real vLLM).")],
+    depths: Annotated[str | None, typer.Option(help="Comma-separated layer counts to deploy (default: two that "
+                                                    "fit one GPU, from the model's size).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Also write the fitted parameters here (a parameter file, "
+                                                  "with its report beside it).")] = None,
+    storage: StorageOpt = None,
+) -> None:
+    """Measure the job's model shape on this machine's GPU (two reduced depths, prefill and decode probes with
+    vllm bench serve), fit the performance model to it and store the profile: later studies of the same shape
+    on the same GPU kind start from it."""
+    from advisor.calibrate import METRICS
+    from advisor.profile import plan_profile
+
+    job = load_job(job_file)
+    try:
+        ds = [int(d) for d in depths.split(",") if d.strip()] if depths else None
+    except ValueError:
+        raise BadInput(f"--depths: {depths!r} is not a comma-separated list of layer counts (e.g. 2,8)") from None
+    plan = plan_profile(job, ds)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("profile", total=plan.levels)
+
+        def step(text: str) -> None:
+            bar.update(task, description=f"profile: {text}", advance=0 if text.endswith("deploying") else 1)
+
+        res = api.profile(_storage(storage or job.storage), job, depths=ds, out=out, on_level=step)
+    cal = res.calibration
+    console.print(f"stored {res.profile.label}: {job.model_profile().name} shape {res.profile.shape_key} at "
+                  f"depths {', '.join(map(str, plan.depths))}; {res.levels} levels in {res.wall_s:.0f} s "
+                  f"(deploy {' + '.join(f'{x:.0f}' for x in res.deploy_s)} s)", markup=False, highlight=False)
+    rows = [[f"{part.replace('_', ' ')}, {when}", errs[part].levels,
+             *(f"{x:.1%}" if x is not None else None for x in errs[part].row())]
+            for part in ("in_sample", "held_out") if part in cal.after
+            for when, errs in (("default", cal.before), ("profiled", cal.after))]
+    print_rows("", ["levels", "n", "all", *METRICS], rows)
+    print_rows("", ["parameter", "default", "fitted"],
+               [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
+    if out is not None:
+        console.print(f"wrote {out} and {out.with_suffix('.report.json')}")
+
+
+@app.command()
+@friendly
 def calibrate(
     studies: Annotated[list[str], typer.Argument(help="Studies whose measured trials to fit (one GPU kind).")],
     out: Annotated[Path, typer.Option(help="Where the fitted parameters go (a job's executor.perf_params).")]

@@ -121,7 +121,8 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
     if spec.kind is ExecutorKind.SIMULATED:
         from executors.simulated import SimulatedExecutor
 
-        params = model_params(job)
+        # no parameter file: the study resolves them (a stored hardware profile, else the defaults; advisor.profile)
+        params = model_params(job) if spec.perf_params else None
         if spec.reserve_gpus:
             from executors.simulated_reserved import ReservedSimulatedExecutor
 

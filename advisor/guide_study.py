@@ -44,10 +44,12 @@ def study_turns(trials: Iterable[optuna.trial.FrozenTrial]) -> int:
     return sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))
 
 
-def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str) -> ModelGuide | None:
+def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str,
+                 start: PerfParams | None = None) -> ModelGuide | None:
     """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
-    picks up its calibration and its count of model turns)."""
-    guide = make_guide(job, model_params(job))
+    picks up its calibration and its count of model turns). ``start``: what the model starts from (a hardware
+    profile; default the job's parameter file or the GPU kind's defaults)."""
+    guide = make_guide(job, start if start is not None else model_params(job))
     if guide is None:
         return None
     trials = study.get_trials(deepcopy=False)

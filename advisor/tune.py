@@ -21,7 +21,8 @@ import optuna
 import db
 from advisor.errors import BadInput
 from advisor.baseline import baseline_config
-from advisor.executor_factory import make_executor, model_params
+from advisor.executor_factory import make_executor
+from advisor.profile import ModelParams
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
 from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
 from advisor.job import SamplerKind, TuningJob
@@ -82,8 +83,10 @@ def tune(
         )
         summary.interrupted_found = close_stale(job, database, study, name,
                                                  ray_address or job.executor.ray_address)
-        ctx = _Context(job, study, database, executor, name, summary, on_trial, resume_guide(job, study, database, name))
         real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
+        model = _model_params(job, database, executor, summary, real)
+        ctx = _Context(job, study, database, executor, name, summary, on_trial,
+                       resume_guide(job, study, database, name, model.params), model)
         if real and job.baseline.enabled:
             _baseline(ctx)
         _loop(ctx, budget)
@@ -124,6 +127,7 @@ class _Context:
     summary: TuneSummary
     on_trial: Callable[[TrialReport], None] | None
     guide: ModelGuide | None
+    model: ModelParams
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     started: float = field(default_factory=time.monotonic)
 
@@ -134,8 +138,29 @@ class _Context:
 
     @property
     def params(self) -> PerfParams:
-        """The model's current parameters: the guide's re-fit, else the job's (calibrated) profile."""
-        return self.guide.params if self.guide is not None else model_params(self.job)
+        """The model's current parameters: the guide's re-fit, else what the study started from (a hardware
+        profile, a parameter file, or the defaults)."""
+        return self.guide.params if self.guide is not None else self.model.params
+
+
+def _model_params(job: TuningJob, database: db.Database, executor: Executor, summary: TuneSummary,
+                  real: bool) -> ModelParams:
+    """What the study's model starts from: a parameter file, else the stored profile of this model shape on this
+    GPU kind (for a real study, one measured with this vLLM — profiled here first when there is none and
+    ``executor.profile`` is ``auto``), else the defaults. The simulated executor predicts with the same."""
+    from advisor.profile import resolve_params, run_profile
+
+    version = executor.engine_version if real else None
+    model = resolve_params(job, database, version)
+    if real and model.profile_id is None and not job.executor.perf_params and job.executor.profile == "auto":
+        made = run_profile(job, database)
+        summary.profiled = made.profile.label
+        model = resolve_params(job, database, version)
+    if isinstance(executor, SimulatedExecutor) and executor.params is None:
+        executor.params = model.params
+        executor.params_source = model.source
+    summary.model_params = model.source
+    return model
 
 
 def _loop(ctx: _Context, budget: int) -> None:

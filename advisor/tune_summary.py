@@ -43,3 +43,8 @@ class TuneSummary:
     #: The study stopped because the cluster kept failing (the CLI exits non-zero).
     environment_broken: bool = False
     reports: list[TrialReport] = field(default_factory=list)
+    #: What the model's predictions (the knee searches' starts, the guide's start) rest on: a hardware profile,
+    #: a parameter file, or the GPU kind's defaults, unmeasured (``advisor.profile.resolve_params``).
+    model_params: str = ""
+    #: The profile this run made before its first trial, when none matched (``executor.profile: auto``).
+    profiled: str | None = None

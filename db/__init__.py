@@ -40,6 +40,7 @@ from db.rows import (
     DatabaseUnavailable,
     Export,
     Failure,
+    HardwareProfile,
     HistoryPoint,
     Level,
     Study,
@@ -50,7 +51,7 @@ from db.rows import (
 from search_spaces import IllegalTransition
 
 __all__ = [
-    "Best", "Database", "DatabaseUnavailable", "Export", "Failure", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
+    "Best", "Database", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
     "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
     "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
     "list_studies", "list_trials", "measurements", "normalize_url", "optuna_storage", "pareto_front", "parse_slos", "queries",

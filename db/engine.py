@@ -45,8 +45,8 @@ from db.mapping import (
     text,
     trial,
 )
-from db.models import ExportRow, StudyRow, TrialRow
-from db.rows import DatabaseUnavailable, Trial, UnknownTrial
+from db.models import ExportRow, HardwareProfileRow, StudyRow, TrialRow
+from db.rows import DatabaseUnavailable, HardwareProfile, Trial, UnknownTrial
 from search_spaces import DeploymentConfig, Measurement, TrialState, transition
 
 #: A longer log tail is cut to its last this-many characters.
@@ -372,3 +372,34 @@ class Database:
             s.add(row)
             s.flush()
             return row.id
+
+    # -- hardware profiles
+
+    def add_profile(self, *, gpu: str, gpu_count: int, engine_version: str, shape_key: str, model_name: str,
+                    shape: Mapping[str, Any], params: Mapping[str, Any], report: Mapping[str, Any],
+                    probes: Sequence[Any]) -> HardwareProfile:
+        """Store one profile run (all of it in one transaction: a profile is whole or absent)."""
+        with self._write() as s:
+            row = HardwareProfileRow(
+                created_at=self._now(s), gpu=clip(gpu, 32), gpu_count=gpu_count, engine_version=clip(engine_version, 64),
+                shape_key=clip(shape_key, 32), model_name=clip(model_name, 256), shape=dict(shape), params=dict(params),
+                report=dict(report), probes=list(probes))
+            s.add(row)
+            s.flush()
+            return _profile(row)
+
+    def profiles(self, *, gpu: str | None = None, shape_key: str | None = None) -> list[HardwareProfile]:
+        """Stored profiles, newest first, of one GPU kind and model shape where given."""
+        q = select(HardwareProfileRow)
+        if gpu is not None:
+            q = q.where(HardwareProfileRow.gpu == gpu)
+        if shape_key is not None:
+            q = q.where(HardwareProfileRow.shape_key == shape_key)
+        with self._read() as s:
+            return [_profile(r) for r in s.scalars(q.order_by(HardwareProfileRow.id.desc())).all()]
+
+
+def _profile(r: HardwareProfileRow) -> HardwareProfile:
+    return HardwareProfile(id=r.id, created_at=r.created_at, gpu=r.gpu, gpu_count=r.gpu_count,
+                           engine_version=r.engine_version, shape_key=r.shape_key, model_name=r.model_name,
+                           shape=dict(r.shape), params=dict(r.params), report=dict(r.report), probes=list(r.probes))

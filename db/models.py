@@ -214,3 +214,21 @@ class ExportRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
     trial: Mapped[TrialRow] = relationship(back_populates="exports")
+
+
+class HardwareProfileRow(Base):
+    """One ``advisor profile`` run: the model's shape measured with real vLLM on one kind and count of GPU."""
+
+    __tablename__ = "advisor_hardware_profiles"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    gpu: Mapped[str] = mapped_column(String(32), index=True)
+    gpu_count: Mapped[int] = mapped_column(Integer)
+    engine_version: Mapped[str] = mapped_column(String(64))
+    shape_key: Mapped[str] = mapped_column(String(32), index=True)
+    model_name: Mapped[str] = mapped_column(String(256))
+    shape: Mapped[dict[str, Any]] = mapped_column(_json())
+    params: Mapped[dict[str, Any]] = mapped_column(_json())
+    report: Mapped[dict[str, Any]] = mapped_column(_json())
+    probes: Mapped[list[Any]] = mapped_column(_json())

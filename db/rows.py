@@ -217,3 +217,29 @@ class Failure:
     config_text: str | None
     log_tail: str | None
     finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """A stored ``advisor profile``: what was measured where, and the model parameters fitted from it.
+
+    ``shape`` is the model's widths (``search_spaces.ModelProfile`` without its depth), ``shape_key`` their digest;
+    ``params`` are ``PerfParams`` fields, ``report`` the fit's errors and ``probes`` every measured probe level."""
+
+    id: int
+    created_at: datetime
+    gpu: str
+    gpu_count: int
+    engine_version: str
+    shape_key: str
+    model_name: str
+    shape: dict[str, Any]
+    params: dict[str, Any]
+    report: dict[str, Any]
+    probes: list[Any]
+
+    @property
+    def label(self) -> str:
+        """What a prediction resting on this profile says it rests on."""
+        return (f"profile #{self.id} ({self.gpu} x{self.gpu_count}, vLLM {self.engine_version}, "
+                f"{self.created_at:%Y-%m-%d})")

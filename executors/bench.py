@@ -40,6 +40,7 @@ from executors.bench_result import (
     request_latencies,
     summarize_raw,
 )
+from executors.bench_zygote import Zygote, ZygoteGone
 from executors.datasets import custom_dataset
 from executors.platform import Platform
 from search_spaces import Dataset, Workload
@@ -157,21 +158,31 @@ def run_bench(
     cwd: str | Path | None = None,
     term_timeout_s: float = 10.0,
     on_start: Any = None,
+    zygote: Zygote | None = None,
 ) -> BenchRun:
     """Run ``vllm bench serve ARGS`` as its own process group; the saved JSON, loaded.
 
     Raises ``BenchFailed`` (with vLLM's error line) when it exits non-zero, writes no result, or runs past
-    ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once.
-
-    A fresh process per level, on every platform: levels forked from one imported vLLM (the CPU build's
-    ``bench_zygote`` until 2 Dec) saved ~7 s of import per level but read a c=1 median TTFT of 47-80 ms where
-    this command read 8.8-12.9 ms, in deployments of one hour taking turns (``benchmarks/bench_client_bursts.py``).
+    ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once. With a
+    ``zygote`` (``executors.bench_zygote``) the level is forked from an already imported vLLM instead — only
+    where ``bench_zygote.usable`` says the client does not distort the measurement (GPU platforms): on the CPU
+    build, levels forked from one imported vLLM read a c=1 median TTFT of 47-80 ms where a fresh command read
+    8.8-12.9 ms, in deployments of one hour taking turns (``benchmarks/bench_client_bursts.py``).
     """
     argv = [*platform.engine_cmd, "bench", "serve", *args]
     full_env = {**platform.env, **(env or {})}
     t0 = time.monotonic()
-    rc = _run_command(argv, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
-                      term_timeout_s=term_timeout_s, on_start=on_start)
+    if zygote is not None:
+        try:
+            rc = zygote.run(args, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
+                            term_timeout_s=term_timeout_s, on_start=on_start)
+        except TimeoutError:
+            raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", procs.read_tail(log_path, 60)) from None
+        except ZygoteGone as e:
+            raise BenchFailed(e.reason, e.tail) from None
+    else:
+        rc = _run_command(argv, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
+                          term_timeout_s=term_timeout_s, on_start=on_start)
     wall = time.monotonic() - t0
     rp = Path(result_path)
     if rc != 0 or not rp.is_file():
@@ -203,7 +214,8 @@ def _run_command(argv: list[str], *, log_path: str | Path, env: Mapping[str, str
 
 
 def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: str, model: str, tokenizer: str,
-              out_dir: Path, timeout_s: float, on_start: Callable[[int], None] | None = None) -> BenchRun:
+              out_dir: Path, timeout_s: float, on_start: Callable[[int], None] | None = None,
+              zygote: Zygote | None = None) -> BenchRun:
     """One load level against ``url``: its dataset (if any), its arguments and its run, files in ``out_dir``
     (``SPEC.json``, ``SPEC.log``). The local executor and the Ray executor's agent both run levels here."""
     ds = prepare_dataset(workload, spec, tokenizer, out_dir)
@@ -211,7 +223,7 @@ def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: s
     args = bench_args(workload, spec, base_url=url, model=model, tokenizer=tokenizer, result_dir=str(out_dir),
                       result_filename=name, dataset_path=ds)
     return run_bench(platform, args, result_path=out_dir / name, log_path=out_dir / f"{spec.name}.log",
-                     timeout_s=timeout_s, cwd=out_dir, on_start=on_start)
+                     timeout_s=timeout_s, cwd=out_dir, on_start=on_start, zygote=zygote)
 
 
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.

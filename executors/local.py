@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from executors import bench, metrics, procs
+from executors import bench, bench_zygote, metrics, procs
 from executors.base import Deployment, DeploymentFailed, FailureKind
 from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
@@ -184,7 +184,7 @@ class LocalExecutor(VllmExecutor):
 
     @contextmanager
     def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> Iterator[LevelRunner]:
-        """Levels run here, each ``vllm bench serve`` its own process group, recorded for crash cleanup."""
+        """Levels run here, forked from one zygote per deployment where the platform allows (closed after)."""
         h: _LocalHandle = deployment.handle
         bdir.mkdir(exist_ok=True)
         url = deployment.url or ""
@@ -192,12 +192,15 @@ class LocalExecutor(VllmExecutor):
         def run_level(spec: bench.LevelSpec) -> tuple[dict[str, Any], float]:
             run = bench.run_level(h.platform, workload, spec, url=url, model=self.served_model_name,
                                   tokenizer=str(self.model_path), out_dir=bdir, timeout_s=self.bench_timeout_s,
-                                  on_start=started)
+                                  on_start=started, zygote=zygote)
             return run.result, run.wall_s
 
         def started(pgid: int) -> None:  # recorded for crash cleanup, like the servers
             deployment.resources.setdefault("bench_pgids", []).append(pgid)
             self._save(deployment)
+
+        # vLLM imported once per deployment, each level forked from it (executors/bench_zygote.py)
+        zygote = bench_zygote.Zygote(h.platform, bdir, started) if bench_zygote.usable(h.platform) else None
 
         def marks() -> dict[str, int]:
             return {s.name: metrics.log_size(s.proc.log_path) for s in h.servers}
@@ -207,9 +210,13 @@ class LocalExecutor(VllmExecutor):
                     if (v := metrics.eplb_balancedness(s.proc.log_path, m.get(s.name, 0))) is not None]
             return min(vals) if vals else None
 
-        yield LevelRunner(run_level, lambda: self._check_alive(h),
-                          [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
-                          marks, eplb)
+        try:
+            yield LevelRunner(run_level, lambda: self._check_alive(h),
+                              [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
+                              marks, eplb)
+        finally:
+            if zygote is not None:
+                zygote.close()
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:

@@ -92,10 +92,12 @@ def start(
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
     inherit_env: bool = True,
+    talk: bool = False,
 ) -> ManagedProcess:
     """Start ``argv`` as a new session (own process group); stdout and stderr go to ``log_path``.
 
-    ``env`` is added to this process's environment (``inherit_env``) or replaces it.
+    ``env`` is added to this process's environment (``inherit_env``) or replaces it. ``talk``: stdin and
+    stdout are pipes to this process (a line protocol; ``popen.stdin`` / ``popen.stdout``), stderr the log.
     """
     log = Path(log_path)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -109,7 +111,8 @@ def start(
         fh.write(f"# {name}: {' '.join(argv)}\n".encode())
         fh.flush()
         popen = subprocess.Popen(
-            list(argv), stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, env=full_env,
+            list(argv), stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if talk else fh, stderr=fh if talk else subprocess.STDOUT, env=full_env,
             cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True,
         )
     return ManagedProcess(name, list(argv), popen, log)

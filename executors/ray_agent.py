@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from executors import bench, metrics, procs
+from executors import bench, bench_zygote, metrics, procs
 from executors.platform import Platform
 from search_spaces import Workload
 
@@ -26,6 +26,7 @@ class NodeAgent:
     def __init__(self) -> None:
         self.procs: dict[str, procs.ManagedProcess] = {}
         self.foreign: dict[str, int] = {}  # groups started for others on this node (the bench levels)
+        self.zygote: bench_zygote.Zygote | None = None  # the service node's bench levels fork from it
         self.shm: set[str] = set()
         self.dirs: list[str] = []
 
@@ -100,14 +101,20 @@ class NodeAgent:
 
     def bench(self, platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str,
               tokenizer: str, out_dir: str, timeout_s: float) -> dict[str, Any]:
-        """One level of ``vllm bench serve`` on this node; its group is registered here, so ``stop_all`` stops
-        it."""
+        """One level of ``vllm bench serve`` on this node, forked from the node's zygote where the platform
+        allows (executors/bench_zygote.py); its groups are registered here, so ``stop_all`` stops them."""
         platform = Platform.model_validate_json(platform_json)
+        if self.zygote is None and bench_zygote.usable(platform):
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            self.zygote = bench_zygote.Zygote(platform, out_dir, lambda g: self.register("bench-zygote", g))
         return bench_level(platform, Workload.model_validate_json(workload_json), spec, url, model, tokenizer,
-                           out_dir, timeout_s, self.register, self.forget)
+                           out_dir, timeout_s, self.register, self.forget, self.zygote)
 
     def stop_all(self, term_timeout: float) -> dict[str, Any]:
-        foreign = dict(self.foreign)
+        foreign = dict(self.foreign)  # first: closing the zygote ends a running level's wait, which forgets it
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
         for p in self.procs.values():
             if p.alive:
                 self.shm |= procs.shm_segments(procs.group_pids(p.pgid))
@@ -123,8 +130,8 @@ class NodeAgent:
 
 
 def bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, url: str, model: str, tokenizer: str,
-                out_dir: str, timeout_s: float, register: Callable[[str, int], None],
-                forget: Callable[[str], None]) -> dict[str, Any]:
+                out_dir: str, timeout_s: float, register: Callable[[str, int], None], forget: Callable[[str], None],
+                zygote: bench_zygote.Zygote | None) -> dict[str, Any]:
     """One ``vllm bench serve`` run (``bench.run_level``), its group registered (``register(tag, pgid)``) while
     it runs; the outcome as plain data for the driver."""
     bdir = Path(out_dir)
@@ -132,7 +139,7 @@ def bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, u
     tag = f"bench-{spec.name}"
     try:
         run = bench.run_level(platform, workload, spec, url=url, model=model, tokenizer=tokenizer, out_dir=bdir,
-                              timeout_s=timeout_s, on_start=lambda pgid: register(tag, pgid))
+                              timeout_s=timeout_s, on_start=lambda pgid: register(tag, pgid), zygote=zygote)
     except bench.BenchFailed as e:
         return {"ok": False, "reason": e.reason, "tail": e.tail}
     finally:

@@ -26,9 +26,12 @@ class SimulatedExecutor(Executor):
     kind = "simulated"
     engine_version = MODEL_VERSION
 
-    def __init__(self, model: ModelProfile, params: PerfParams | None = None) -> None:
+    def __init__(self, model: ModelProfile, params: PerfParams | None = None, params_source: str | None = None) -> None:
         self.model = model
         self.params = params  # None: the defaults of the cluster's GPU kind, chosen at deploy time
+        #: What the parameters rest on (a hardware profile, a parameter file, the defaults): every prediction
+        #: carries it in ``raw["params"]``.
+        self.params_source = params_source or ("given parameters" if params is not None else None)
 
     def params_for(self, topology: Topology) -> PerfParams:
         return self.params or default_params(topology.cluster.gpu)
@@ -41,7 +44,11 @@ class SimulatedExecutor(Executor):
         params = deployment.handle
         if not isinstance(params, PerfParams):
             params = self.params_for(deployment.topology)
-        return simulate_levels(deployment.topology, self.model, workload, plan or MeasurePlan(), params)
+        levels = simulate_levels(deployment.topology, self.model, workload, plan or MeasurePlan(), params)
+        source = self.params_source or f"defaults for {deployment.topology.cluster.gpu}, unmeasured"
+        for m in levels:
+            m.raw["params"] = source
+        return levels
 
     def teardown(self, deployment: Deployment) -> None:
         return None

@@ -25,8 +25,13 @@ def _vllm_version(name: str) -> str:
     return _version(name)
 
 
-def main() -> None:
+def install_version_shim() -> None:
+    """Answer ``version("vllm")`` with the installed vLLM distribution's version (see the module's doc)."""
     _md.version = _vllm_version  # type: ignore[assignment]
+
+
+def main() -> None:
+    install_version_shim()
     from vllm.entrypoints.cli.main import main as vllm_main
 
     vllm_main()

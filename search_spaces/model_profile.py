@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -55,6 +56,25 @@ class ModelProfile(BaseModel):
         if self.attention is AttentionKind.MLA and (self.kv_lora_rank == 0 or self.qk_rope_head_dim == 0):
             raise ValueError("MLA needs kv_lora_rank and qk_rope_head_dim")
         return self
+
+    # ---- what a hardware profile matches on ----
+    #: Fields that say how deep the model is, not what one of its layers costs.
+    DEPTH_FIELDS: ClassVar[tuple[str, ...]] = ("name", "num_layers", "num_dense_layers", "mtp_layers")
+
+    @property
+    def shape(self) -> dict[str, object]:
+        """The widths that set what one layer, the embeddings and the KV cache cost — everything but the depth
+        (and the name): a profile measured on a few layers of this shape holds for any depth of it."""
+        return {k: (v.value if isinstance(v, AttentionKind) else v)
+                for k, v in self.model_dump().items() if k not in self.DEPTH_FIELDS}
+
+    @property
+    def shape_key(self) -> str:
+        """A short digest of ``shape``: the key profiles are stored and found by."""
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.shape, sort_keys=True).encode()).hexdigest()[:16]
 
     # ---- derived sizes (elements, not bytes, unless the name says bytes) ----
     @property

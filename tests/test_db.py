@@ -200,7 +200,7 @@ def test_connect_migrates_once_and_again_is_a_no_op(url: str) -> None:
                 "advisor_alembic_version"} <= names
         assert "alembic_version" not in names  # Optuna's version table stays Optuna's
         with d._read() as s:
-            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0004"]
+            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0005"]
 
 
 def test_migrations_downgrade_and_upgrade_again(url: str) -> None:

@@ -10,22 +10,7 @@
 # calls of at most 10 minutes. The project's own Python dependencies that the device image lacks travel as
 # wheels in .whl/ (optuna, SQLAlchemy, Alembic, Mako, colorlog, greenlet, Typer, Click).
 set -uo pipefail
-source .gpu/s/run.sh env
-export PYTHONPATH="$PWD:$PYTHONPATH"  # Ray's workers import executors.* from the checkout
-# FlashInfer's sampler JIT-compiles for ~100 s on a fresh machine (../shared/gpu/README.md); the PyTorch
-# sampler serves these small models as well and keeps every trial's start-up comparable.
-export VLLM_USE_FLASHINFER_SAMPLER=0
-if [ ! -e /tmp/site/optuna ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    2>&1 | grep -v WARN | tail -3
-fi
-# scipy (advisor.calibrate's least_squares, which the guided sampler's refits call) is in the device image per
-# KINDS.md; .whl2/ (scipy 1.16.3, carried on the install call when wanted) is only a fallback for an image without it.
-if ls .whl2/*.whl >/dev/null 2>&1 && ! python3 -c 'import scipy.optimize' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl \
-    2>&1 | grep -v WARN | tail -3
-fi
-mkdir -p /tmp/da-gpu
+source benchmarks/gpu/device_env.sh
 if [ "${1:-}" = pack ]; then
   cd /tmp && tar czf "$OUT/h200-results.tgz" da-gpu $(cd /tmp && find da-runs -name '*.json' -o -name '*.log' | grep -v '/kv/')
   ls -la "$OUT"; exit 0

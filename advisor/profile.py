@@ -1,0 +1,303 @@
+"""``advisor profile``: the performance model measured on the user's hardware before the first trial.
+
+A trial is the expensive thing the model exists to save, so the model must not learn the hardware only through
+trials. A profile deploys the job's model *shape* — its real widths, at two reduced depths so that the
+per-layer part of a step separates from the fixed part — with real vLLM on one GPU of the job's kind, and
+measures with ``vllm bench serve``:
+
+* prefill-only levels: one request at a time of several prompt lengths and a single output token (the prefill of
+  one chunk, and of a few chunks where the prompt is longer than the token budget);
+* decode-heavy levels: short answers at several concurrencies (the decode step over batch sizes, at the job's
+  context length).
+
+The model's compute and overhead terms are then fitted to those levels by the same least squares as
+``advisor calibrate`` (``advisor.calibrate``: log ratios of throughput, TTFT and TPOT, a ridge towards the
+defaults, only the parameters the levels move), cross-validated by probe so that the reported error is on
+levels the fit did not see. The profile — GPU kind and count, vLLM's version, the model's shape, every probe
+level, the fitted parameters and their errors — goes into the database and a parameter file; a study of the
+same shape on the same GPU kind then starts from it without being told (``resolve_params``), and says so.
+
+What one GPU cannot measure (all-to-all, all-reduce, KV transfer between GPUs) keeps its documented default;
+on a node of several GPUs the profile adds a data-parallel + expert-parallel deployment of the shallow stack
+whose levels fit the communication terms (``comm_probe``), which runs where such a node exists.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import db
+from advisor.calibrate import Calibration, Sample, calibrate, fitted_values
+from advisor.errors import BadInput
+from advisor.job import ExecutorKind, ModelRef, TuningJob
+from executors import place
+from executors.measure import MeasurePlan
+from executors.model_folder import at_depth, hf_config, write_model_folder
+from executors.perf_model import PerfParams, default_params
+from search_spaces import (
+    ClusterSpec,
+    DeploymentConfig,
+    LengthDist,
+    Mode,
+    ModelProfile,
+    Role,
+    RoleConfig,
+    Workload,
+    gpu_spec,
+    vllm_default_batch,
+)
+
+#: Share of a GPU's memory the deeper stack's weights may take (the rest: activations, CUDA graphs, KV cache).
+WEIGHT_SHARE = 0.4
+#: The deeper stack has at most this many layers: enough for the per-layer terms to dominate a step.
+MAX_DEPTH = 12
+#: Parameters a profile may fit: compute, memory and overhead terms, and the API server's. Communication
+#: terms are fitted only from a several-GPU probe (``COMM_PARAMS``).
+STEP_PARAMS: tuple[str, ...] = (
+    "mfu_prefill", "mfu_decode", "attn_eff_prefill", "attn_eff_decode", "hbm_eff", "step_latency_s",
+    "eager_layer_latency_s", "cpu_step_s", "cpu_per_seq_s", "frontend_per_token_s", "request_latency_s",
+    "frontend_per_request_s", "tpot_cv",
+)
+COMM_PARAMS: tuple[str, ...] = ("a2a_scaleup_eff", "a2a_ht_latency_s", "a2a_latency_s", "allreduce_latency_s",
+                                "cpu_dp_sync_s", "dp_balance_cv", "expert_skew_cv")
+
+
+# ------------------------------------------------------------------------------------------------ lookup
+@dataclass(frozen=True)
+class ModelParams:
+    """The model's parameters for a job and what they rest on — every prediction says which."""
+
+    params: PerfParams
+    source: str
+    profile_id: int | None = None
+
+
+def matching_profile(database: db.Database, job: TuningJob, engine_version: str | None = None
+                     ) -> db.HardwareProfile | None:
+    """The newest stored profile of the job's model shape on its GPU kind, on no more GPUs than the cluster has;
+    with ``engine_version`` (a real study), only one measured with that vLLM (kernels change between versions)."""
+    found = [p for p in database.profiles(gpu=job.cluster.gpu, shape_key=job.model_profile().shape_key)
+             if p.gpu_count <= job.cluster.total_gpus]
+    if engine_version is not None:
+        found = [p for p in found if p.engine_version == engine_version]
+    return found[0] if found else None
+
+
+def resolve_params(job: TuningJob, database: db.Database | None = None, engine_version: str | None = None
+                   ) -> ModelParams:
+    """A job's ``executor.perf_params`` file when it names one, else the matching profile, else the GPU kind's
+    documented defaults — said as "unmeasured"."""
+    if job.executor.perf_params:
+        from advisor.executor_factory import model_params
+
+        return ModelParams(model_params(job), f"parameter file {job.executor.perf_params}")
+    if database is not None:
+        prof = matching_profile(database, job, engine_version)
+        if prof is not None:
+            return ModelParams(PerfParams.model_validate(prof.params), prof.label, prof.id)
+    return ModelParams(default_params(job.cluster.gpu), f"defaults for {job.cluster.gpu}, unmeasured")
+
+
+# ------------------------------------------------------------------------------------------------ plan
+@dataclass(frozen=True)
+class Probe:
+    """One family of probe levels: a workload (fixed lengths) and the concurrencies it is measured at."""
+
+    kind: str  # "prefill" or "decode"
+    isl: int
+    osl: int
+    loads: tuple[int, ...]
+
+    def workload(self, warm: bool) -> Workload:
+        return Workload(isl=LengthDist(mean=self.isl), osl=LengthDist(mean=self.osl), load_levels=list(self.loads),
+                        knee_search=False, prompts_per_concurrency=2.0, min_prompts=4 if self.kind == "prefill" else 8,
+                        warmups_per_concurrency=1.0 if warm else 0.0)
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    depths: tuple[int, ...]
+    probes: tuple[Probe, ...]
+    config: DeploymentConfig
+
+    @property
+    def levels(self) -> int:
+        return len(self.depths) * sum(len(p.loads) for p in self.probes)
+
+
+def default_depths(model: ModelProfile, gpu: str) -> tuple[int, int]:
+    """Two depths: the deeper as many layers as fit ``WEIGHT_SHARE`` of one GPU (at most ``MAX_DEPTH`` and the
+    model's own), the shallower a quarter of it (at least one layer)."""
+    per_layer = (model.total_params - 2 * model.vocab_size * model.hidden_size) * model.weight_bytes / model.num_layers
+    embed = 2 * model.vocab_size * model.hidden_size * 2.0
+    room = WEIGHT_SHARE * gpu_spec(gpu).memory_gib * 2**30 - embed
+    deep = max(2, min(model.num_layers, MAX_DEPTH, int(room // per_layer) if per_layer > 0 else MAX_DEPTH))
+    return max(1, deep // 4), deep
+
+
+def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> ProfilePlan:
+    """What a profile of ``job`` deploys and measures: vLLM's default batch sizes for the GPU kind on one GPU,
+    prompt lengths around the workload's for prefill, the workload's prompt length for decode."""
+    model, gpu = job.model_profile(), job.cluster.gpu
+    ds = tuple(sorted(set(depths))) if depths else default_depths(model, gpu)
+    if len(ds) < 2 or ds[0] < 1 or ds[-1] > model.num_layers:
+        raise BadInput(f"--depths: give two or more distinct layer counts in 1..{model.num_layers} "
+                       f"(got {', '.join(map(str, depths or ()))})")
+    seqs, tokens = vllm_default_batch(gpu_spec(gpu))
+    cpu = gpu == "CPU"
+    osl = 32 if cpu else 64
+    longest = int(source_config(job)[0].get("max_position_embeddings") or 1 << 20) - osl  # what the model admits
+    isl = max(16, min(job.workload.isl.mean, 256 if cpu else 4096, longest))
+    lens = sorted({min(n, longest) for n in ((64, 256) if cpu else (512, 2048, 8192))})
+    batches = (1, 4) if cpu else (1, 16, 64, 256)
+    probes = tuple(Probe("prefill", n, 1, (1,)) for n in lens) + (
+        Probe("decode", isl, osl, tuple(b for b in batches if b <= seqs)),)
+    role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    return ProfilePlan(ds, probes, DeploymentConfig(mode=Mode.AGGREGATED, decode=role))
+
+
+# ------------------------------------------------------------------------------------------------ run
+@dataclass
+class ProfileResult:
+    profile: db.HardwareProfile
+    calibration: Calibration
+    levels: int
+    deploy_s: list[float] = field(default_factory=list)
+    measure_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def source_config(job: TuningJob) -> tuple[dict[str, Any], Path | None]:
+    """The job's model as an HF config (its folder's config.json — for ``tiny-moe`` the generated CI folder —, or
+    the preset written as one) and the folder whose tokenizer a profile's folders reuse (None: generate one)."""
+    from advisor.executor_factory import model_path_for
+    from search_spaces.json_file import read_json_file
+
+    if job.model.path or job.model.preset == "tiny-moe":
+        folder = model_path_for(job)
+        cfg = read_json_file(folder / "config.json", "model config", hint="a model config.json is JSON")
+        if not isinstance(cfg, dict):
+            raise BadInput(f"{folder / 'config.json'}: must be a JSON object")
+        return dict(cfg), folder
+    return hf_config(job.model_profile()), None
+
+
+def probe_job(job: TuningJob, folder: Path, workload: Workload, cluster: ClusterSpec) -> TuningJob:
+    """The job as one probe runs it: the reduced-depth folder on ``cluster`` (one node of the job's GPU kind)."""
+    return job.model_copy(update={"name": f"{job.name}-profile", "model": ModelRef(path=str(folder.resolve())),
+                                  "cluster": cluster, "workload": workload})
+
+
+def comm_config(job: TuningJob, plan: ProfilePlan) -> DeploymentConfig | None:
+    """The several-GPU probe: data parallel with expert parallelism over two GPUs of one node (the all-to-all and
+    the DP synchronisation one GPU cannot show); None where the node has one GPU or the GPUs are CPU slots (MoE
+    with DP does not run on vLLM's CPU build)."""
+    if job.cluster.gpu == "CPU" or job.cluster.gpus_per_node < 2:
+        return None
+    role = plan.config.decode.model_copy(update={"data_parallel_size": 2, "enable_expert_parallel": True})
+    return plan.config.model_copy(update={"decode": role})
+
+
+@dataclass
+class _Measured:
+    """What the probes measured so far: fit samples, the raw levels, and the time spent."""
+
+    samples: list[Sample] = field(default_factory=list)
+    comm: list[Sample] = field(default_factory=list)
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    deploy_s: list[float] = field(default_factory=list)
+    measure_s: list[float] = field(default_factory=list)
+    engine: str = ""
+
+
+def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, probes: Sequence[Probe],
+             depth: int, into: _Measured, comm: bool, on_level: Callable[[str], None] | None) -> None:
+    """Deploy ``config`` of the ``depth``-layer folder on ``gpus`` GPUs, measure ``probes``, tear down."""
+    from advisor.executor_factory import make_executor
+
+    cluster = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=gpus)
+    envelope = Workload(isl=LengthDist(mean=max(p.isl for p in probes)), osl=LengthDist(mean=max(p.osl for p in probes)),
+                        load_levels=[1], knee_search=False)
+    executor = make_executor(probe_job(job, folder, envelope, cluster))
+    into.engine = executor.engine_version
+    tag = f"L{depth}" + (f" x{gpus} GPUs" if gpus > 1 else "")
+    try:
+        if on_level:
+            on_level(f"{tag}: deploying")
+        t0 = time.monotonic()
+        dep = executor.deploy(place(config, cluster))
+        into.deploy_s.append(time.monotonic() - t0)
+        try:
+            t0 = time.monotonic()
+            for i, probe in enumerate(probes):
+                wl = probe.workload(warm=i == 0)
+                levels = executor.measure(dep, wl, MeasurePlan())
+                measured = {m.concurrency: v for m in levels if (v := fitted_values(m))}
+                if measured:
+                    target = into.comm if comm else into.samples
+                    target.append(Sample("profile", len(into.samples) + len(into.comm), config,
+                                         probe_job(job, folder, wl, cluster), measured))
+                for m in levels:
+                    into.levels.append({"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl,
+                                        "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
+                                        "p50_e2el_ms": m.p50_e2el_ms, "completed": m.completed,
+                                        "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
+                                        "bench_wall_s": m.raw.get("bench_wall_s")})
+                    if on_level:
+                        on_level(f"{tag}: {probe.kind} ISL {probe.isl} OSL {probe.osl} c={m.concurrency}")
+            into.measure_s.append(time.monotonic() - t0)
+        finally:
+            executor.teardown(dep)
+    finally:
+        executor.close()
+
+
+def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,
+                out: Path | None = None, on_level: Callable[[str], None] | None = None) -> ProfileResult:
+    """Deploy each depth, measure every probe on it, fit, store. ``on_level(text)`` hears of each step (a
+    progress bar). Every deployment is torn down whatever happens; nothing is stored unless the whole profile
+    was measured and fitted."""
+    import json
+
+    if job.executor.kind is ExecutorKind.SIMULATED:
+        raise BadInput("executor.kind: a profile measures real vLLM; give local or ray (the simulated executor "
+                       "then uses the stored profile)")
+    t0 = time.monotonic()
+    plan = plan_profile(job, depths)
+    cfg, tok_from = source_config(job)
+    model = job.model_profile()
+    root = job.resolve_path(job.executor.run_dir) / "profile-models"
+    got = _Measured()
+    folders = {d: write_model_folder(at_depth(cfg, d), root / f"{model.shape_key}-L{d}", tokenizer_from=tok_from)
+               for d in plan.depths}
+    for depth in plan.depths:
+        _measure(job, folders[depth], plan.config, 1, plan.probes, depth, got, False, on_level)
+    comm_cfg = comm_config(job, plan)
+    if comm_cfg is not None:
+        decode = tuple(p for p in plan.probes if p.kind == "decode")
+        _measure(job, folders[plan.depths[0]], comm_cfg, 2, decode, plan.depths[0], got, True, on_level)
+    if not got.samples:
+        raise BadInput("profile: no probe level completed; see the servers' logs under executor.run_dir")
+    cal = calibrate(got.samples, start=default_params(job.cluster.gpu), names=list(STEP_PARAMS))
+    report: dict[str, Any] = {**cal.to_dict(), "depths": list(plan.depths), "deploy_s": got.deploy_s,
+                              "measure_s": got.measure_s, "levels": len(got.levels)}
+    params = cal.params
+    if got.comm:  # the communication terms, fitted with the single-GPU terms held at their fitted values
+        comm_cal = calibrate(got.comm, start=params, names=list(COMM_PARAMS))
+        params = comm_cal.params
+        report["communication"] = comm_cal.to_dict()
+    report["wall_s"] = time.monotonic() - t0
+    stored = database.add_profile(gpu=job.cluster.gpu, gpu_count=2 if got.comm else 1, engine_version=got.engine,
+                                  shape_key=model.shape_key, model_name=model.name, shape=model.shape,
+                                  params=params.model_dump(), report=report, probes=got.levels)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        params.save(out)
+        out.with_suffix(".report.json").write_text(json.dumps(
+            {"profile": stored.id, "label": stored.label, "shape": model.shape, "shape_key": model.shape_key,
+             **report, "probes": got.levels}, indent=2, default=str) + "\n")
+    return ProfileResult(stored, cal, len(got.levels), got.deploy_s, got.measure_s, time.monotonic() - t0)

@@ -1,0 +1,213 @@
+"""Issue 29's check on the GPU: does the profiled model predict real levels it never saw, before any trial is fitted?
+
+Three steps, each a subcommand, run on the device machine after ``advisor profile`` stored the profile:
+
+* ``predict STUDY_JOB --configs 1024x8192,128x4096 --out PRED.json --write-job GEN.yaml``: with the stored profile
+  (and, for comparison, the GPU kind's defaults) predict each configuration's knee under the job's SLOs, choose
+  fixed levels under the lowest knee (``--fractions`` of it), predict every configuration at those levels, and
+  write the study job with those levels (``GEN.yaml``, run by ``advisor tune``: its baseline is the first
+  configuration, its search space the others). Predictions are written before anything is measured.
+* ``compare GEN.yaml PRED.json --out CHECK.json``: the study's measured fixed levels against the predictions
+  (median |predicted / measured - 1| per metric, profile vs defaults) and each knee search's levels (where it
+  started, how many levels until the bracket held a feasible and an infeasible level).
+* ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
+  the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
+
+Runs where the project's dependencies and vLLM are installed (``benchmarks/gpu/profile_h200.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import db  # noqa: E402
+from advisor.job import TuningJob, load_job  # noqa: E402
+from advisor.profile import probe_job, resolve_params  # noqa: E402
+from executors import place  # noqa: E402
+from executors.measure import MeasurePlan  # noqa: E402
+from executors.perf_model import PerfParams, default_params, predict  # noqa: E402
+from executors.simulated import predicted_knee  # noqa: E402
+from search_spaces import ClusterSpec, DeploymentConfig, Measurement, Mode, Role, RoleConfig  # noqa: E402
+
+METRICS = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms", "p90_ttft_ms", "p90_tokens_per_s_per_user")
+
+
+def config_of(text: str) -> DeploymentConfig:
+    """``SEQSxTOKENS``: one aggregated instance on one GPU with these batch sizes."""
+    seqs, tokens = (int(x) for x in text.lower().split("x"))
+    role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    return DeploymentConfig(mode=Mode.AGGREGATED, decode=role)
+
+
+def values(m: Measurement) -> dict[str, float | None]:
+    return {k: getattr(m, k) for k in METRICS}
+
+
+def param_sets(job: TuningJob, database: db.Database) -> dict[str, tuple[PerfParams, str]]:
+    prof = resolve_params(job, database)
+    if prof.profile_id is None:
+        raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}: run advisor profile")
+    return {"profile": (prof.params, prof.source), "defaults": (default_params(job.cluster.gpu), "defaults")}
+
+
+def predictions(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], configs: list[DeploymentConfig],
+                loads: list[int]) -> dict[str, Any]:
+    model, out = job.model_profile(), {}
+    for cfg in configs:
+        topo = place(cfg, job.cluster)
+        key = f"{cfg.decode.max_num_seqs}x{cfg.decode.max_num_batched_tokens}"
+        out[key] = {name: {str(m.concurrency): values(m) for m in predict(topo, model, job.workload, params, loads)}
+                    for name, (params, _) in sets.items()}
+    return out
+
+
+def cmd_predict(a: argparse.Namespace) -> None:
+    job = load_job(a.job)
+    database = db.connect(job.storage)
+    sets = param_sets(job, database)
+    configs = [config_of(c) for c in a.configs.split(",")]
+    plan = MeasurePlan(tuple(job.slos))
+    knees = {f"{c.decode.max_num_seqs}x{c.decode.max_num_batched_tokens}": {
+        name: predicted_knee(place(c, job.cluster), job.model_profile(), job.workload, plan, params)
+        for name, (params, _) in sets.items()} for c in configs}
+    low = min(k["profile"] for k in knees.values() if k["profile"])
+    loads = sorted({max(1, round(low * float(f))) for f in a.fractions.split(",")})
+    doc = yaml.safe_load(Path(a.job).read_text())
+    doc["name"] = a.study or doc["name"]
+    doc["workload"]["load_levels"] = loads
+    doc["baseline"] = {"enabled": True, "config": json.loads(configs[0].model_dump_json())}
+    doc.setdefault("executor", {})["profile"] = "off"  # the profile exists; a missing one is an error above
+    Path(a.write_job).write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = {"job": a.job, "study": doc["name"], "profile": sets["profile"][1], "knees": knees, "loads": loads,
+              "predicted": predictions(job, sets, configs, loads)}
+    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({"knees": knees, "loads": loads}, indent=2))
+
+
+def errors(pred: dict[str, dict[str, float | None]], meas: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """Median |predicted / measured - 1| per metric and over all of them."""
+    per: dict[str, list[float]] = {k: [] for k in METRICS}
+    for c, mv in meas.items():
+        for k in METRICS:
+            p, m = (pred.get(c) or {}).get(k), mv.get(k)
+            if p and m:
+                per[k].append(abs(p / m - 1))
+    every = [x for v in per.values() for x in v]
+    return {"median": statistics.median(every) if every else None, "n": len(every),
+            **{k: statistics.median(v) if v else None for k, v in per.items()}}
+
+
+def bracket_levels(levels: list[Measurement], slos: list[Any]) -> int | None:
+    """Search levels until the bracket held a level meeting every SLO and one that did not."""
+    from executors.measure import feasible
+
+    ok = bad = False
+    for i, m in enumerate(levels, 1):
+        if feasible(slos, m):
+            ok = True
+        else:
+            bad = True
+        if ok and bad:
+            return i
+    return None
+
+
+def cmd_compare(a: argparse.Namespace) -> None:
+    job = load_job(a.job)
+    pred = json.loads(Path(a.pred).read_text())
+    database = db.connect(job.storage)
+    out: dict[str, Any] = {"profile": pred["profile"], "loads": pred["loads"], "configs": {}}
+    pooled: dict[str, dict[str, Any]] = {"profile": {}, "defaults": {}}
+    for t in db.queries.list_trials(database, pred["study"]):
+        if t.config is None:
+            continue
+        key = f"{t.config.decode.max_num_seqs}x{t.config.decode.max_num_batched_tokens}"
+        if key not in pred["predicted"]:
+            continue
+        ms = list(db.queries.get_trial(database, pred["study"], t.number).measurements)
+        fixed = {str(m.concurrency): values(m) for m in ms if m.purpose == "fixed"}
+        search = [m for m in ms if m.purpose in ("search", "knee")]
+        entry = {"trial": t.number, "measured": fixed,
+                 "errors": {name: errors(p, fixed) for name, p in pred["predicted"][key].items()},
+                 "search_levels": [(m.concurrency, m.purpose, m.p90_ttft_ms, m.p90_tokens_per_s_per_user)
+                                   for m in search],
+                 "knee_predicted": pred["knees"][key]["profile"],
+                 "levels_to_bracket": bracket_levels(search, list(job.slos))}
+        out["configs"][f"{key}#{t.number}"] = entry
+        for name, p in pred["predicted"][key].items():
+            for c, mv in fixed.items():
+                pooled[name][f"{key}#{t.number}@{c}"] = (p.get(c), mv)
+    out["pooled"] = {name: errors({k: v[0] for k, v in d.items()}, {k: v[1] for k, v in d.items()})
+                     for name, d in pooled.items()}
+    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out["pooled"], indent=2))
+
+
+def cmd_stack(a: argparse.Namespace) -> None:
+    from advisor.executor_factory import make_executor
+    from advisor.profile import plan_profile, source_config
+    from executors.model_folder import at_depth, write_model_folder
+    from search_spaces import LengthDist, Workload
+
+    job = load_job(a.job)
+    database = db.connect(job.storage)
+    sets = param_sets(job, database)
+    cfg, tok = source_config(job)
+    folder = write_model_folder(at_depth(cfg, a.depth), job.resolve_path(job.executor.run_dir) / "check-models"
+                                / f"{job.model_profile().shape_key}-L{a.depth}", tokenizer_from=tok)
+    loads = [int(x) for x in a.loads.split(",")]
+    wl = Workload(isl=job.workload.isl, osl=job.workload.osl, load_levels=loads, knee_search=False,
+                  prompts_per_concurrency=2.0, min_prompts=16, warmups_per_concurrency=1.0)
+    sjob = probe_job(job, folder, wl, ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1))
+    config = plan_profile(job).config
+    topo = place(config, sjob.cluster)
+    pred = {name: {str(m.concurrency): values(m) for m in predict(topo, sjob.model_profile(), wl, params, loads)}
+            for name, (params, _) in sets.items()}
+    Path(a.out).write_text(json.dumps({"depth": a.depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
+    ex = make_executor(sjob)
+    try:
+        run = ex.evaluate(topo, wl, plan=MeasurePlan())
+    finally:
+        ex.close()
+    meas = {str(m.concurrency): values(m) for m in run.measurements}
+    result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1], "predicted": pred, "measured": meas,
+              "failure": run.reason, "errors": {name: errors(p, meas) for name, p in pred.items()}}
+    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["errors"], indent=2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("predict")
+    p.add_argument("job")
+    p.add_argument("--configs", required=True)
+    p.add_argument("--fractions", default="0.25,0.5,0.8")
+    p.add_argument("--study")
+    p.add_argument("--out", required=True)
+    p.add_argument("--write-job", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("job")
+    c.add_argument("pred")
+    c.add_argument("--out", required=True)
+    s = sub.add_parser("stack")
+    s.add_argument("job")
+    s.add_argument("--depth", type=int, required=True)
+    s.add_argument("--loads", default="8,64")
+    s.add_argument("--out", required=True)
+    a = ap.parse_args()
+    {"predict": cmd_predict, "compare": cmd_compare, "stack": cmd_stack}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
