@@ -35,7 +35,7 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob
 from db import queries
 from executors import place
-from executors.perf_batch import Batch
+from executors.perf_levels import Batch
 from executors.perf_model import CALIBRATABLE, PerfParams, default_params, predict
 from search_spaces import DeploymentConfig, Measurement, ModelProfile, TrialState
 
@@ -45,9 +45,6 @@ METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms")
 RIDGE = 0.05
 #: A parameter is fitted only if moving it by 5% of its range moves some prediction by at least this (log).
 MIN_SENSITIVITY = 1e-3
-#: A job's samples are predicted through the batch model from this many levels on; below, one by one costs less
-#: (24 samples, 239 levels: 8.5 → 3.8 ms; 4 samples, 40 levels: 1.4 ms either way; 1 sample: 0.3 → 1.1 ms).
-BATCH_MIN_LEVELS = 40
 #: Finite-difference step of the Jacobian, relative to each scaled parameter. scipy's default (~1e-8) lands
 #: inside the model's flat steps (whole batches, whole waves of requests) and sees a zero gradient.
 DIFF_STEP = 1e-2
@@ -186,15 +183,10 @@ class Problem:
 
     def log_ratios(self, params: PerfParams) -> list[tuple[str, float]]:
         """(metric, log(predicted / measured)) for every measured value, in the samples' order: each job's samples
-        predicted at once (``executors.perf_batch``, the same floats as ``sample_log_ratios`` one by one) where they
-        have ``BATCH_MIN_LEVELS`` levels — a re-fit evaluates this hundreds of times, and one by one it was most of
-        a guided study's tuner time."""
+        predicted at once (``executors.perf_levels.Batch``) — a re-fit evaluates this hundreds of times, and one by
+        one it was most of a guided study's tuner time."""
         pred: list[dict[int, Any]] = [{} for _ in self.samples]
         for idx, asked in self._groups:
-            if len(asked) < BATCH_MIN_LEVELS:  # one by one is cheaper than the batch's fixed cost
-                for i in idx:
-                    pred[i] = self._predicted(i, params)
-                continue
             first = self.samples[idx[0]]
             batch = Batch([self.topos[i] for i in idx], self.models[idx[0]], first.job.workload, params)
             for (k, c), level in zip(asked, batch.predict(asked, lazy=True), strict=True):

@@ -38,7 +38,7 @@ from benchmarks.seed_scenario import (  # noqa: E402
     pd,
     prefill,
 )
-from executors import perf_derived, perf_levels, perf_measurement, perf_params, perf_step, place  # noqa: E402
+from executors import perf_deployments, perf_derived, perf_levels, perf_measurement, perf_params, perf_step, place  # noqa: E402,E501
 from executors.perf_model import (  # noqa: E402
     PerfParams,
     decode_step_time,
@@ -53,7 +53,7 @@ from search_spaces import DeploymentConfig, Mode, Role, RoleConfig  # noqa: E402
 
 DOC = ROOT / "docs" / "performance-model.md"
 README = ROOT / "README.md"
-MODULES = [perf_params, perf_derived, perf_step, perf_levels, perf_measurement]
+MODULES = [perf_params, perf_derived, perf_step, perf_deployments, perf_levels, perf_measurement]
 BLOCK = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 TOLERANCE = 0.01

@@ -1,17 +1,29 @@
 """The load-level model: a closed loop of ``C`` users on an aggregated or a disaggregated (P/D) deployment —
-batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 queueing — and ``predict`` /
-``predict_load``, the model's entry points. Part of ``executors.perf_model`` (``docs/performance-model.md`` §4)."""
+batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 queueing — over arrays of
+(deployment, level) pairs (``Batch``), and ``predict`` / ``predict_load``, the model's entry points: one deployment
+is a batch of one. Part of ``executors.perf_model`` (``docs/performance-model.md`` §4).
+
+Why arrays: the guide ranks every valid candidate of a space by the model's knee (thousands of candidates, about
+seven levels each); the knee searches run in lockstep (``executors.measure.search_many``), each round asking every
+unfinished search its next load, and one NumPy operation does one step of every candidate's level.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from executors.perf_derived import _md, _ModelDerived, _Role, _wd, _WorkloadDerived, memo
-from executors.perf_measurement import _finish
+import numpy as np
+
+from executors.perf_deployments import Deployments
+from executors.perf_derived import _wd, _WorkloadDerived, memo
+from executors.perf_measurement import LazyLevel, LevelTable, _finish, _Levels
 from executors.perf_params import MODEL_VERSION, PerfParams, default_params
-from executors.perf_step import _breakdown, _decode_cv, _prefill_capacity, _step
-from search_spaces import Measurement, Mode, ModelProfile, Workload
+from executors.perf_step import Arr, Step, _breakdown, _decode_cv, _pow, _prefill_capacity, _step
+from search_spaces import Measurement, ModelProfile, Workload
 
 if TYPE_CHECKING:
     from executors.topology import Topology
@@ -20,212 +32,181 @@ if TYPE_CHECKING:
 RANDOM_WAIT_UTIL_CAP = 0.9
 
 
-def _front_capped(x: float, instances: int, p: PerfParams) -> float:
+def _front_capped(x: Arr, instances: Arr, p: PerfParams) -> Arr:
     """Request throughput ``x`` capped by the API servers' CPU (one per instance)."""
     if p.frontend_per_request_s > 0.0:
-        return min(x, instances / p.frontend_per_request_s)
+        return np.minimum(x, instances / p.frontend_per_request_s)
     return x
 
 
-def _md1_wait(service: float, u: float) -> float:
+def _md1_wait(service: Arr, u: Arr) -> Arr:
     """Mean M/D/1 queueing delay at utilisation ``u`` (grows without bound as u → 1)."""
-    if u <= 0.0:
-        return 0.0
-    if u >= 0.999:
-        u = 0.999
-    return service * u / (2.0 * (1.0 - u))
+    u2 = np.minimum(u, 0.999)
+    return np.where(u <= 0.0, 0.0, service * u2 / (2.0 * (1.0 - u2)))
 
 
-#: Constants of one deployment under one set of parameters, kept while the same objects are asked again: the
-#: knee search predicts one level at a time, and recomputing a role's constants and the decode step grid for
-#: every level was a third of the model's time (a study's candidates pass through; emptied at 1,024 entries).
-_ROLES_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
-_PD_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Any]] = {}
+def _interp(B: Arr, T: Arr, npts: Arr, b: Arr) -> Arr:
+    """Piecewise-linear τ(b) through each row's first ``npts`` points ``(B, T)`` (sorted by b, distinct), flat below
+    the first point and extended past the last by its last segment."""
+    below = ((B < b[:, None]) & (np.arange(B.shape[1]) < npts[:, None])).sum(axis=1)  # points under b
+    past = below >= npts
+    rows = np.arange(len(b))
+    i1 = np.where(past, npts - 1, np.maximum(below, 1))
+    i0 = np.maximum(i1 - 1, 0)
+    b0, t0, b1, t1 = B[rows, i0], T[rows, i0], B[rows, i1], T[rows, i1]
+    rising = b1 > b0
+    gap = np.where(rising, b1 - b0, 1.0)
+    inside = np.where(rising, t0 + (t1 - t0) * (b - b0) / gap, t1)
+    beyond = np.where(rising, t1 + (t1 - t0) * (b - b1) / gap, t1)
+    return np.where(below == 0, T[:, 0], np.where(past, beyond, inside))
 
 
-def _build_roles(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams,
-                 ) -> tuple[_Role | None, _Role]:
-    cfg = topo.config
-    prefill = _Role(cfg.prefill, md, wd, topo.cluster, p, 0) if cfg.prefill is not None else None
-    return prefill, _Role(cfg.decode, md, wd, topo.cluster, p, cfg.speculative_mtp_tokens)
+def _users(n: Arr, osl_steps: Arr, grid: tuple[Arr, Arr, Arr], ranks_d: Arr, mu_p: Arr, S_p: Arr, t_kv: Arr) -> Arr:
+    """Users a P/D closed loop holds with ``n`` of them decoding (decoding, queued for prefill, prefilled, moved),
+    the decode step interpolated through its grid; inf past the prefill capacity."""
+    x = n / (osl_steps * _interp(*grid, n / ranks_d))
+    u = x / mu_p
+    full = u >= 1.0
+    val = n + x * (S_p + _md1_wait(S_p, np.where(full, 0.0, u)) + t_kv)
+    return np.where(full, math.inf, val)
 
 
-def _roles(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams) -> tuple[_Role | None, _Role]:
-    """(prefill role or None, decode role) constants of ``topo`` (keyed by the derived numbers, which workloads
-    that differ only in their levels share: ``perf_derived.same_lengths``)."""
-    return memo(_ROLES_CACHE, _build_roles, topo, _md(model), _wd(wl), p, limit=1023)
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the block (and resumed after, if it ran before). A ranking
+    allocates tens of thousands of levels, none of them in a reference cycle, and the collections their allocation
+    set off (each walking every live object) were a third of its time; reference counting frees them as before."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
-def _disaggregated_constants(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams,
-                             ) -> tuple[float, float, float, float, float, float, list[tuple[float, float]]]:
-    """(KV hand-off time, its capacity, lone prefill latency, decode steps per request, KV batch cap, batch
-    cap, decode step grid) of a P/D deployment: what does not depend on the load level."""
-    Rp, Rd = memo(_ROLES_CACHE, _build_roles, topo, md, wd, p, limit=1023)
-    assert Rp is not None
-    return (*_kv_handoff(topo, md, wd, p), _prefill_alone(Rp), *_decode_grid(Rd))
+class Batch(Deployments):
+    """Deployments (``perf_deployments``) ready to be predicted at any (deployment, concurrency) pairs: ``predict``,
+    each mode's levels as arrays."""
 
+    def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None,
+                purpose: str = "fixed", lazy: bool = False) -> list[Measurement] | list[LazyLevel]:
+        """The Measurement of deployment ``i`` at concurrency ``max(1, int(load))`` for each ``(i, load)``, with
+        ``purpose`` (the knee search's levels are made as "search" levels rather than copied into them).
+        ``workload`` (default: the batch's) sizes each level (``num_prompts``); its lengths must be the batch's.
+        ``lazy``: levels built as Measurements only when asked (``perf_measurement.LazyLevel``)."""
+        wl = workload or self.wl
+        if not asked:
+            return []
+        idx = np.array([i for i, _ in asked], dtype=int)
+        cs = np.array([float(max(1, int(load))) for _, load in asked])
+        out: list[Any] = [None] * len(asked)
+        is_agg = np.isin(idx, self.agg)
+        for mask, run in ((is_agg, self._aggregated), (~is_agg, self._disaggregated)):
+            where = np.nonzero(mask)[0]
+            if len(where):
+                table = run(self.pos[idx[where]], idx[where], cs[where], wl, purpose)
+                for j, m in zip(where.tolist(), table.lazy() if lazy else table.rows(), strict=True):
+                    out[j] = m
+        return out
 
-def _kv_handoff(topo: Topology, md: _ModelDerived, wd: _WorkloadDerived, p: PerfParams) -> tuple[float, float]:
-    """(time, capacity in requests/s) of moving one request's KV from prefill to decode."""
-    cfg, cluster = topo.config, topo.cluster
-    assert cfg.prefill is not None
-    spec = cluster.spec
-    # KV hand-off: the whole context (prefix included) moves; NVLink when the cluster is one domain
-    kv_bytes = md.kv_tok * wd.isl
-    one_domain = cluster.total_gpus <= max(spec.scaleup_domain, cluster.gpus_per_node)
-    link = (spec.scaleup_gbps if one_domain else spec.scaleout_gbps) * 1e9 * p.kv_xfer_eff
-    t_kv = p.kv_xfer_latency_s + kv_bytes / link + p.request_latency_s  # the request's way in rides along
-    mu_kv = min(cfg.prefill.gpus, cfg.decode.gpus) * link / kv_bytes
-    return t_kv, mu_kv
-
-
-def _prefill_alone(Rp: _Role) -> float:
-    """Prefill latency of one request with the prefill instance otherwise idle."""
-    wd = Rp.wd
-    P1 = min(float(Rp.cfg.max_num_batched_tokens), wd.isl_new)
-    s_alone = _step(Rp, 0.0, P1, P1 / wd.isl_new, 0.0)
-    return max(wd.isl_new / P1, 1.0) * s_alone.total
-
-
-def _decode_grid(Rd: _Role) -> tuple[float, float, float, list[tuple[float, float]]]:
-    """(decode steps per request, KV batch cap, batch cap, τ(b) at a few batch sizes) of a decode role: the
-    closed-loop solve interpolates τ(b) through the grid and is exact at its answer."""
-    wd = Rd.wd
-    osl_steps = wd.osl / Rd.acc
-    b_kv = Rd.kv_cap / (wd.isl + wd.osl)
-    b_cap = max(min(float(Rd.cfg.max_num_seqs), b_kv), 1.0)
-    grid = sorted({1.0, b_cap ** (1 / 3), b_cap ** (2 / 3), b_cap})
-    pts = [(b, _step(Rd, b, 0.0, 0.0, _decode_cv(Rd, b)).total) for b in grid]
-    return osl_steps, b_kv, b_cap, pts
-
-
-def _predict_aggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
-                        levels: list[int]) -> list[Measurement]:
-    role = topo.config.decode
-    wd = _wd(wl)
-    R = _roles(topo, model, wl, p)[1]
-    ranks = role.instances * role.data_parallel_size
-    M = float(role.max_num_batched_tokens)
-    osl_steps = wd.osl / R.acc
-    ratio = wd.isl_new / osl_steps  # prefill tokens a running request brings per decode step
-    b_kv = R.kv_cap / (wd.isl + wd.osl)
-    b_budget = M / (R.q + ratio)
-    b_cap = max(min(float(role.max_num_seqs), b_kv, b_budget), 1.0)
-    gpus = topo.gpus
-    out = []
-    for c in levels:
-        n = min(float(c), ranks * b_cap)
+    def _aggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> LevelTable:
+        p, wd = self.p, self.wd
+        R = self.Ra.take(k)
+        inst = self.inst_a[k]
+        ranks = inst * R.dp  # instances × data_parallel_size
+        M = R.mnbt
+        osl_steps = wd.osl / R.acc
+        ratio = wd.isl_new / osl_steps  # prefill tokens a running request brings per decode step
+        b_kv = R.kv_cap / (wd.isl + wd.osl)
+        b_budget = M / (R.q + ratio)
+        b_cap = np.maximum(np.minimum(np.minimum(R.mns, b_kv), b_budget), 1.0)
+        n = np.minimum(c, ranks * b_cap)
         b = n / ranks
-        occ = min(b, 1.0)
-        bb = max(b, 1.0)
+        occ = np.minimum(b, 1.0)
+        bb = np.maximum(b, 1.0)
         cv = _decode_cv(R, b)
-        s0 = _step(R, bb, 0.0, 0.0, cv, occ)
-        chunk = max(min(M - bb * R.q, wd.isl_new), 1.0)
+        zero = np.zeros_like(b)
+        s0 = _step(R, bb, zero, zero, cv, occ)
+        chunk = np.maximum(np.minimum(M - bb * R.q, wd.isl_new), 1.0)
         s1 = _step(R, bb, chunk, chunk / wd.isl_new, cv, occ)
         p_avg = b * ratio  # prefill tokens per rank per step
-        f = min(p_avg / chunk, 1.0)
-        busy_ranks = max(ranks / role.instances * occ, 1.0)
-        f_any = 1.0 - (1.0 - f) ** busy_ranks  # every rank of an instance waits for any rank's chunk
+        f = np.minimum(p_avg / chunk, 1.0)
+        busy_ranks = np.maximum(ranks / inst * occ, 1.0)
+        f_any = 1.0 - _pow(1.0 - f, busy_ranks)  # every rank of an instance waits for any rank's chunk
         tau = (1.0 - f_any) * s0.total + f_any * s1.total
-        n_chunks = max(wd.isl_new / chunk, 1.0)
+        n_chunks = np.maximum(wd.isl_new / chunk, 1.0)
         service = n_chunks * s1.total
-        chunk_wait = _md1_wait(service, min(f, RANDOM_WAIT_UTIL_CAP))  # for this rank's prefill slot
+        chunk_wait = _md1_wait(service, np.minimum(f, RANDOM_WAIT_UTIL_CAP))  # for this rank's prefill slot
         ttft_s = service + chunk_wait + tau + p.request_latency_s  # + first decode step, + the way in
-        X = _front_capped(n / (ttft_s + osl_steps * tau), role.instances, p)
-        wait = max(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
+        X = _front_capped(n / (ttft_s + osl_steps * tau), inst, p)
+        wait = np.maximum(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
         tpot = tau / R.acc
-        sd_step = math.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
-        raw = _raw_aggregated(b, b_cap, b_kv, b_budget, R.kv_cap, ranks, p_avg, chunk, f_any, tau, chunk_wait, wait,
-                              s0, s1)
-        out.append(_finish(c, wl, wd, gpus, X, ttft_s - chunk_wait, wait, chunk_wait,
-                           tpot, sd_step, s0.total, s1.total, f_any, max(s0.dp_imbalance, s1.dp_imbalance),
-                           raw, False, 1.0 / s0.expert_imbalance if R.e > 1 else None, p.tpot_cv))
-    return out
+        sd_step = np.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
+        raw = _raw_aggregated(b, b_cap, b_kv, b_budget, R.kv_cap, ranks.astype(int), p_avg, chunk, f_any, tau,
+                              chunk_wait, wait, s0, s1)
+        lv = _Levels(c, self.gpus[idx], X, ttft_s - chunk_wait, wait, chunk_wait, tpot, sd_step, s0.total, s1.total,
+                     f_any, np.maximum(s0.dp_imbalance, s1.dp_imbalance), raw, False, 1.0 / s0.expert_imbalance,
+                     R.e > 1)
+        return _finish(lv, wl, wd, p.tpot_cv, purpose)
 
-
-def _interp(pts: list[tuple[float, float]], b: float) -> float:
-    """Piecewise-linear τ(b) through ``pts`` (sorted by b), flat below the first point."""
-    if b <= pts[0][0]:
-        return pts[0][1]
-    for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
-        if b <= b1:
-            return t0 + (t1 - t0) * (b - b0) / (b1 - b0) if b1 > b0 else t1
-    (b0, t0), (b1, t1) = pts[-2], pts[-1]
-    return t1 + (t1 - t0) * (b - b1) / (b1 - b0) if b1 > b0 else t1
-
-
-def _predict_disaggregated(topo: Topology, model: ModelProfile, wl: Workload, p: PerfParams,
-                           levels: list[int]) -> list[Measurement]:
-    cfg = topo.config
-    assert cfg.prefill is not None
-    wd = _wd(wl)
-    Rp, Rd = _roles(topo, model, wl, p)
-    assert Rp is not None
-    gpus = topo.gpus
-    ranks_p = cfg.prefill.instances * cfg.prefill.data_parallel_size
-    ranks_d = cfg.decode.instances * cfg.decode.data_parallel_size
-    t_kv, mu_kv, S_p, osl_steps, b_kv, b_cap, pts = memo(_PD_CACHE, _disaggregated_constants, topo, _md(model),
-                                                         wd, p, limit=1023)
-    n_cap = ranks_d * b_cap
-    out = []
-    for c in levels:
-        mu_rank, s_full, P_full = _prefill_capacity(Rp, c / ranks_p)
-        mu_p = min(ranks_p * mu_rank / wd.isl_new, mu_kv)  # requests/s
-
-        def x_of(n: float) -> float:
-            return n / (osl_steps * _interp(pts, n / ranks_d))
-
-        def g(n: float) -> float:
-            x = x_of(n)
-            u = x / mu_p
-            if u >= 1.0:
-                return math.inf
-            return n + x * (S_p + _md1_wait(S_p, u) + t_kv)
-
-        hi = min(float(c), n_cap)
-        if g(hi) <= c:
-            n = hi
-        else:
-            lo = 0.0
+    def _disaggregated(self, k: Arr, idx: Arr, c: Arr, wl: Workload, purpose: str) -> LevelTable:
+        p, wd = self.p, self.wd
+        Rp, Rd = self.Rp.take(k), self.Rd.take(k)
+        t_kv, mu_kv, S_p, osl_steps = self.t_kv[k], self.mu_kv[k], self.S_p[k], self.osl_steps_d[k]
+        b_kv, b_cap = self.b_kv_d[k], self.b_cap_d[k]
+        ranks_p, ranks_d = self.ranks_p[k], self.ranks_d[k]
+        n_cap = ranks_d * b_cap
+        mu_rank, s_full, _ = _prefill_capacity(Rp, c / ranks_p)
+        mu_p = np.minimum(ranks_p * mu_rank / wd.isl_new, mu_kv)  # requests/s
+        grid = (self.pts_b[k], self.pts_t[k], self.npts[k])
+        # solve users(n) = C for the users decoding: the cap where it fits, else bisection (each element its own)
+        hi = np.minimum(c, n_cap)
+        n = hi.copy()
+        search = np.nonzero(~(_users(hi, osl_steps, grid, ranks_d, mu_p, S_p, t_kv) <= c))[0]
+        if len(search):
+            lo_s, hi_s, c_s = np.zeros(len(search)), hi[search], c[search]
+            at = (osl_steps[search], tuple(x[search] for x in grid), ranks_d[search], mu_p[search], S_p[search],
+                  t_kv[search])
+            live = np.ones(len(search), dtype=bool)
             for _ in range(40):
-                mid = 0.5 * (lo + hi)
-                if g(mid) > c:
-                    hi = mid
-                else:
-                    lo = mid
-                if hi - lo < 1e-3 * max(hi, 1.0):
+                mid = 0.5 * (lo_s + hi_s)
+                over = _users(mid, *at) > c_s
+                hi_s = np.where(live & over, mid, hi_s)
+                lo_s = np.where(live & ~over, mid, lo_s)
+                live &= ~(hi_s - lo_s < 1e-3 * np.maximum(hi_s, 1.0))
+                if not live.any():
                     break
-            n = max(lo, 1e-6)
+            n[search] = np.maximum(lo_s, 1e-6)
         b = n / ranks_d
-        sd_ = _step(Rd, max(b, 1.0), 0.0, 0.0, _decode_cv(Rd, b), min(b, 1.0))
+        sd_ = _step(Rd, np.maximum(b, 1.0), np.zeros_like(b), np.zeros_like(b), _decode_cv(Rd, b), np.minimum(b, 1.0))
         tau = sd_.total
         X = n / (osl_steps * tau)
-        if X >= mu_p:  # the exact step came out faster than the interpolation: prefill caps it
-            X = mu_p * 0.999
+        X = np.where(X >= mu_p, mu_p * 0.999, X)  # the exact step came out faster than the interpolation
         x_engine = X
-        X = _front_capped(X, min(cfg.prefill.instances, cfg.decode.instances), p)
+        X = _front_capped(X, self.inst_pd[k], p)
         u = X / mu_p
-        # Little's law on the closed loop: whatever of C is neither decoding nor being prefilled or
-        # moved waits. Congestion jitter (M/D/1, utilisation capped) is the random part; the rest is a
-        # steady queue that every request sits through (closed loop at saturation)
-        wait = ((c - n) / X if X == x_engine else c / X - osl_steps * tau) - S_p - t_kv
-        wait = wait if wait > 0.0 else 0.0
-        q_wait = min(wait, _md1_wait(S_p, min(u, RANDOM_WAIT_UTIL_CAP)))
+        # Little's law on the closed loop: whatever of C is neither decoding nor being prefilled or moved waits.
+        # Congestion jitter (M/D/1, utilisation capped) is the random part; the rest is a steady queue that every
+        # request sits through (closed loop at saturation)
+        wait = np.where(X == x_engine, (c - n) / X, c / X - osl_steps * tau) - S_p - t_kv
+        wait = np.where(wait > 0.0, wait, 0.0)
+        q_wait = np.minimum(wait, _md1_wait(S_p, np.minimum(u, RANDOM_WAIT_UTIL_CAP)))
         wait_d = wait - q_wait
         ttft_service = S_p + t_kv + tau
         tpot = tau / Rd.acc
-        raw = _raw_disaggregated(b, b_cap, b_kv, Rd.kv_cap, ranks_d, ranks_p, mu_p, u, S_p, q_wait, wait_d,
-                                 mu_rank / cfg.prefill.tensor_parallel_size * wd.isl / wd.isl_new, t_kv, mu_kv, sd_,
-                                 s_full)
-        out.append(_finish(c, wl, wd, gpus, X, ttft_service, wait_d, q_wait, tpot, 0.0, tau, tau, 0.0,
-                           max(sd_.dp_imbalance, s_full.dp_imbalance), raw, True,
-                           1.0 / sd_.expert_imbalance if Rd.e > 1 else None, p.tpot_cv))
-    return out
+        raw = _raw_disaggregated(b, b_cap, b_kv, Rd.kv_cap, ranks_d.astype(int), ranks_p.astype(int), mu_p, u, S_p,
+                                 q_wait, wait_d, mu_rank / self.tp_p[k] * wd.isl / wd.isl_new, t_kv, mu_kv, sd_, s_full)
+        zero = np.zeros_like(tau)
+        lv = _Levels(c, self.gpus[idx], X, ttft_service, wait_d, q_wait, tpot, zero, tau, tau, zero,
+                     np.maximum(sd_.dp_imbalance, s_full.dp_imbalance), raw, True, 1.0 / sd_.expert_imbalance,
+                     Rd.e > 1)
+        return _finish(lv, wl, wd, p.tpot_cv, purpose)
 
 
-def _raw_aggregated(b: Any, b_cap: Any, b_kv: Any, b_budget: Any, kv_cap: Any, ranks: Any, p_avg: Any, chunk: Any,
-                    f_any: Any, tau: Any, chunk_wait: Any, wait: Any, s0: Any, s1: Any) -> dict[str, Any]:
-    """The ``raw`` breakdown of an aggregated level: floats here, arrays in ``perf_batch``."""
+def _raw_aggregated(b: Arr, b_cap: Arr, b_kv: Arr, b_budget: Arr, kv_cap: Arr, ranks: Arr, p_avg: Arr, chunk: Arr,
+                    f_any: Arr, tau: Arr, chunk_wait: Arr, wait: Arr, s0: Step[Arr], s1: Step[Arr]) -> dict[str, Any]:
+    """The ``raw`` breakdown of aggregated levels."""
     return {
         "model": MODEL_VERSION, "mode": "aggregated",
         "batch_per_rank": b, "batch_cap": b_cap, "batch_cap_kv": b_kv, "batch_cap_budget": b_budget,
@@ -236,10 +217,10 @@ def _raw_aggregated(b: Any, b_cap: Any, b_kv: Any, b_budget: Any, kv_cap: Any, r
     }
 
 
-def _raw_disaggregated(b: Any, b_cap: Any, b_kv: Any, kv_cap: Any, ranks_d: Any, ranks_p: Any, mu_p: Any, u: Any,
-                       S_p: Any, q_wait: Any, wait_d: Any, prefill_per_gpu: Any, t_kv: Any, mu_kv: Any, sd_: Any,
-                       s_full: Any) -> dict[str, Any]:
-    """The ``raw`` breakdown of a P/D level: floats here, arrays in ``perf_batch``."""
+def _raw_disaggregated(b: Arr, b_cap: Arr, b_kv: Arr, kv_cap: Arr, ranks_d: Arr, ranks_p: Arr, mu_p: Arr, u: Arr,
+                       S_p: Arr, q_wait: Arr, wait_d: Arr, prefill_per_gpu: Arr, t_kv: Arr, mu_kv: Arr,
+                       sd_: Step[Arr], s_full: Step[Arr]) -> dict[str, Any]:
+    """The ``raw`` breakdown of P/D levels."""
     return {
         "model": MODEL_VERSION, "mode": "disaggregated",
         "decode_batch_per_rank": b, "decode_batch_cap": b_cap, "decode_batch_cap_kv": b_kv,
@@ -252,17 +233,24 @@ def _raw_disaggregated(b: Any, b_cap: Any, b_kv: Any, kv_cap: Any, ranks_d: Any,
     }
 
 
+#: A deployment asked alone, kept while the same objects are asked again: the knee search and ``predict_load``
+#: predict one level at a time (keyed by the derived numbers, which workloads that differ only in their levels
+#: share: ``perf_derived.same_lengths``; a study's candidates pass through; emptied at 1,024 entries).
+_ALONE_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Batch]] = {}
+
+
+def _alone(topology: Topology, model: ModelProfile, wd: _WorkloadDerived, p: PerfParams) -> Batch:
+    return Batch([topology], model, wd.wl, p)
+
+
 def predict(topology: Topology, model: ModelProfile, workload: Workload,
             params: PerfParams | None = None, levels: list[int] | None = None) -> list[Measurement]:
     """One simulated Measurement per concurrency of ``levels`` (default: the workload's fixed levels) for the
-    placed deployment ``topology``."""
+    placed deployment ``topology``: a batch of one deployment. A non-finite or negative number is missing."""
     p = params or default_params(topology.cluster.gpu)
     cs = list(workload.load_levels if levels is None else levels)
-    if topology.config.mode is Mode.AGGREGATED:
-        ms = _predict_aggregated(topology, model, workload, p, cs)
-    else:
-        ms = _predict_disaggregated(topology, model, workload, p, cs)
-    return ms  # sane already: ``_finish`` reports a non-finite or negative number as missing
+    batch = memo(_ALONE_CACHE, _alone, topology, model, _wd(workload), p, limit=1023)
+    return batch.predict([(0, float(c)) for c in cs], workload)  # type: ignore[return-value]
 
 
 def predict_load(topology: Topology, model: ModelProfile, workload: Workload, load: float,

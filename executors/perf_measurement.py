@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from executors.perf_derived import _WorkloadDerived
+from executors.perf_step import Arr, _pow
 from search_spaces import SLO, Measurement, Workload
 
 #: Standard-normal quantiles of P90 and P99 (spreads modelled as normal).
@@ -17,57 +18,77 @@ _Z90 = 1.2815515655446004
 _Z99 = 2.3263478740408408
 
 
-def _pct_uniform(mean: float, r: float) -> tuple[float, float, float]:
+def _pct_uniform(mean: Arr, r: float) -> tuple[Arr, Arr, Arr]:
     """p50/p90/p99 of a uniform variable on mean × [1 - r, 1 + r]."""
     return mean, mean * (1.0 + 0.8 * r), mean * (1.0 + 0.98 * r)
 
 
-def _finish(c: int, wl: Workload, wd: _WorkloadDerived, gpus: int, X: float, ttft_service: float,
-            ttft_wait_det: float, ttft_wait_rand: float, tpot: float, tpot_sd_step: float, itl0: float,
-            itl1: float, f_slow: float, imbalance: float, raw: dict[str, Any],
-            kv_transfer: bool, expert_balance: float | None, jit: float) -> Measurement:
-    """Assemble one Measurement from the level's mean times and spreads (seconds)."""
-    n = wl.num_prompts(c)
+class _Levels:
+    """What ``_finish`` takes: a load level's mean times and spreads (seconds), one element per (deployment, level)."""
+
+    def __init__(self, c: Arr, gpus: Arr, X: Arr, ttft_service: Arr, wait_det: Arr, wait_rand: Arr, tpot: Arr,
+                 sd_step: Arr, itl0: Arr, itl1: Arr, f_slow: Arr, imbalance: Arr, raw: dict[str, Any],
+                 kv_transfer: bool, expert_balance: Arr, has_balance: Arr) -> None:
+        self.c, self.gpus, self.X, self.ttft_service = c, gpus, X, ttft_service
+        self.wait_det, self.wait_rand, self.tpot, self.sd_step = wait_det, wait_rand, tpot, sd_step
+        self.itl0, self.itl1, self.f_slow, self.imbalance = itl0, itl1, f_slow, imbalance
+        self.raw, self.kv_transfer = raw, kv_transfer
+        self.expert_balance, self.has_balance = expert_balance, has_balance
+
+
+def _finish(lv: _Levels, wl: Workload, wd: _WorkloadDerived, jit: float, purpose: str) -> LevelTable:
+    """The levels' fields from their mean times and spreads: TTFT = service (scales with the prompt's length) +
+    deterministic wait + congestion wait (exp-like); TPOT per request the mean step over its life (stalls average out
+    over its OSL tokens); ITL per step (a step with any rank's prefill chunk is slow); E2EL = TTFT + TPOT × (OSL − 1),
+    spreads combined in quadrature."""
     osl, r_i, r_o = wd.osl, wd.r_i, wd.r_o
-    # TTFT = service (scales with the prompt's length) + deterministic wait + congestion wait (exp-like)
-    s50, s90, s99 = _pct_uniform(ttft_service, r_i)
-    ttft_m = ttft_service + ttft_wait_det + ttft_wait_rand
-    t50 = s50 + ttft_wait_det + 0.693 * ttft_wait_rand
-    t90 = s90 + ttft_wait_det * (1.0 + 0.1 * _Z90) + 2.303 * ttft_wait_rand
-    t99 = s99 + ttft_wait_det * (1.0 + 0.1 * _Z99) + 4.605 * ttft_wait_rand
-    # TPOT per request: mean step over the request's life; stalls average out over its OSL tokens
-    sd = tpot * jit + tpot_sd_step / math.sqrt(max(osl * (1.0 - r_o), 1.0))
+    ts = lv.ttft_service
+    det, rand = lv.wait_det, lv.wait_rand
+    s50, s90, s99 = _pct_uniform(ts, r_i)
+    ttft_m = ts + det + rand
+    t50 = s50 + det + 0.693 * rand
+    t90 = s90 + det * (1.0 + 0.1 * _Z90) + 2.303 * rand
+    t99 = s99 + det * (1.0 + 0.1 * _Z99) + 4.605 * rand
+    tpot = lv.tpot
+    sd = tpot * jit + lv.sd_step / math.sqrt(max(osl * (1.0 - r_o), 1.0))
     tp50, tp90, tp99 = tpot, tpot + _Z90 * sd, tpot + _Z99 * sd
-    # ITL: per step (a step with any rank's prefill chunk is slow)
-    i50 = (itl1 if f_slow > 0.5 else itl0)
-    i90 = (itl1 if f_slow > 0.1 else itl0) * (1.0 + _Z90 * jit)
-    i99 = (itl1 if f_slow > 0.01 else itl0) * (1.0 + _Z99 * jit)
-    # E2EL = TTFT + TPOT × (OSL − 1), spreads combined in quadrature
+    i50 = np.where(lv.f_slow > 0.5, lv.itl1, lv.itl0)
+    i90 = np.where(lv.f_slow > 0.1, lv.itl1, lv.itl0) * (1.0 + _Z90 * jit)
+    i99 = np.where(lv.f_slow > 0.01, lv.itl1, lv.itl0) * (1.0 + _Z99 * jit)
     e_m = ttft_m + tpot * (osl - 1.0)
     o_sd = osl * r_o / math.sqrt(3.0)
+    two = np.full_like(ts, 2.0)
 
-    def e2e(tq: float, tpq: float, z: float) -> float:
-        return e_m + math.sqrt((tq - ttft_m) ** 2 + (z * tpot * o_sd) ** 2 + ((tpq - tpot) * osl) ** 2)
+    def e2e(tq: Arr, tpq: Arr, z: float) -> Arr:
+        return e_m + np.sqrt(_pow(tq - ttft_m, two) + _pow(z * tpot * o_sd, two) + _pow((tpq - tpot) * osl, two))
 
-    e50 = e_m
     e90, e99 = e2e(t90, tp90, _Z90), e2e(t99, tp99, _Z99)
-    duration = n / X if X > 0 else float("inf")
-    return _measurement(dict(
-        concurrency=c, source="simulated", gpus=gpus, num_requests=n, completed=n, failed=0,
-        duration_s=duration, input_tokens=int(round(n * wd.isl)), output_tokens=int(round(n * osl)),
-        throughput_per_gpu=X * (wd.isl + osl) / gpus, output_throughput_per_gpu=X * osl / gpus,
-        request_throughput=X,
-        p50_tokens_per_s_per_user=1.0 / tp50, p90_tokens_per_s_per_user=1.0 / tp90,
-        p99_tokens_per_s_per_user=1.0 / tp99,
-        p50_ttft_ms=t50 * 1e3, p90_ttft_ms=t90 * 1e3, p99_ttft_ms=t99 * 1e3,
-        p50_tpot_ms=tp50 * 1e3, p90_tpot_ms=tp90 * 1e3, p99_tpot_ms=tp99 * 1e3,
-        p50_itl_ms=i50 * 1e3, p90_itl_ms=i90 * 1e3, p99_itl_ms=i99 * 1e3,
-        p50_e2el_ms=e50 * 1e3, p90_e2el_ms=e90 * 1e3, p99_e2el_ms=e99 * 1e3,
-        achieved_concurrency=float(c), client_saturated=False, dp_imbalance=imbalance, error_rate=0.0,
-        prefix_cache_hit_rate=wd.reuse, kv_transfer_tokens=float(n * wd.isl) if kv_transfer else None,
-        preemptions=0.0, eplb_balancedness=expert_balance, raw=raw,
-        request_rate=None, purpose="fixed", intervals={}, flags=[], expert_routing=None,
-    ))
+    X = lv.X
+    c = lv.c.astype(int)
+    prompts = {v: wl.num_prompts(v) for v in set(c.tolist())}
+    n = np.array([prompts[v] for v in c.tolist()], dtype=int)
+    nf = n.astype(float)
+    return LevelTable({
+        "concurrency": c, "source": "simulated", "gpus": lv.gpus.astype(int), "num_requests": n, "completed": n,
+        "failed": 0, "duration_s": np.where(X > 0, nf / np.where(X > 0, X, 1.0), math.inf),
+        "input_tokens": [int(round(v)) for v in (nf * wd.isl).tolist()],
+        "output_tokens": [int(round(v)) for v in (nf * osl).tolist()],
+        "throughput_per_gpu": X * (wd.isl + osl) / lv.gpus, "output_throughput_per_gpu": X * osl / lv.gpus,
+        "request_throughput": X,
+        "p50_tokens_per_s_per_user": 1.0 / tp50, "p90_tokens_per_s_per_user": 1.0 / tp90,
+        "p99_tokens_per_s_per_user": 1.0 / tp99,
+        "p50_ttft_ms": t50 * 1e3, "p90_ttft_ms": t90 * 1e3, "p99_ttft_ms": t99 * 1e3,
+        "p50_tpot_ms": tp50 * 1e3, "p90_tpot_ms": tp90 * 1e3, "p99_tpot_ms": tp99 * 1e3,
+        "p50_itl_ms": i50 * 1e3, "p90_itl_ms": i90 * 1e3, "p99_itl_ms": i99 * 1e3,
+        "p50_e2el_ms": e_m * 1e3, "p90_e2el_ms": e90 * 1e3, "p99_e2el_ms": e99 * 1e3,
+        "achieved_concurrency": c.astype(float), "client_saturated": False, "dp_imbalance": lv.imbalance,
+        "error_rate": 0.0, "prefix_cache_hit_rate": wd.reuse,
+        "kv_transfer_tokens": nf * wd.isl if lv.kv_transfer else None, "preemptions": 0.0,
+        "eplb_balancedness": [b if has else None for b, has in zip(lv.expert_balance.tolist(),
+                                                                   lv.has_balance.tolist(), strict=True)],
+        "request_rate": None, "purpose": purpose, "intervals": dict, "flags": list,
+        "expert_routing": None,
+    }, lv.raw, len(c))
 
 
 #: Every field of a ``Measurement``, in declaration order (the order ``model_construct`` gives its ``__dict__``).
@@ -95,20 +116,12 @@ def _built(d: dict[str, Any]) -> Measurement:
 _new, _put = Measurement.__new__, object.__setattr__  # bound once: ``_built`` runs for every level of a ranking
 
 
-def _measurement(values: dict[str, Any]) -> Measurement:
-    """A ``Measurement`` from every one of its fields, sane (see ``_sane``); anything but the full set of fields
-    takes ``model_construct``'s own path."""
-    if values.keys() != _field_set:
-        return _sane(Measurement.model_construct(**values))
-    return _built({k: None if _missing(v := values[k]) else v for k in _fields})
-
-
 class LevelTable:
-    """Levels given field by field, for the batch model (``executors.perf_batch``), which makes tens of thousands of
-    levels a ranking. Each of ``columns`` (every field but ``raw``) is a NumPy array (one value per level), a list,
+    """Levels given field by field, as the model makes them (``executors.perf_levels``: tens of thousands of levels a
+    ranking). Each of ``columns`` (every field but ``raw``) is a NumPy array (one value per level), a list,
     a type (a fresh empty one of it for each level), or one value for every level; ``raw`` holds arrays or single
-    values, one per entry of the ``raw`` dict. A level becomes a ``Measurement`` as ``_measurement`` builds one
-    (missing numbers become None, as in ``_sane``) — all of them (``rows``), or one when it is asked for
+    values, one per entry of the ``raw`` dict. A level becomes a ``Measurement`` (a non-finite or negative number
+    becomes None, missing — never a made-up value) — all of them (``rows``), or one when it is asked for
     (``LazyLevel``): a ranking reads a few fields of most levels and keeps one level per candidate, and building,
     then freeing, a Measurement for each of the others was a third of its time."""
 
@@ -206,7 +219,7 @@ class LevelTable:
 class LazyLevel:
     """One level of a ``LevelTable`` that is not a Measurement yet: what the knee search and the scoring read of a
     level — any field by name, ``load``, and a ``model_copy`` that sets ``purpose`` or ``flags`` — and ``built``,
-    the Measurement itself. Only the batch model's rankings make these (``model_levels_many(..., lazy=True)``)."""
+    the Measurement itself. Only rankings make these (``model_levels_many(..., lazy=True)``)."""
 
     __slots__ = ("table", "j", "purpose", "flags", "load")
 
@@ -230,12 +243,3 @@ class LazyLevel:
     def meets(self, slos: tuple[SLO, ...]) -> bool:
         """``executors.measure.feasible(slos, self)``, from the table's violations."""
         return self.table.violations(slos)[self.j] <= 0
-
-
-def _sane(m: Measurement) -> Measurement:
-    """Replace any non-finite or negative number by None (missing), never by a made-up value."""
-    d = m.__dict__
-    for k, v in d.items():
-        if _missing(v):
-            d[k] = None
-    return m

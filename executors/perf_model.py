@@ -22,18 +22,18 @@ the model leaves out. In one paragraph:
   where any rank's prefill chunk stalls every rank's decode step), decode with a batch capped by
   ``max_num_seqs``, KV capacity and (aggregated) the token budget; users beyond the cap wait.
 
-Everything is plain Python floats so one evaluation costs tens of microseconds; per-model and
-per-workload derived numbers are cached.
+Written once, over arrays: one evaluation computes a term for every (deployment, level) asked with one NumPy
+operation — the guide's rankings ask thousands at once, and a single deployment is a batch of one. Per-model,
+per-workload and per-role derived numbers are computed once (cached).
 
 This module is the model's public face; the parts live beside it, each one concern:
 
 * ``executors.perf_params`` — ``PerfParams``, per-GPU-kind defaults, the calibration vector;
 * ``executors.perf_derived`` — per-model, per-workload and per-role derived quantities;
-* ``executors.perf_step`` — the step-time model and the public step/throughput functions;
-* ``executors.perf_levels`` — the load-level (closed-loop queueing) model, ``predict`` and ``predict_load``;
-* ``executors.perf_measurement`` — percentiles and the assembly of a ``Measurement``;
-* ``executors.perf_batch`` (+ ``perf_batch_step``) — the same model over many deployments at once as NumPy arrays,
-  float for float (the guide's rankings: ``executors.simulated.model_levels_many``).
+* ``executors.perf_step`` — the step-time model over arrays of roles, and the public step/throughput functions;
+* ``executors.perf_levels`` — the load-level (closed-loop queueing) model over arrays of (deployment, level) pairs
+  (``Batch``: the guide's rankings, ``executors.simulated.model_levels_many``), ``predict`` and ``predict_load``;
+* ``executors.perf_measurement`` — percentiles and the assembly of ``Measurement``s (``LevelTable``).
 
 Seeded perturbed parameters (a stand-in machine for research) are ``benchmarks/truths.py``.
 """

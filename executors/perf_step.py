@@ -1,13 +1,23 @@
-"""The step-time model: one step of the slowest DP rank of a role (roofline per kernel family, collectives,
-DBO, overheads, the API-server bound), and the public step and throughput functions built on it. Part of
-``executors.perf_model``; the equations are ``docs/performance-model.md`` §3."""
+"""The step-time model: one step of the slowest DP rank of a role (roofline per kernel family, collectives, DBO,
+overheads, the API-server bound), over arrays of roles, and the public step and throughput functions built on it.
+Part of ``executors.perf_model``; the equations are ``docs/performance-model.md`` §3.
+
+Written once, over arrays: each of a role's constants (``perf_derived._Role``) is gathered into an array with one
+element per (deployment, level) asked (``_Roles``), and one NumPy operation computes one term for all of them — the
+guide asks thousands at once; a single role is an array of one (the public functions here, and ``predict``).
+``exp`` and ``**`` are Python's ``math`` element by element (NumPy's own may differ in the last bit, and the
+model's recorded numbers — ``benchmarks/model_fingerprint.py``, the seeded studies — are those floats).
+"""
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Generic, NamedTuple, TypeVar
 
-from executors.perf_derived import _md, _Role, _wd
+import numpy as np
+
+from executors.perf_derived import _md, _Role, _wd, _WorkloadDerived
 from executors.perf_params import PerfParams, default_params
 from search_spaces import ClusterSpec, ModelProfile, RoleConfig, Workload
 
@@ -16,138 +26,188 @@ LL_MAX_TOKENS = 256
 #: vLLM's default DBO thresholds (tokens per rank) below which a step is not split.
 DBO_DECODE_THRESHOLD, DBO_PREFILL_THRESHOLD = 32, 512
 
+Arr = np.ndarray
+Num = TypeVar("Num", float, np.ndarray)
 
-class Step(NamedTuple):
-    """One step of the slowest DP rank, in seconds, and why."""
-
-    total: float
-    dense: float  # attention projections, shared experts, dense FFNs, LM head (roofline)
-    attention: float  # score/value kernels over the context (roofline of FLOPs vs KV reads)
-    experts: float  # routed experts on the hottest GPU (roofline)
-    comm: float  # all-to-all dispatch + combine and TP all-reduces, before overlap
-    exposed_comm: float  # what of comm DBO does not hide
-    overhead: float  # launch latency + scheduler CPU + DP sync + EPLB rearrangement, amortised
-    frontend: float  # API-server time for the instance's streamed tokens (a bound, not an addend)
-    dp_imbalance: float  # max / mean of per-DP-rank load applied to the token-proportional terms
-    expert_imbalance: float  # max / mean of per-GPU routed-expert load
-    tokens: float  # tokens in the step on this rank
+# ``_Role`` attributes the step model reads, gathered into one row each (numbers, then flags).
+_role_fields = ("q", "z_dp", "rate_lin", "f_body", "f_lm", "w_dense_t", "ctx_dec", "fa_dec", "rate_attn", "ctx_pf",
+                "fa_pf", "kvb", "bw", "dp", "z_e", "k", "group", "cv_static2", "f_pair_g", "exp_eff", "slots_local",
+                "log_miss", "w_slot_t", "mtp_factor", "c_byte", "own_div", "bytes_copy", "tp", "copies", "a2a_lat",
+                "ar_t0", "ar_byte", "eager", "dp_sync", "eplb_amort", "acc", "kv_cap", "e")
+_role_flags = ("agrs", "ll_chunked", "dbo", "graphable")
 
 
-def _step(R: _Role, b: float, P: float, pf_seqs: float, cv_dp: float, occ: float = 1.0) -> Step:
+def _exp(x: Arr) -> Arr:
+    """``math.exp`` of each element."""
+    return np.array([math.exp(v) for v in x.tolist()], dtype=float)
+
+
+def _pow(x: Arr, y: Arr) -> Arr:
+    """``x ** y`` element by element with Python floats."""
+    return np.array([a ** b for a, b in zip(x.tolist(), y.tolist(), strict=True)], dtype=float)
+
+
+def _one(x: float) -> Arr:
+    """``x`` as an array of one (a single role or level asked)."""
+    return np.array([float(x)])
+
+
+class _Roles:
+    """Roles' constants (``perf_derived._Role``), attribute by attribute, one element per role: rows of one
+    matrix of numbers and one of flags (``take`` is then two gathers, whatever the number of constants)."""
+
+    def __init__(self, roles: Sequence[_Role], p: PerfParams, wd: _WorkloadDerived) -> None:
+        nums = [[float(getattr(r, name)) for name in _role_fields]
+                + [float(r.md.L_moe), float(r.cfg.max_num_batched_tokens), float(r.cfg.max_num_seqs)] for r in roles]
+        flags = [[bool(getattr(r, name)) for name in _role_flags] for r in roles]
+        self._set(p, wd, np.array(nums, dtype=float).reshape(len(roles), -1).T,
+                  np.array(flags, dtype=bool).reshape(len(roles), -1).T)
+
+    def _set(self, p: PerfParams, wd: _WorkloadDerived, nums: Arr, flags: Arr) -> None:
+        self.p, self.wd, self._nums, self._flags = p, wd, nums, flags
+        for name, row in zip((*_role_fields, "L_moe", "mnbt", "mns"), nums, strict=True):
+            setattr(self, name, row)
+        for name, row in zip(_role_flags, flags, strict=True):
+            setattr(self, name, row)
+
+    def take(self, idx: Arr) -> _Roles:
+        """The roles at ``idx`` (repeats allowed: one element per deployment or level)."""
+        out = _Roles.__new__(_Roles)
+        out._set(self.p, self.wd, self._nums[:, idx], self._flags[:, idx])
+        return out
+
+
+class Step(NamedTuple, Generic[Num]):
+    """One step of the slowest DP rank, in seconds, and why: floats from the public functions, arrays (one
+    element per role asked) inside the model."""
+
+    total: Num
+    dense: Num  # attention projections, shared experts, dense FFNs, LM head (roofline)
+    attention: Num  # score/value kernels over the context (roofline of FLOPs vs KV reads)
+    experts: Num  # routed experts on the hottest GPU (roofline)
+    comm: Num  # all-to-all dispatch + combine and TP all-reduces, before overlap
+    exposed_comm: Num  # what of comm DBO does not hide
+    overhead: Num  # launch latency + scheduler CPU + DP sync + EPLB rearrangement, amortised
+    frontend: Num  # API-server time for the instance's streamed tokens (a bound, not an addend)
+    dp_imbalance: Num  # max / mean of per-DP-rank load applied to the token-proportional terms
+    expert_imbalance: Num  # max / mean of per-GPU routed-expert load
+    tokens: Num  # tokens in the step on this rank
+
+
+def _step(R: _Roles, b: Arr, P: Arr, pf_seqs: Arr, cv_dp: Arr, occ: Arr) -> Step[Arr]:
     """The step time of the slowest rank: ``b`` decode sequences and ``P`` prefill tokens (of ``pf_seqs``
     sequences) per busy rank; ``occ`` the share of ranks that are busy (<1 when requests < ranks)."""
     p = R.p
     Td = b * R.q
     T = Td + P
-    imb = 1.0 + R.z_dp * cv_dp if occ >= 1.0 else 1.0
-    if P > 0.0:
-        mfu = p.mfu_decode + (p.mfu_prefill - p.mfu_decode) * (P / T)
-    else:
-        mfu = p.mfu_decode
+    imb = np.where(occ >= 1.0, 1.0 + R.z_dp * cv_dp, 1.0)
+    mfu = np.where(P > 0.0, p.mfu_decode + (p.mfu_prefill - p.mfu_decode) * (P / np.where(T > 0.0, T, 1.0)),
+                   p.mfu_decode)
     rate = R.rate_lin * mfu
     # dense layers (weights read once per step)
-    t_dense = max((T * R.f_body + (Td + pf_seqs) * R.f_lm) * imb / rate, R.w_dense_t)
+    t_dense = np.maximum((T * R.f_body + (Td + pf_seqs) * R.f_lm) * imb / rate, R.w_dense_t)
     # attention
     t_attn_c = imb * (Td * R.ctx_dec * R.fa_dec / (R.rate_attn * p.attn_eff_decode)
                       + P * R.ctx_pf * R.fa_pf / (R.rate_attn * p.attn_eff_prefill))
     t_attn_m = imb * (b * R.ctx_dec + pf_seqs * R.ctx_pf) * R.kvb / R.bw
-    t_attn = t_attn_c if t_attn_c > t_attn_m else t_attn_m
+    t_attn = np.where(t_attn_c > t_attn_m, t_attn_c, t_attn_m)
     # routed experts on the hottest GPU of the EP group
     Tg = T * occ * R.dp
-    if R.z_e > 0.0 and Tg > 0.0:
-        pairs = Tg * R.k / R.group  # routed pairs per GPU, evenly spread
-        imb_e = 1.0 + R.z_e * math.sqrt(R.cv_static2 + 1.0 / pairs)
-    else:
-        imb_e = 1.0
+    spread = (R.z_e > 0.0) & (Tg > 0.0)
+    pairs = np.where(spread, Tg * R.k / R.group, 1.0)  # routed pairs per GPU, evenly spread
+    imb_e = np.where(spread, 1.0 + R.z_e * np.sqrt(R.cv_static2 + 1.0 / pairs), 1.0)
     t_exp_c = Tg * R.k * R.f_pair_g * imb_e / (rate * R.exp_eff)
-    touched = R.slots_local * (1.0 - math.exp(Tg * R.log_miss)) if Tg > 0.0 else 0.0
+    touched = np.where(Tg > 0.0, R.slots_local * (1.0 - _exp(Tg * R.log_miss)), 0.0)
     t_exp_m = touched * R.w_slot_t
-    t_exp = t_exp_c if t_exp_c > t_exp_m else t_exp_m
+    t_exp = np.where(t_exp_c > t_exp_m, t_exp_c, t_exp_m)
     compute = (t_dense + t_attn + t_exp) * R.mtp_factor
     # communication
-    comm = 0.0
-    if R.c_byte > 0.0:
-        if R.agrs:
-            own = T / R.own_div
-            vol = (Tg - own if Tg > own else 0.0) * R.bytes_copy
-        else:
-            vol = (T / R.tp) * R.copies * R.bytes_copy * imb_e
-        calls = 2.0 * (math.ceil(T / LL_MAX_TOKENS) if (R.ll_chunked and T > LL_MAX_TOKENS) else 1.0)
-        comm = R.md.L_moe * (calls * R.a2a_lat + vol * R.c_byte)
-    if R.ar_t0 > 0.0:
-        comm += R.ar_t0 + T * R.ar_byte
-    if R.dbo and T >= (DBO_PREFILL_THRESHOLD if P > 0.0 else DBO_DECODE_THRESHOLD):
-        c2 = compute * (1.0 + p.dbo_overhead)
-        hi, lo = (c2, comm) if c2 > comm else (comm, c2)
-        core = hi + (1.0 - p.dbo_overlap) * lo
-        exposed = core - c2
-    else:
-        core = compute + comm
-        exposed = comm
-    graphs = P <= 0.0 and R.graphable
-    overhead = (p.step_latency_s + (0.0 if graphs else R.eager) + p.cpu_step_s
+    own = T / R.own_div
+    vol = np.where(R.agrs, np.where(Tg > own, Tg - own, 0.0) * R.bytes_copy,
+                   (T / R.tp) * R.copies * R.bytes_copy * imb_e)
+    calls = 2.0 * np.where(R.ll_chunked & (T > LL_MAX_TOKENS), np.ceil(T / LL_MAX_TOKENS), 1.0)
+    comm = np.where(R.c_byte > 0.0, R.L_moe * (calls * R.a2a_lat + vol * R.c_byte), 0.0)
+    comm = np.where(R.ar_t0 > 0.0, comm + (R.ar_t0 + T * R.ar_byte), comm)
+    split = R.dbo & (T >= np.where(P > 0.0, DBO_PREFILL_THRESHOLD, DBO_DECODE_THRESHOLD))
+    c2 = compute * (1.0 + p.dbo_overhead)
+    first = c2 > comm
+    core_split = np.where(first, c2, comm) + (1.0 - p.dbo_overlap) * np.where(first, comm, c2)
+    core = np.where(split, core_split, compute + comm)
+    exposed = np.where(split, core_split - c2, comm)
+    graphs = (P <= 0.0) & R.graphable
+    overhead = (p.step_latency_s + np.where(graphs, 0.0, R.eager) + p.cpu_step_s
                 + p.cpu_per_seq_s * (b + pf_seqs) + R.dp_sync + R.eplb_amort)
     gpu = core + overhead
     front = (b * R.acc + pf_seqs) * R.dp * occ * p.frontend_per_token_s
-    total = gpu if gpu > front else front
+    total = np.where(gpu > front, gpu, front)
     return Step(total, t_dense, t_attn, t_exp, comm, exposed, overhead, front, imb, imb_e, T)
 
 
-def _decode_cv(R: _Role, b: float) -> float:
+def _decode_cv(R: _Roles, b: Arr) -> Arr:
     """Per-rank decode load CV: request counts and context lengths of ``b`` sequences (DP-balanced)."""
-    if R.dp <= 1:
-        return 0.0
-    return R.p.dp_balance_cv * math.sqrt((1.0 + R.wd.cv_ctx_dec ** 2) / max(b, 1.0))
+    return np.where(R.dp <= 1, 0.0,
+                    R.p.dp_balance_cv * np.sqrt((1.0 + R.wd.cv_ctx_dec ** 2) / np.maximum(b, 1.0)))
 
 
-def _prefill_cv(R: _Role, P: float, q: float) -> float:
+def _prefill_cv(R: _Roles, P: Arr, q: Arr) -> Arr:
     """Per-rank prefill load CV: ``P`` tokens per step drawn from requests of varying length (attention
     grows with the square of the length), ``q`` requests in flight per rank."""
-    if R.dp <= 1:
-        return 0.0
     wd = R.wd
     # share of the step that is attention, to first order
     a = wd.ctx_pf * R.fa_pf / (R.rate_attn * R.p.attn_eff_prefill)
     lin = (R.f_body + R.k * R.f_pair_g * R.group / R.tp) / (R.rate_lin * R.p.mfu_prefill)
     f_att = a / (a + lin)
     cv_req = wd.cv_isl * (1.0 + f_att)
-    n_step = max(P / wd.isl_new, 1.0)
-    return R.p.dp_balance_cv * cv_req * math.sqrt(1.0 / n_step + 1.0 / max(q, 1.0))
+    n_step = np.maximum(P / wd.isl_new, 1.0)
+    cv = R.p.dp_balance_cv * cv_req * np.sqrt(1.0 / n_step + 1.0 / np.maximum(q, 1.0))
+    return np.where(R.dp <= 1, 0.0, cv)
+
+
+def _prefill_capacity(R: _Roles, q: Arr, imbalance: bool = True) -> tuple[Arr, Step[Arr], Arr]:
+    """(new tokens/s per rank at ``q`` requests in flight per rank, the step, tokens per step)."""
+    wd = R.wd
+    P = np.minimum(np.minimum(R.mnbt, R.mns * wd.isl_new), np.maximum(q, 1.0) * wd.isl_new)
+    P = np.where(R.kv_cap > 0, np.minimum(P, np.maximum(R.kv_cap, 1.0)), P)
+    P = np.maximum(P, 1.0)
+    cv = _prefill_cv(R, P, q) if imbalance else np.zeros_like(P)
+    st = _step(R, np.zeros_like(P), P, P / wd.isl_new, cv, np.ones_like(P))
+    return P / st.total, st, P
 
 
 # --------------------------------------------------------------------------------------------- public step API
 def _role(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, workload: Workload,
-          params: PerfParams | None, mtp: int = 0) -> _Role:
-    return _Role(role, _md(model), _wd(workload), cluster, params or default_params(cluster.gpu), mtp)
+          params: PerfParams | None, mtp: int = 0) -> _Roles:
+    p = params or default_params(cluster.gpu)
+    wd = _wd(workload)
+    return _Roles([_Role(role, _md(model), wd, cluster, p, mtp)], p, wd)
+
+
+def _first(st: Step[Arr]) -> Step[float]:
+    """The step of a single role asked, as floats."""
+    return Step(*(float(v[0]) for v in st))
+
+
+def _decode_step(R: _Roles, batch: float) -> Step[float]:
+    b = _one(batch)
+    zero = np.zeros_like(b)
+    return _first(_step(R, np.maximum(b, 1.0), zero, zero, _decode_cv(R, b), np.minimum(b, 1.0)))
 
 
 def prefill_step_time(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, workload: Workload,
                       params: PerfParams | None = None, *, tokens: int | float | None = None,
-                      requests_per_rank: float = 1.0) -> Step:
+                      requests_per_rank: float = 1.0) -> Step[float]:
     """One prefill step of the slowest DP rank of ``role``: ``tokens`` new tokens per rank (default the
     token budget), context from ``workload`` (ISL, prefix reuse), ``requests_per_rank`` in flight."""
     R = _role(role, model, cluster, workload, params)
-    P = float(tokens if tokens is not None else role.max_num_batched_tokens)
-    return _step(R, 0.0, P, P / R.wd.isl_new, _prefill_cv(R, P, requests_per_rank))
+    P = _one(tokens if tokens is not None else role.max_num_batched_tokens)
+    cv = _prefill_cv(R, P, _one(requests_per_rank))
+    return _first(_step(R, np.zeros_like(P), P, P / R.wd.isl_new, cv, np.ones_like(P)))
 
 
 def decode_step_time(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, workload: Workload,
-                     params: PerfParams | None = None, *, batch: float, mtp_tokens: int = 0) -> Step:
+                     params: PerfParams | None = None, *, batch: float, mtp_tokens: int = 0) -> Step[float]:
     """One decode step of the slowest DP rank of ``role`` with ``batch`` sequences per rank."""
-    R = _role(role, model, cluster, workload, params, mtp_tokens)
-    return _step(R, max(batch, 1.0), 0.0, 0.0, _decode_cv(R, batch), min(batch, 1.0))
-
-
-def _prefill_capacity(R: _Role, q: float, imbalance: bool = True) -> tuple[float, Step, float]:
-    """(new tokens/s per rank at ``q`` requests in flight per rank, the step, tokens per step)."""
-    wd = R.wd
-    cfg = R.cfg
-    P = min(float(cfg.max_num_batched_tokens), cfg.max_num_seqs * wd.isl_new, max(q, 1.0) * wd.isl_new)
-    if R.kv_cap > 0:
-        P = min(P, max(R.kv_cap, 1.0))
-    P = max(P, 1.0)
-    st = _step(R, 0.0, P, P / wd.isl_new, _prefill_cv(R, P, q) if imbalance else 0.0)
-    return P / st.total, st, P
+    return _decode_step(_role(role, model, cluster, workload, params, mtp_tokens), batch)
 
 
 def prefill_throughput_per_gpu(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, workload: Workload,
@@ -160,7 +220,8 @@ def prefill_throughput_per_gpu(role: RoleConfig, model: ModelProfile, cluster: C
     R = _role(role, model, cluster, workload, params)
     ranks = role.instances * role.data_parallel_size
     q = (concurrency / ranks) if concurrency else role.max_num_batched_tokens / R.wd.isl_new
-    rate, st, P = _prefill_capacity(R, q, imbalance)
+    rates, steps, tokens = _prefill_capacity(R, _one(q), imbalance)
+    rate, st, P = float(rates[0]), _first(steps), float(tokens[0])
     new_per_gpu = rate / role.tensor_parallel_size
     return {
         "input_tokens_per_s_per_gpu": new_per_gpu * R.wd.isl / R.wd.isl_new,
@@ -179,10 +240,11 @@ def decode_throughput_per_gpu(role: RoleConfig, model: ModelProfile, cluster: Cl
     """Decode output tokens/s per GPU of ``role`` at ``batch`` sequences per DP rank (no validity check:
     a what-if of the step model)."""
     R = _role(role, model, cluster, workload, params)
-    st = _step(R, max(batch, 1.0), 0.0, 0.0, _decode_cv(R, batch), min(batch, 1.0))
+    st = _decode_step(R, batch)
+    acc = float(R.acc[0])
     return {
-        "output_tokens_per_s_per_gpu": batch * R.acc / st.total / role.tensor_parallel_size,
-        "tpot_ms": 1000.0 * st.total / R.acc,
+        "output_tokens_per_s_per_gpu": batch * acc / st.total / role.tensor_parallel_size,
+        "tpot_ms": 1000.0 * st.total / acc,
         "step_s": st.total,
         "dp_imbalance": st.dp_imbalance,
         "expert_imbalance": st.expert_imbalance,
@@ -191,7 +253,7 @@ def decode_throughput_per_gpu(role: RoleConfig, model: ModelProfile, cluster: Cl
     }
 
 
-def _breakdown(prefix: str, st: Step) -> dict[str, float]:
+def _breakdown(prefix: str, st: Step[Arr]) -> dict[str, Arr]:
     return {
         f"{prefix}_step_ms": st.total * 1e3, f"{prefix}_dense_ms": st.dense * 1e3,
         f"{prefix}_attention_ms": st.attention * 1e3, f"{prefix}_experts_ms": st.experts * 1e3,

@@ -125,12 +125,12 @@ def test_fit_reads_the_levels_a_knee_search_measured(tmp_path: Path) -> None:
 
 
 def test_a_problems_log_ratios_are_its_samples_one_by_one() -> None:
-    """A re-fit's residuals come from the batch model, each job's samples predicted at once; they are the scalar
-    model's, sample by sample, value for value and in the same order — over samples of three jobs (other models;
-    one too small for the batch), both modes, concurrencies off the fixed levels, and other parameters."""
+    """A re-fit's residuals come from each job's samples predicted at once; they are each sample's predicted alone,
+    value for value and in the same order — over samples of three jobs (other models; one of two samples), both
+    modes, concurrencies off the fixed levels, and other parameters."""
     import random
 
-    from advisor.calibrate import BATCH_MIN_LEVELS, Problem, Sample
+    from advisor.calibrate import Problem, Sample
     from benchmarks.truths import perturbed
 
     samples = []
@@ -148,8 +148,7 @@ def test_a_problems_log_ratios_are_its_samples_one_by_one() -> None:
     samples.insert(3, samples.pop())
     assert len({s.config.mode for s in samples}) == 2
     problem = Problem(samples)
-    # two jobs with enough levels for the batch, one predicted one by one
-    assert sorted(len(asked) >= BATCH_MIN_LEVELS for _, asked in problem._groups) == [False, True, True]
+    assert sorted(len(idx) for idx, _ in problem._groups) == [2, 12, 12]  # one batch per job
     for params in (default_params("H200"), perturbed(default_params("H200"), 9, 3.0)):
         got = problem.log_ratios(params)
         want = [r for i in range(len(samples)) for r in problem.sample_log_ratios(i, params)]

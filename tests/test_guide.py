@@ -210,7 +210,7 @@ def test_a_large_space_is_sampled_shape_by_shape() -> None:
 @pytest.mark.parametrize("steps", [1, 2, 50])
 def test_lockstep_climbs_are_the_one_at_a_time_climbs(steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The guide's hill-climbs run in lockstep with each step predicted in one batch; each ends where a climb on
-    its own ends, trying one-knob neighbours in order with the scalar model and moving to the first that ranks
+    its own ends, trying one-knob neighbours in order, each predicted alone, and moving to the first that ranks
     higher (the reference below), from the same starts, with some candidates taken and one mode allowed. Cut
     short after one and two moves, every step of the path is compared, not only where it ends."""
     from advisor import guide as guide_mod

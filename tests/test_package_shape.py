@@ -45,9 +45,22 @@ def test_the_job_does_not_import_the_study():
     assert "advisor.job" in _imports(ROOT / "advisor" / "study.py")
 
 
-@pytest.mark.parametrize("part", ["perf_params", "perf_derived", "perf_step", "perf_levels", "perf_measurement"])
+@pytest.mark.parametrize("part", ["perf_params", "perf_derived", "perf_step", "perf_deployments", "perf_levels",
+                                  "perf_measurement"])
 def test_model_parts_stay_readable(part):
     assert len((ROOT / "executors" / f"{part}.py").read_text().splitlines()) <= 300
+
+
+def test_the_model_is_written_once():
+    """Issue #29: one implementation over arrays of candidates, a single candidate a batch of one — no scalar twin
+    of the step, level or measurement model to keep equal (there were ``perf_batch.py`` and ``perf_batch_step.py``
+    beside ``perf_step.py`` and ``perf_levels.py``)."""
+    assert not list((ROOT / "executors").glob("perf_batch*.py"))
+    defined = [n.name for p in sorted((ROOT / "executors").glob("perf_*.py"))
+               for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef)]
+    parts = ("_step", "_decode_cv", "_prefill_cv", "_prefill_capacity", "_interp", "_md1_wait", "_front_capped",
+             "_finish", "_prefill_alone", "_decode_grid")
+    assert {name: defined.count(name) for name in parts} == dict.fromkeys(parts, 1)
 
 
 def test_model_facade_is_thin_and_research_helpers_live_in_benchmarks():
