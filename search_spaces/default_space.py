@@ -63,7 +63,7 @@ def _widths(cluster: ClusterSpec) -> list[int]:
     return sorted(set(_node_widths(cluster) + across + [per_node])) or [1]
 
 
-def kv_needed(role: RoleConfig, max_model_len: int) -> int:
+def _kv_needed(role: RoleConfig, max_model_len: int) -> int:
     """KV tokens per DP rank a role must hold to be worth searching: a prefill instance computes one chunk at a
     time and hands its KV on; mixed and decode instances keep ``KV_SEQUENCES`` whole sequences."""
     return role.max_num_batched_tokens if role.role is Role.PREFILL else KV_SEQUENCES * max_model_len
@@ -71,10 +71,10 @@ def kv_needed(role: RoleConfig, max_model_len: int) -> int:
 
 def _holds(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max_model_len: int) -> bool:
     broken = {v.rule for v in role_violations(role, model, cluster, max_model_len)} & _HARD
-    return not broken and kv_capacity_tokens(role, model, cluster) >= kv_needed(role, max_model_len)
+    return not broken and kv_capacity_tokens(role, model, cluster) >= _kv_needed(role, max_model_len)
 
 
-def layouts(role: Role, room: int, model: ModelProfile, cluster: ClusterSpec, max_model_len: int,
+def _layouts(role: Role, room: int, model: ModelProfile, cluster: ClusterSpec, max_model_len: int,
             tokens: int) -> list[RoleConfig]:
     """Every TP × DP layout (EP on and off) of the narrowest ``WIDTHS`` widths of at most ``room`` GPUs that
     holds ``role`` with a token budget of ``tokens``."""
@@ -123,7 +123,7 @@ def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int)
     total = cluster.total_gpus
 
     def held(role: Role, room: int) -> list[RoleConfig]:
-        return layouts(role, room, model, cluster, max_model_len, tokens)
+        return _layouts(role, room, model, cluster, max_model_len, tokens)
 
     mixed, prefill, decode = held(Role.MIXED, total), held(Role.PREFILL, total), held(Role.DECODE, total)
     disaggregated = bool(prefill and decode) and _narrowest(prefill) + _narrowest(decode) <= total
@@ -136,8 +136,8 @@ def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int)
     modes = (["aggregated"] if mixed else []) + (["disaggregated"] if disaggregated else [])
     roles: dict[str, RoleSpace] = {}
     if mixed:
-        roles["mixed"] = _role_space(mixed, total, MAX_INSTANCES, max_num_seqs=batch,
-                                     max_num_batched_tokens=[tokens], all2all_backends=[default, ll] if gpu else [default])
+        roles["mixed"] = _role_space(mixed, total, MAX_INSTANCES, max_num_seqs=batch, max_num_batched_tokens=[tokens],
+                                     all2all_backends=[default, ll] if gpu else [default])
     if disaggregated:
         n_p, n_d = _narrowest(prefill), _narrowest(decode)
         prefill, decode = held(Role.PREFILL, total - n_d), held(Role.DECODE, total - n_p)

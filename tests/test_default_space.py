@@ -65,7 +65,8 @@ def test_kimi_k2_class_on_32_h200_holds_tp2_dp16_ep32_and_it_renders_through_vll
     assert job.space_derived and job.model_profile().n_routed_experts == 384
     vs = job.valid_space()
     assert vs is not None
-    cfg = next(c for _, c in vs.iter_valid_configs() if c.decode.role is Role.MIXED and _layout(c.decode) == (2, 16, True))
+    cfg = next(c for _, c in vs.iter_valid_configs()
+               if c.decode.role is Role.MIXED and _layout(c.decode) == (2, 16, True))
     assert cfg.decode.ep_size == 32 and cfg.decode.shape == "TP2×DP16 EP32"
     topo = place(cfg, job.cluster)
     (inst,) = topo.instances
@@ -154,7 +155,8 @@ def test_keyed_dp_and_instance_choices_name_their_parameters_and_replay_through_
 
 
 @pytest.mark.parametrize(("space", "says"), [
-    ({"mixed": {"tp_sizes": [1], "dp_sizes_by_tp": {2: [4]}}}, "space.mixed: dp_sizes_by_tp: TP2 is not one of tp_sizes [1]"),
+    ({"mixed": {"tp_sizes": [1], "dp_sizes_by_tp": {2: [4]}}},
+     "space.mixed: dp_sizes_by_tp: TP2 is not one of tp_sizes [1]"),
     ({"mixed": {"instances_by_gpus": {8: []}}}, "space.mixed: instances_by_gpus: 8: needs distinct sizes ≥ 1"),
     ({"mixed": {"tp_sizes": [1, 2], "dp_sizes_by_tp": {2: [64]}}},
      "space.mixed.dp_sizes_by_tp.2: 64 is wider than the cluster's 32 GPUs"),
