@@ -210,6 +210,7 @@ class TuningJob(BaseModel):
     sampler: SamplerSpec = SamplerSpec()
     _base_dir: str | None = PrivateAttr(None)  # where relative paths in the job file are anchored
     _valid: list[ValidSpace | None] = PrivateAttr(default_factory=list)  # computed once, on first use
+    _space_derived: bool = PrivateAttr(False)  # the job named no space: ``with_default_space`` derived it
 
     @model_validator(mode="before")
     @classmethod
@@ -230,8 +231,9 @@ class TuningJob(BaseModel):
             (["prefill", "decode"] if "disaggregated" in self.space.modes else [])
         for role in roles:
             rs = getattr(self.space, role)
-            for dim in ("dp_sizes", "tp_sizes"):
-                too_big = [v for v in getattr(rs, dim) if v > total]
+            keyed = [(f"dp_sizes_by_tp.{tp}", dps) for tp, dps in rs.dp_sizes_by_tp.items()]
+            for dim, sizes in [("dp_sizes", rs.dp_sizes), ("tp_sizes", rs.tp_sizes), *keyed]:
+                too_big = [v for v in sizes if v > total]
                 if too_big:
                     raise ValueError(
                         f"space.{role}.{dim}: {too_big[0]} is wider than the cluster's {total} GPUs; "
@@ -254,6 +256,12 @@ class TuningJob(BaseModel):
 
     def model_profile(self) -> ModelProfile:
         return self.model.profile(Path(self._base_dir) if self._base_dir else None)
+
+    @property
+    def space_derived(self) -> bool:
+        """Whether the space was derived from the model and cluster (the job named none): then what the user can
+        change is the job's model, cluster, workload and budget, or a ``space:`` of their own."""
+        return self._space_derived
 
     def valid_space(self) -> ValidSpace | None:
         """The space's valid candidates on this model and cluster (None: a role has too many choices to
@@ -348,6 +356,7 @@ def with_default_space(job: TuningJob) -> TuningJob:
                                                             job.workload.max_model_len)})
     derived._base_dir = job._base_dir
     derived._valid = []
+    derived._space_derived = True
     return derived
 
 

@@ -21,6 +21,7 @@ class SpaceReport:
     candidates: int
     valid: int
     truncated: bool
+    derived: bool = False  # the job named no space (what the user can change is then not the space they wrote)
     dims: dict[str, list[Any]] = field(default_factory=dict)
     broken: dict[str, int] = field(default_factory=dict)
     example: dict[str, str] = field(default_factory=dict)
@@ -38,7 +39,10 @@ class SpaceReport:
         if self.valid and self.candidates and self.valid / self.candidates < LOW_VALID_SHARE:
             out.append(f"only {self.valid:,} of {self.candidates:,} candidates ({self.valid / self.candidates:.1%}) "
                        f"are valid; the rules removing the most: {self.rules_line(top=2)}. The sampler is steered "
-                       "to valid candidates, so this costs no trials; narrow the space to say what you mean")
+                       "to valid candidates, so this costs no trials; " + (
+                           "the space was derived from the model and the cluster: a space: in the job replaces it "
+                           "(advisor validate --show prints the derived one)" if self.derived
+                           else "narrow the space to say what you mean"))
         if 0 < self.valid < budget:
             out.append(f"the space holds {self.valid:,} valid candidate{'s' if self.valid != 1 else ''}, fewer "
                        f"than the budget of {budget:,} trials: the study ends when each is measured once")
@@ -61,7 +65,7 @@ def space_report(job: TuningJob, limit: int = 250_000) -> SpaceReport:
                     seen = dims.setdefault(k, [])
                     if not any(type(x) is type(v) and x == v for x in seen):
                         seen.append(v)
-        return SpaceReport(vs.candidates, vs.valid, False, dims, dict(vs.broken),
+        return SpaceReport(vs.candidates, vs.valid, False, job.space_derived, dims, dict(vs.broken),
                            {r: vs.reasons[r] for r in vs.broken})
     model, wl = job.model_profile(), job.workload
     dims = {}
@@ -82,7 +86,7 @@ def space_report(job: TuningJob, limit: int = 250_000) -> SpaceReport:
             example.setdefault(v.rule, v.reason)
         if n >= limit:
             break
-    return SpaceReport(n, valid, n >= limit, dims, dict(broken), example)
+    return SpaceReport(n, valid, n >= limit, job.space_derived, dims, dict(broken), example)
 
 
 def require_valid_candidates(job: TuningJob, source: str = "job") -> SpaceReport:
@@ -91,9 +95,15 @@ def require_valid_candidates(job: TuningJob, source: str = "job") -> SpaceReport
     if rep.valid == 0:
         of = (f"none of the first {rep.candidates:,} candidates is" if rep.truncated else
               "the only candidate is not" if rep.candidates == 1 else f"none of the {rep.candidates:,} candidates is")
-        hint = (f"give space.mixed/prefill/decode wider instances (dp_sizes, tp_sizes) or shorter sequences "
-                f"(workload isl + osl: max_model_len {job.workload.max_model_len})" if "memory-fit" in rep.broken
-                else "change space.* so that some candidate passes these rules")
+        seqs = f"shorter sequences (workload isl + osl: max_model_len {job.workload.max_model_len})"
+        if job.space_derived:  # the user wrote no space: say what they can change
+            hint = (f"no instance of up to {job.cluster.total_gpus} GPUs holds the model: give the cluster more "
+                    f"GPUs (cluster.nodes) or more memory (cluster.gpu), lighter weights (model.weight_bytes) or "
+                    f"{seqs}")
+        elif "memory-fit" in rep.broken:
+            hint = f"give space.mixed/prefill/decode wider instances (dp_sizes, tp_sizes) or {seqs}"
+        else:
+            hint = "change space.* so that some candidate passes these rules"
         raise BadInput(f"{source}: space: {of} valid on {job.cluster.describe()}: "
                        f"{rep.rules_line()}; {hint}")
     return rep

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from search_spaces.deployment import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
 
@@ -44,6 +44,13 @@ class RoleSpace(BaseModel):
     instances: list[int] = Field(default=[1])
     dp_sizes: list[int] = Field(default=[1])
     tp_sizes: list[int] = Field(default=[1], description="Tensor-parallel size inside each DP rank.")
+    dp_sizes_by_tp: dict[int, list[int]] = Field(
+        default={}, description="DP sizes searched with one TP size instead of dp_sizes (parameter {role}_tp{N}_dp), "
+        "so that a space holds TP2 × DP16 and DP32 without TP2 × DP32.")
+    instances_by_gpus: dict[int, list[int]] = Field(
+        default={}, description="Instance counts searched for instances of N GPUs instead of instances (parameter "
+        "{role}_g{N}_instances), so that 4 × DEP4 and 1 × DEP16 need not bring 4 × DEP16; when given, the "
+        "instances are chosen after TP and DP.")
     expert_parallel: list[bool] = Field(default=[True], description="With TP × DP > 1: true spreads experts over "
                                         "the ranks (EP), false shards each expert over them (TP experts); "
                                         "[true, false] searches both.")
@@ -63,6 +70,32 @@ class RoleSpace(BaseModel):
         if any(x < 1 for x in v):
             raise ValueError("sizes must be ≥ 1")
         return v
+
+    @model_validator(mode="after")
+    def _keyed_choices(self) -> RoleSpace:
+        """A product of TP, DP and instance counts holds every pairing, most of them wider than the cluster where
+        the sizes span narrow and wide instances; the keyed lists search the pairings meant."""
+        for tp in self.dp_sizes_by_tp:
+            if tp not in self.tp_sizes:
+                raise ValueError(f"dp_sizes_by_tp: TP{tp} is not one of tp_sizes {self.tp_sizes}")
+        for field, keyed in (("dp_sizes_by_tp", self.dp_sizes_by_tp), ("instances_by_gpus", self.instances_by_gpus)):
+            for key, sizes in keyed.items():
+                if key < 1 or not sizes or any(x < 1 for x in sizes) or len(set(sizes)) != len(sizes):
+                    raise ValueError(f"{field}: {key}: needs distinct sizes ≥ 1 under a key ≥ 1")
+        return self
+
+    def dp_choice(self, prefix: str, tp: int) -> tuple[str, list[int]]:
+        """The study's parameter of the DP size under TP ``tp``, and its choices: one name per list of choices
+        (Optuna keeps one list per name)."""
+        if tp in self.dp_sizes_by_tp:
+            return f"{prefix}_tp{tp}_dp", self.dp_sizes_by_tp[tp]
+        return f"{prefix}_dp", self.dp_sizes
+
+    def instances_choice(self, prefix: str, gpus: int) -> tuple[str, list[int]]:
+        """The parameter of the instance count of instances of ``gpus`` GPUs, and its choices."""
+        if gpus in self.instances_by_gpus:
+            return f"{prefix}_g{gpus}_instances", self.instances_by_gpus[gpus]
+        return f"{prefix}_instances", self.instances
 
 
 class EPLBSpace(BaseModel):
@@ -128,9 +161,11 @@ class SearchSpace(BaseModel):
             # parameter is a write to Optuna's storage per trial (most of the tuner's own time)
             return choices[0] if len(choices) == 1 else choose_any(name, choices)
 
-        instances = choose(f"{p}_instances", rs.instances)
+        keyed = bool(rs.instances_by_gpus)  # then the count follows the width it is of
+        instances = 0 if keyed else choose(*rs.instances_choice(p, 0))
         tp = choose(f"{p}_tp", rs.tp_sizes)
-        dp = choose(f"{p}_dp", rs.dp_sizes)
+        dp = choose(*rs.dp_choice(p, tp))
+        instances = choose(*rs.instances_choice(p, tp * dp)) if keyed else instances
         # EP (DEP with TP1): experts spread over the ranks; else each expert is sharded over them (TP experts)
         ep = bool(choose(f"{p}_ep", rs.expert_parallel)) if tp * dp > 1 else False
         kw: dict[str, Any] = dict(

@@ -37,10 +37,15 @@ def test_presets_named_by_the_issue_exist() -> None:
 @pytest.mark.parametrize("name", ["cpu-tiny-moe", "h200-qwen3-235b"])
 def test_enumerate_visits_each_candidate_once_and_matches_suggest(name: str) -> None:
     space, *_ = _preset(name)
+    assert_enumerate_matches_suggest(space)
+
+
+def assert_enumerate_matches_suggest(space: SearchSpace) -> None:
+    """Each candidate once; replaying (a sample of) each parameter dict through Optuna's suggest gives the same
+    candidate."""
     items = list(space.enumerate())
     keys = [cfg.key() for _, cfg in items]
     assert len(keys) == len(set(keys)), "a candidate appears twice"
-    # Replaying each parameter dict through Optuna's suggest gives the same candidate.
     study = optuna.create_study()
     for params, cfg in items[:: max(1, len(items) // 40)]:
         study.enqueue_trial(params)
