@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import db
+from advisor.answer import Answer, study_answer
 from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
 from advisor.job import ObjectiveMode, TuningJob, job_from_dict
@@ -16,12 +17,12 @@ from advisor.objectives import objective_names, operating_point
 from advisor.study import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import model_error, verdict_lines
-from db import queries
+from db import Best, queries
 from executors import place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
 __all__ = [
-    "BestReport", "TrialReport", "TuneSummary", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
+    "Answer", "BestReport", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
     "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]
@@ -253,22 +254,30 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
             return [p.trial_number, p.measurement.label(), *(getattr(p, c) for c in _METRIC_COLS), p.gpus,
                     cfg.short() if cfg else p.config_text]
 
+        ans = study_answer(database, study, job)
         if job.objective.mode is ObjectiveMode.PARETO:
             pts = queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y, slos=slos)
             rep = BestReport(f"Pareto front of {study} ({job.objective.metric} × {job.objective.pareto_y}, "
                              f"points meeting {slo_text})", cols, [row(p) for p in pts[:top]])
-            if pts:
-                rep.best_text = f"trial {pts[0].trial_number}: {pts[0].config_text}"
-        else:
-            best = queries.best_under_slo(database, study, slos, metric=job.objective.metric)
-            rep = BestReport(f"best {job.objective.metric} of {study} under {slo_text}", cols,
-                             [row(best)] if best else [])
-            if best:
-                rep.best_text = f"trial {best.trial_number}: {best.config_text}"
+        else:  # the answer at its operating point: the level its objective (and the progress bar) came from
+            rep = BestReport(f"best {job.objective.metric} of {study} under {slo_text} (each trial at its "
+                             f"operating point)", cols, [row(Best(ans.first, ans.point))] if ans else [])
+        if ans is not None:
+            who = " (vLLM's defaults, the best measured deployment)" if ans.is_baseline else ""
+            rep.best_text = f"trial {ans.trial}{who} at {ans.point.label()}: {ans.first.config_text}"
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
         rep.notes = verdict_lines(job, queries.list_trials(database, study))
         return rep
+    finally:
+        database.close()
+
+
+def answer(url: str, study: str) -> Answer | None:
+    """The study's answer (``advisor.answer``): what ``advisor best`` and the dashboard recommend."""
+    database = _open(url)
+    try:
+        return study_answer(database, study, job_of_study(database, study))
     finally:
         database.close()
 
@@ -283,14 +292,10 @@ def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, mode
     try:
         job = job_of_study(database, study)
         if trial is None:
-            rep = (queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y,
-                                        slos=list(job.slos))
-                   if job.objective.mode is ObjectiveMode.PARETO
-                   else [b for b in [queries.best_under_slo(database, study, list(job.slos),
-                                                            metric=job.objective.metric)] if b])
-            if not rep:
+            ans = study_answer(database, study, job)
+            if ans is None:
                 raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
-            trial = rep[0].trial_number
+            trial = ans.trial
         t = queries.get_trial(database, study, trial)
         if t is None or t.config is None:
             raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")

@@ -1,15 +1,19 @@
-"""Which way is better, and what is best: metric directions, the Pareto mask, the best objective so far.
+"""Which way is better, and what is best: metric directions, the Pareto mask, the study's answer.
 
 Pure functions on plain numbers (no session, no SQL), apart from the queries that read the rows, so that a page
 holding levels as columns ranks them exactly as ``db.queries`` does: throughput and tokens/s per user
 (``search_spaces.HIGHER_IS_BETTER``) are maximized, latencies (``*_ms``) minimized.
+
+The study's answer is ranked here once (``rank_deployments``), so that the study list's "best trial",
+``advisor best``, ``advisor export`` and the dashboard cannot name different deployments.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from search_spaces import HIGHER_IS_BETTER, SLO_METRICS, TrialState
 
@@ -34,21 +38,93 @@ def first_objective(objs: Iterable[dict[str, Any] | None]) -> str | None:
     return None
 
 
-def best_of(trials: Sequence[tuple[int, str, dict[str, Any] | None, float | None]]) -> tuple[str | None, float | None, int | None]:
-    """(objective, best value, trial number) over complete, feasible trials; trials sorted by number."""
-    name = first_objective(t[2] for t in trials)
+#: The start of a reused trial's reason (``advisor.tune``): the sampler proposed a configuration already measured,
+#: so the trial holds a copy of its values, not a run of its own.
+REUSED = "same configuration"
+
+
+class RunRow(NamedTuple):
+    """What ranking needs of one trial row."""
+
+    number: int
+    state: str
+    objectives: dict[str, Any] | None
+    violation: float | None
+    proposer: str | None = None
+    repeat_of: int | None = None
+    reason: str | None = None
+
+
+@dataclass
+class Runs:
+    """Every measured run of one deployment: its first trial and the repeats of it (``budget.repeat_top``)."""
+
+    trial: int
+    values: list[float] = field(default_factory=list)
+    #: vLLM's defaults (the trial the tuner measured first, proposer "baseline").
+    baseline: bool = False
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def low(self) -> float:
+        return min(self.values)
+
+    @property
+    def high(self) -> float:
+        return max(self.values)
+
+    @property
+    def spread(self) -> float:
+        """(max − min) / mean of the runs; 0 with one run (then nothing is known of the spread)."""
+        return (self.high - self.low) / self.mean if self.mean else 0.0
+
+    def ties(self, other: Runs) -> bool:
+        """Whether the two deployments' run ranges overlap (neither is measurably better)."""
+        return self.low <= other.high and other.low <= self.high
+
+
+def deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
+    """Complete, feasible runs with a value of objective ``name``, grouped by deployment (a repeat joins the
+    trial it repeats; a reused trial is a copy, not a run), by first trial number."""
+    out: dict[int, Runs] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        value = (t.objectives or {}).get(name)
+        if t.state != TrialState.COMPLETE.value or value is None or (t.violation is not None and t.violation > 0):
+            continue
+        if (t.reason or "").startswith(REUSED):
+            continue
+        key = t.repeat_of if t.repeat_of is not None else t.number
+        runs = out.setdefault(key, Runs(key))
+        runs.values.append(float(value))
+        if t.repeat_of is None:
+            runs.baseline = t.proposer == "baseline"
+    return sorted(out.values(), key=lambda r: r.trial)
+
+
+def rank_deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
+    """The study's deployments, its answer first: by the mean of their runs (ties → the lower trial number),
+    except that vLLM's defaults lead unless some searched deployment *beats* them — every run of it better than
+    every run of the defaults. A search that only ties the defaults (run ranges overlap) recommends nothing new:
+    the answer is never a change the measurements cannot tell from no change."""
+    sign = 1 if objective_maximized(name) else -1
+    ranked = sorted(deployments(trials, name), key=lambda r: (-sign * r.mean, r.trial))
+    base = next((r for r in ranked if r.baseline), None)
+    if base is None or ranked[0] is base:
+        return ranked
+    beats = any(r.low > base.high if sign > 0 else r.high < base.low for r in ranked if r is not base)
+    return ranked if beats else [base, *(r for r in ranked if r is not base)]
+
+
+def best_of(trials: Sequence[RunRow]) -> tuple[str | None, float | None, int | None]:
+    """(objective, the answer's mean value, its first trial) of a study's trial rows (``rank_deployments``)."""
+    name = first_objective(t.objectives for t in trials)
     if name is None:
         return None, None, None
-    sign = 1 if objective_maximized(name) else -1
-    best: float | None = None
-    best_n: int | None = None
-    for number, state, objs, violation in trials:
-        value = (objs or {}).get(name)
-        if state != TrialState.COMPLETE.value or value is None or (violation is not None and violation > 0):
-            continue
-        if best is None or sign * value > sign * best:
-            best, best_n = value, number
-    return name, best, best_n
+    ranked = rank_deployments(trials, name)
+    return (name, ranked[0].mean, ranked[0].trial) if ranked else (name, None, None)
 
 
 def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None], x: str = "throughput_per_gpu",

@@ -100,7 +100,7 @@ class Study:
     counts: dict[str, int] = field(default_factory=dict)
     #: The objective ``best`` refers to: the first objective the study's trials recorded.
     best_objective: str | None = None
-    #: Best value of ``best_objective`` over complete, feasible trials so far.
+    #: The study's answer (``db.ranking.rank_deployments``): the mean of its runs, and its first trial.
     best: float | None = None
     best_trial: int | None = None
 

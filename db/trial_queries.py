@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from db.engine import Database
 from db.mapping import config, export, measurement, study_id, trial
 from db.models import ExportRow, MeasurementRow, StudyRow, TrialRow
-from db.ranking import best_of, first_objective, objective_maximized
+from db.ranking import RunRow, best_of, first_objective, objective_maximized
 from db.rows import Failure, HistoryPoint, Study, Trial
 from search_spaces import TrialState
 
@@ -40,13 +40,14 @@ def _studies(db: Database, name: str | None) -> list[Study]:
             .group_by(TrialRow.study_id, TrialRow.state)
         ):
             counts[sid][state] = n
-        per_study: dict[int, list[tuple[int, str, dict[str, Any] | None, float | None]]] = {i: [] for i in ids}
-        for sid, number, state, objs, violation in s.execute(
-            select(TrialRow.study_id, TrialRow.number, TrialRow.state, TrialRow.objectives, TrialRow.violation)
+        per_study: dict[int, list[RunRow]] = {i: [] for i in ids}
+        for sid, *row in s.execute(
+            select(TrialRow.study_id, TrialRow.number, TrialRow.state, TrialRow.objectives, TrialRow.violation,
+                   TrialRow.proposer, TrialRow.repeat_of, TrialRow.reason)
             .where(TrialRow.study_id.in_(ids))
             .order_by(TrialRow.study_id, TrialRow.number)
         ):
-            per_study[sid].append((number, state, objs, violation))
+            per_study[sid].append(RunRow(*row))
         out = []
         for r in rows:
             objective, best, best_trial = best_of(per_study[r.id])

@@ -229,14 +229,13 @@ def _measured_points(url: str, x: str = "throughput_per_gpu", y: str = "p90_toke
         database.close()
 
 
-def _best_level(url: str, study: str = STUDY):  # noqa: ANN202 — a db Best
-    """What `advisor best` recommends: the level with the most throughput per GPU meeting the study's SLOs."""
-    database = db.connect(url)
-    try:
-        slos = list(job_from_dict(queries.get_study(database, study).job).slos)
-        return queries.best_under_slo(database, study, slos, metric="throughput_per_gpu")
-    finally:
-        database.close()
+def _best_level(url: str, study: str = STUDY) -> db.Best:
+    """What `advisor best` recommends: the study's answer (``advisor.answer``) at its operating point."""
+    from advisor import api
+
+    answer = api.answer(url, study)
+    assert answer is not None
+    return db.Best(answer.first, answer.point)
 
 
 def test_study_page_shows_every_point_failures_and_importance(env: Path, url: str) -> None:

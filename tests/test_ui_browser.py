@@ -297,9 +297,11 @@ def _docs(shot: Path, name: str) -> None:
 
 
 def _best(database: db.Database, study: str) -> Any:
-    """What `advisor best` recommends: the level with the most throughput per GPU meeting the study's SLOs."""
-    slos = list(job_from_dict(queries.get_study(database, study).job).slos)
-    return queries.best_under_slo(database, study, slos, metric="throughput_per_gpu")
+    """What `advisor best` recommends: the study's answer (``advisor.answer``) at its operating point."""
+    from advisor.answer import study_answer
+
+    answer = study_answer(database, study, job_from_dict(queries.get_study(database, study).job))
+    return db.Best(answer.first, answer.point) if answer is not None else None
 
 
 def _main_text(pg: Any) -> str:

@@ -4,11 +4,12 @@ Every number here is an *operating point*: one trial measured at one load level 
 throughput per GPU always travels with the concurrency it was measured at and the tokens/s per user of that
 same level (``OperatingPoint.text``). Nothing here imports Streamlit, so it is tested without a page.
 
-The recommendation is the level with the most ``x`` (the study's objective, throughput per GPU by default)
-among levels of complete trials that meet every SLO — and, where the reader names an operating point, at least
-that many ``y`` (tokens/s per user). It is what ``advisor best`` answers for the same study (the first point
-of the Pareto front is the level with the most ``x`` meeting the SLOs). The front is deduplicated by
-deployment: a deployment measured at several levels, or repeated, counts once.
+The recommendation is the study's answer (``advisor.answer``, handed in as a ``Chosen``): the trial and level
+``advisor best`` names, vLLM's defaults when no searched deployment beats them — unless the reader names an
+operating point the answer does not reach (at least that many ``y``, tokens/s per user), or there is no answer
+to hand in; then it is the level with the most ``x`` among levels of complete trials that meet every SLO (and
+that ``y``). The front is deduplicated by deployment: a deployment measured at several levels, or repeated,
+counts once.
 """
 
 from __future__ import annotations
@@ -145,14 +146,30 @@ class Margin:
         return f"{short(self.metric)}: {bare(self.metric, self.measured)} {bound_text(self)}{room}"
 
 
+@dataclass(frozen=True)
+class Chosen:
+    """The study's answer as ``advisor.answer`` chose it (``ui.data.chosen``): its first trial at its operating
+    point, and vLLM's defaults at theirs (when they met the SLOs) with the mean-over-mean gain."""
+
+    trial: int
+    concurrency: int
+    is_baseline: bool = False
+    baseline_trial: int | None = None
+    baseline_concurrency: int | None = None
+    gain: float | None = None
+
+
 @dataclass
 class Recommendation:
     best: OperatingPoint | None
     why_none: str = ""
     margins: list[Margin] = field(default_factory=list)
     baseline: OperatingPoint | None = None
-    #: best.x / baseline.x where the study measured vLLM's defaults (``proposer == "baseline"``).
+    #: The answer over vLLM's defaults (``proposer == "baseline"``): the mean of their runs' objective values
+    #: (``Chosen.gain``), else best.x / baseline.x at the reader's operating point.
     gain: float | None = None
+    #: vLLM's defaults are the recommendation: no searched deployment beats them.
+    defaults_best: bool = False
     baseline_note: str = ""
     cheaper: OperatingPoint | None = None
     faster: OperatingPoint | None = None
@@ -227,12 +244,16 @@ def front_by_deployment(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols).sort_values(x, ascending=_better(x) < 0, kind="stable")
 
 
+def _level(ok: pd.DataFrame, trial: int | None, concurrency: int | None) -> pd.DataFrame:
+    return ok[(ok["trial"] == trial) & (ok["concurrency"] == concurrency)].iloc[:1]
+
+
 def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x: str, y: str,
-              min_y: float | None = None) -> Recommendation:
-    """The deployment to run at the operating point: the most ``x`` among SLO-meeting levels with ``y`` at least
-    ``min_y``; its margins to each SLO; the gain over vLLM's defaults (baseline trials) at the same operating
-    point; and the alternatives a person would weigh — the best deployment on fewer GPUs, and the best one that
-    gives each user at least 10 % more ``y``."""
+              min_y: float | None = None, chosen: Chosen | None = None) -> Recommendation:
+    """The deployment to run: the study's answer (``chosen``) where its level gives at least ``min_y``, else the
+    most ``x`` among SLO-meeting levels with ``y`` at least ``min_y``; its margins to each SLO; the gain over
+    vLLM's defaults (baseline trials); and the alternatives a person would weigh — the best deployment on fewer
+    GPUs, and the best one that gives each user at least 10 % more ``y``."""
     by = {}
     deployment = {}
     if not trials.empty:
@@ -247,9 +268,10 @@ def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x
     ok = ok.assign(deployment=ok["trial"].map(lambda t: deployment.get(int(t), "")))
     per = best_per_deployment(ok, x)
     pts = _points(per, x, y, by)
-    best = pts[0]
+    answer = _level(ok, chosen.trial, chosen.concurrency) if chosen is not None else ok.iloc[0:0]
+    best = _points(answer, x, y, by)[0] if not answer.empty else pts[0]
     rec = Recommendation(best, margins=margins(best, slos))
-    others = pts[1:]
+    others = [p for p in pts if (p.config or p.trial) != (best.config or best.trial)]
     if best.gpus is not None:
         fewer = [p for p in others if p.gpus is not None and p.gpus < best.gpus]
         rec.cheaper = fewer[0] if fewer else None
@@ -259,7 +281,13 @@ def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x
     front = levels[levels["pareto"]] if "pareto" in levels else levels.iloc[0:0]
     rec.front_deployments = int(front["config"].nunique()) if not front.empty else 0
     base_trials = {t for t, p in by.items() if p == "baseline"}
-    if base_trials:  # from every feasible level: the baseline may be the same deployment as a trial of the search
+    base_answer = (_level(ok, chosen.baseline_trial, chosen.baseline_concurrency) if chosen is not None
+                   and not answer.empty else ok.iloc[0:0])
+    if not base_answer.empty:  # the answer's own comparison: mean over mean of the runs, as `advisor best` says
+        assert chosen is not None
+        rec.baseline, rec.gain = _points(base_answer, x, y, by)[0], chosen.gain
+        rec.defaults_best = chosen.is_baseline
+    elif base_trials:  # from every feasible level: the baseline may be the same deployment as a trial of the search
         base = _points(best_per_deployment(ok[ok["trial"].isin(base_trials)], x), x, y, by)
         if base:
             rec.baseline = base[0]

@@ -27,7 +27,8 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict
 from advisor.study import redact_url
 from db import queries
-from search_spaces import HIGHER_IS_BETTER, SLO_METRICS
+from ui import advice
+from search_spaces import SLO_METRICS
 
 #: A repeat's reason, as ``advisor.tune`` writes it: ``same configuration as trial 12; its measurements stand``.
 _REPEAT_RE = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
@@ -307,18 +308,32 @@ def axis_options(levels: pd.DataFrame, *defaults: str) -> list[str]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, float, int, float | None] | None:
-    """(trial, x, concurrency, y) of the level with the most ``x`` among complete levels meeting every SLO: the
-    operating point behind a study's "best" (one column-only read of the study's complete levels;
-    ``advice.point_text`` words it)."""
-    slos = _slos(url, name)
-    cols = list(dict.fromkeys(["concurrency", "completed", x, y, *(sl.metric for sl in slos)]))
-    _, rows = queries.level_table(database(url), name, cols, states=["complete"])
-    ok = [r for r in rows if getattr(r, x) is not None and r.completed and all(sl.met(r) for sl in slos)]
-    if not ok:
+def chosen(url: str, name: str, stamp: Stamp) -> advice.Chosen | None:
+    """The study's answer (``advisor.answer``: what `advisor best` names) as the recommendation takes it; None
+    while no trial met the SLOs, or when the study's job cannot be read."""
+    try:
+        a = api.answer(url, name)
+    except BadInput:
         return None
-    sign = 1 if x in HIGHER_IS_BETTER else -1
-    top = max(ok, key=lambda r: (sign * getattr(r, x), -r.trial))
+    if a is None:
+        return None
+    base = a.baseline
+    return advice.Chosen(a.trial, a.point.concurrency, a.is_baseline, base.trial if base is not None else None,
+                         a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, float, int, float | None] | None:
+    """(trial, x, concurrency, y) of the study's answer at its operating point (``chosen``): the "best" of the
+    Studies page (one column-only read of the study's complete levels; ``advice.point_text`` words it)."""
+    answer = chosen(url, name, stamp)
+    if answer is None:
+        return None
+    _, rows = queries.level_table(database(url), name, list(dict.fromkeys(["concurrency", x, y])),
+                                  states=["complete"])
+    top = next((r for r in rows if r.trial == answer.trial and r.concurrency == answer.concurrency), None)
+    if top is None or getattr(top, x) is None:
+        return None
     return int(top.trial), float(getattr(top, x)), int(top.concurrency), getattr(top, y)
 
 

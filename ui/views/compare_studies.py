@@ -72,7 +72,7 @@ for n in chosen:
     lv = levels[n] if (x, y) == (i.x_metric, i.y_metric) else data.levels(url, n, i.stamp, x, y)
     fronts[n] = lv[lv["pareto"]] if not lv.empty else lv
     trials_df, _ = data.trials(url, n, i.stamp)
-    rec = advice.recommend(lv, trials_df, i.slos, x, y)
+    rec = advice.recommend(lv, trials_df, i.slos, x, y, chosen=data.chosen(url, n, i.stamp))
     dedup = advice.front_by_deployment(lv, x, y)
     rows.append({"study": n, "trials run": i.finished, "complete": i.count("complete"),
                  "front deployments": len(dedup), "best trial": rec.best.trial if rec.best else None,

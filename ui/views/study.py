@@ -1,9 +1,10 @@
 """Study: which deployment to run and why, then in tabs the search's convergence (open first), the Pareto front,
 each deployment's curve, what the parameters did, every trial.
 
-The recommendation comes first: the deployment with the most throughput per GPU among levels meeting every
-SLO (at the reader's operating point), its margins, its gain over vLLM's defaults, its alternatives and its
-exports. Every throughput shown carries the concurrency it was measured at.
+The recommendation comes first: the study's answer as `advisor best` names it (``advisor.answer``; vLLM's
+defaults when no searched deployment beats them) at its operating point, or the level with the most throughput
+per GPU that gives the reader's operating point; its margins, its gain over vLLM's defaults, its alternatives
+and its exports. Every throughput shown carries the concurrency it was measured at.
 
 Widgets are keyed by study (``common.key``): switching studies starts every highlight, filter and selection
 afresh. The progress panel polls the database every few seconds (a fragment) and reruns the whole page only
@@ -59,11 +60,14 @@ def topology(b: advice.OperatingPoint) -> None:
 
 def recommendation(rec: advice.Recommendation) -> None:
     b = rec.best
-    st.markdown(f"#### Run trial {b.trial}: {b.deployment}")
+    st.markdown(f"#### Run trial {b.trial}{' (vLLM’s defaults)' if rec.defaults_best else ''}: {b.deployment}")
     total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
     st.markdown(f"**{b.text()}** on **{b.gpus or '?'} GPUs**{total}", help=b.config)
     st.markdown("\n".join(f"- {m.text()}" for m in rec.margins) or "- the study has no SLOs")
-    if rec.gain is not None and rec.baseline is not None:
+    if rec.defaults_best:
+        st.markdown(f"**vLLM's defaults are the best measured deployment** (baseline trial {b.trial}): no searched "
+                    "deployment beats them; the margin is below.")
+    elif rec.gain is not None and rec.baseline is not None:
         st.markdown(f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {rec.baseline.trial}: "
                     f"{rec.baseline.text()}).")
     elif rec.baseline_note:
@@ -93,7 +97,7 @@ op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_val
                          value=float(y_slo.value) if y_slo is not None else None, step=5.0, key=K("op_y"),
                          placeholder="the SLOs alone",
                          help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
-rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None)
+rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None, data.chosen(url, name, info.stamp))
 if rec.best is None:
     st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
 else:
@@ -102,9 +106,11 @@ else:
         topology(rec.best)
     with left:
         recommendation(rec)
-c_note.caption(f"The deployment with the most {advice.short(x)} among measured levels that meet every SLO"
-               + (f" and give each user at least {advice.num(op_y)} {advice.short(y).split(' ', 1)[-1]}"
-                  if op_y else "") + " — what `advisor best` answers. Numbers are operating points: "
+c_note.caption("What `advisor best` answers: the deployment whose runs give the most "
+               f"{advice.short(x)} at their operating points (vLLM's defaults unless a searched deployment beats "
+               "them)" + (f", unless it gives a user less than {advice.num(op_y)} "
+                          f"{advice.short(y).split(' ', 1)[-1]}: then the measured level with the most "
+                          f"{advice.short(x)} that does" if op_y else "") + ". Numbers are operating points: "
                f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
 for line in data.verdict(url, name, info.stamp):
     st.caption(line)
@@ -142,7 +148,8 @@ def progress() -> None:
     cols[4].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
     cols[5].metric("running", live.count("running"))
     # the page's own levels table (cached by the same stamp), not a second read
-    best = advice.recommend(data.levels(url, name, live.stamp, x, y), trials_df.iloc[0:0], info.slos, x, y).best
+    best = advice.recommend(data.levels(url, name, live.stamp, x, y), trials_df.iloc[0:0], info.slos, x, y,
+                            chosen=data.chosen(url, name, live.stamp)).best
     st.markdown(f"**Best under the SLOs so far:** trial {best.trial}, {best.text()}" if best is not None
                 else "**Best under the SLOs so far:** no measured level meets every SLO yet")
     if repeats > 0:
