@@ -12,7 +12,7 @@ from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
 from advisor.job import ObjectiveMode, TuningJob, job_from_dict
 from advisor.objectives import objective_names, operating_point
-from advisor.study import redact_url
+from db import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import model_error, verdict_lines
 from db import queries

@@ -23,7 +23,7 @@ from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
 from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
-from advisor.study import redact_url
+from db import redact_url
 from executors import Executor
 from search_spaces import TrialState
 from search_spaces.workload import routing_label

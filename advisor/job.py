@@ -10,7 +10,6 @@ Whatever is wrong comes back as one ``BadInput`` line naming the field.
 from __future__ import annotations
 
 import copy
-import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from advisor.errors import BadInput, describe_validation_error
+from db.redaction import redact_url
 from search_spaces.default_space import default_space
 from search_spaces import valid_space
 from search_spaces.valid_space import SpaceTooLarge, ValidSpace
@@ -275,12 +275,6 @@ class TuningJob(BaseModel):
         if self.model.path:  # anchored here: the stored job must not depend on the tuner's working directory
             doc["model"]["path"] = str(self.resolve_path(self.model.path).resolve())
         return doc
-
-
-def redact_url(url: str) -> str:
-    """A database URL with its password replaced, for messages, logs and the stored job (``advisor.study``
-    re-exports it; it lives here so the job does not import the study, which imports the job)."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

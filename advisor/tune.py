@@ -26,7 +26,8 @@ from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
 from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
 from advisor.job import SamplerKind, TuningJob
 from advisor.objectives import Outcome, score, worst
-from advisor.study import open_study, redact_url
+from advisor.study import open_study
+from db import redact_url
 from executors import Executor, FailureKind, RunResult, place
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams

@@ -17,6 +17,7 @@ face and the named queries.
 
 from db import queries
 from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url, optuna_storage
+from db.redaction import redact_url, scrub
 from db.queries import (
     NAMED_QUERIES,
     NamedQuery,
@@ -54,5 +55,5 @@ __all__ = [
     "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
     "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
     "list_studies", "list_trials", "measurements", "normalize_url", "optuna_storage", "pareto_front", "parse_slos", "queries",
-    "run_query",
+    "redact_url", "run_query", "scrub",
 ]

@@ -25,7 +25,7 @@ import yaml
 
 from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict, load_job
-from advisor.study import redact_url
+from db import redact_url
 
 
 @dataclass
