@@ -10,7 +10,7 @@ from typing import Any
 import db
 from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
-from advisor.job import ObjectiveMode, TuningJob, job_from_dict
+from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point
 from db import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
@@ -58,7 +58,7 @@ def space_summary(job: TuningJob, limit: int = 250_000) -> dict[str, Any]:
 
 
 def job_of_study(database: db.Database, study: str) -> TuningJob:
-    row = queries.get_study(database, study)
+    row = queries.get_study(database, check_study_name(study))
     if row is None:
         names = [s.name for s in queries.list_studies(database)]
         raise BadInput(f"study {study!r} is not in {database.url_for_display}; studies: {', '.join(names) or 'none'}")
@@ -79,7 +79,7 @@ def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = No
     try:
         samples = []
         for study in studies:
-            row = queries.get_study(database, study)
+            row = queries.get_study(database, check_study_name(study))
             if row is None:
                 job_of_study(database, study)  # the one-line error naming the studies there are
             doc = dict(row.job)
@@ -103,7 +103,7 @@ def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
         return 0
     database = _open(url)
     try:
-        name = study or job.name
+        name = check_study_name(study, "--study") if study is not None else job.name
         if queries.get_study(database, name) is None:
             return 0
         return sum(1 for t in queries.list_trials(database, name) if t.state in ("complete", "failed")

@@ -21,7 +21,7 @@ from advisor.errors import BadInput, describe_validation_error, read_yaml_file
 from advisor.cli_output import console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job
+from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, check_study_name, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
 from db import redact_url
 from executors import Executor
@@ -118,6 +118,8 @@ def tune(
                                                          "run; a later run continues the study).")] = None,
 ) -> None:
     """Run (or continue) a tuning study, then print the best deployments."""
+    if study is not None:
+        check_study_name(study, "--study")
     job = load_job(job_file)
     if wall_time is not None:
         job = job.model_copy(update={"budget": job.budget.model_copy(update={"wall_time_s": wall_time})})

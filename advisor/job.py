@@ -10,13 +10,14 @@ Whatever is wrong comes back as one ``BadInput`` line naming the field.
 from __future__ import annotations
 
 import copy
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from advisor.errors import BadInput, describe_validation_error
+from advisor.errors import BadInput, describe_validation_error, shown
 from db.redaction import redact_url
 from search_spaces.default_space import default_space
 from search_spaces import valid_space
@@ -186,10 +187,24 @@ class Baseline(BaseModel):
                                             "vLLM's default batch sizes for the GPU kind.")
 
 
+#: A study's name, a job's ``name`` or any other way a study is named (``--study``, the API, the dashboard's URL):
+#: it becomes part of file names (the tuner's log, run folders), so no separator, no leading dot, no spaces.
+STUDY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+def check_study_name(name: str, field: str = "study") -> str:
+    """``name`` if it obeys the job-name rule, else BadInput naming ``field`` and the rule: every study name
+    that comes from outside passes here before anything is looked up, written or built from it."""
+    if not isinstance(name, str) or not re.fullmatch(STUDY_NAME_PATTERN, name):
+        raise BadInput(f"{field}: {shown(name)} is not a study name; allowed: 1-100 letters, digits, '_', '.' or "
+                       "'-', starting with a letter or digit")
+    return name
+
+
 class TuningJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="The study name.")
+    name: str = Field(pattern=STUDY_NAME_PATTERN, description="The study name.")
     description: str = ""
     preset: str | None = None
     model: ModelRef
@@ -303,7 +318,6 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
                        f"(got {type(doc).__name__})")
     preset = doc.get("preset")
     if preset is not None:
-        from advisor.errors import shown
         from search_spaces.space import preset_names
 
         if not isinstance(preset, str) or preset not in preset_names():  # a name, never a path

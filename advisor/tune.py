@@ -24,7 +24,7 @@ from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor, model_params
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
 from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
-from advisor.job import SamplerKind, TuningJob
+from advisor.job import SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
@@ -64,7 +64,7 @@ def tune(
     ray_address: str | None = None,
 ) -> TuneSummary:
     url = storage or job.storage
-    name = study_name or job.name
+    name = check_study_name(study_name, "--study") if study_name is not None else job.name
     budget = trials or job.budget.trials
     own_executor = executor is None
     executor = executor or make_executor(job, ray_address=ray_address)  # bad executor input: before any write

@@ -179,3 +179,45 @@ def test_validate_show_prints_the_resolved_job(tmp_path: Path) -> None:
     assert "#   mixed_max_num_seqs: 4, 16" in p.stdout
     assert "4 candidates, 4 valid" in p.stdout
     assert not list(tmp_path.glob("*.db"))
+
+
+TRAVERSAL = "../../../../tmp/x/stolen"
+
+
+def test_study_names_obey_the_job_name_rule_on_the_command_line(tmp_path: Path) -> None:
+    """A study name is part of file names (the tuner's log, run folders): ``--study`` and every command taking a
+    study refuse a name the job's ``name`` rule refuses, before anything is read, built or written."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: ok\npreset: cpu-tiny-moe\nexecutor: {kind: simulated}\n")
+    dbfile = tmp_path / "x.db"
+    line = _one_line(advisor("tune", str(job), "--study", TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+    assert "--study" in line and "not a study name" in line and "letters, digits" in line, line
+    assert not dbfile.exists()
+    subprocess.run([sys.executable, "-m", "advisor", "tune", str(job), "--trials", "1", "--storage",
+                    f"sqlite:///{dbfile}"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for command in ("best", "export", "cleanup", "trials", "calibrate"):
+        line = _one_line(advisor(command, TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+        assert "not a study name" in line, (command, line)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+    assert not Path("/tmp/x/stolen").exists()
+
+
+def test_study_names_obey_the_job_name_rule_in_the_api_and_the_dashboard(tmp_path: Path) -> None:
+    from advisor.errors import BadInput
+    from advisor.job import job_from_dict
+    from advisor.tune import tune
+    from ui import jobs
+
+    job = job_from_dict({"name": "ok", "preset": "cpu-tiny-moe", "executor": {"kind": "simulated"}})
+    with pytest.raises(BadInput, match="not a study name"):
+        tune(job, trials=1, storage=f"sqlite:///{tmp_path / 'x.db'}", study_name=TRAVERSAL)
+    assert not (tmp_path / "x.db").exists()
+    with pytest.raises(BadInput, match="not a study name"):
+        jobs.start(tmp_path / "job.yaml", TRAVERSAL, f"sqlite:///{tmp_path / 'x.db'}", tmp_path / "runs")
+    # a study an older version stored under such a name: its "log" is never looked up outside the run folder
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.log").write_text("not the dashboard's to show")
+    assert jobs.log_of("../outside/secret", tmp_path / "runs") is None
+    assert not (tmp_path / "runs").exists()
