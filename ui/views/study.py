@@ -32,9 +32,9 @@ def K(widget: str) -> str:  # noqa: N802 — a key of this study's widgets
     return common.key(name, widget)
 
 
-st.title(f"Study {name}")
+st.title(f"Study {common.md(name)}")
 if info.description:
-    st.markdown(info.description)
+    st.markdown(common.md(info.description))
 common.study_header(info)
 x, y = info.x_metric, info.y_metric
 levels = data.levels(url, name, info.stamp, x, y)

@@ -32,7 +32,7 @@ if t is None:
     st.stop()
 row = trials_df[trials_df["trial"] == number].iloc[0]
 
-st.title(f"Trial {number} of {name}")
+st.title(f"Trial {number} of {common.md(name)}")
 st.markdown(f"**{t.state.value}** · {t.gpus or '?'} GPUs · {t.config_text or 'no configuration recorded'}")
 nav = st.columns(4)
 with nav[0]:
