@@ -9,7 +9,7 @@ from typing import Any
 
 import db
 from advisor.errors import BadInput
-from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
+from advisor.exports import FORMATS, Evidence, ExportOptions, Rendered, evidence_source, render_export, write_export
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point
 from db import redact_url
@@ -21,7 +21,7 @@ from search_spaces import DeploymentConfig, Measurement, check, load_preset, pre
 
 __all__ = [
     "BestReport", "TrialReport", "TuneSummary", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
-    "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
+    "preset_rows", "query", "query_catalog", "rendered_export", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]
 
@@ -256,39 +256,64 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         database.close()
 
 
-def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None,
-           options: ExportOptions | None = None) -> list[Path]:
+def _export_subject(database: db.Database, study: str, trial: int | None) -> tuple[TuningJob, DeploymentConfig,
+                                                                                   Evidence, int]:
+    """The job, configuration and evidence of the trial an export is of (``trial``, else the study's best)."""
+    job = job_of_study(database, study)
+    if trial is None:
+        rep = (queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y,
+                                    slos=list(job.slos))
+               if job.objective.mode is ObjectiveMode.PARETO
+               else [b for b in [queries.best_under_slo(database, study, list(job.slos),
+                                                        metric=job.objective.metric)] if b])
+        if not rep:
+            raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
+        trial = rep[0].trial_number
+    t = queries.get_trial(database, study, trial)
+    if t is None or t.config is None:
+        raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
+    if t.state != "complete":
+        raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
+    info = queries.get_study(database, study)
+    ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
+                  info.hardware or job.cluster.describe(), list(t.measurements))
+    return job, t.config, ev, t.id
+
+
+def _formats(fmt: str) -> tuple[str, ...]:
     formats = FORMATS if fmt == "all" else (fmt,)
     for f in formats:
         if f not in FORMATS:
             raise BadInput(f"--format: {f!r} is not a format; allowed: {', '.join(FORMATS)}, all")
+    return formats
+
+
+def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None,
+           options: ExportOptions | None = None) -> list[Path]:
+    """``advisor export``: write the formats under ``out`` and record each export (path and digest)."""
+    formats = _formats(fmt)
     database = _open(url)
     try:
-        job = job_of_study(database, study)
-        if trial is None:
-            rep = (queries.pareto_front(database, study, x=job.objective.metric, y=job.objective.pareto_y,
-                                        slos=list(job.slos))
-                   if job.objective.mode is ObjectiveMode.PARETO
-                   else [b for b in [queries.best_under_slo(database, study, list(job.slos),
-                                                            metric=job.objective.metric)] if b])
-            if not rep:
-                raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
-            trial = rep[0].trial_number
-        t = queries.get_trial(database, study, trial)
-        if t is None or t.config is None:
-            raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
-        if t.state != "complete":
-            raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
-        info = queries.get_study(database, study)
-        cfg = t.config
-        ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
-                      info.hardware or job.cluster.describe(), list(t.measurements))
+        job, cfg, ev, trial_id = _export_subject(database, study, trial)
         paths = []
         for f in formats:
             path, sha = write_export(job, cfg, ev, f, out, model, options)
-            database.record_export(t.id, f, str(path), sha)
+            database.record_export(trial_id, f, str(path), sha)
             paths.append(path)
         return paths
+    finally:
+        database.close()
+
+
+def rendered_export(url: str, study: str, *, fmt: str, trial: int | None, model: str | None = None,
+                    options: ExportOptions | None = None) -> Rendered:
+    """One format of a trial's export, in memory: what ``export`` would write, with nothing written or recorded
+    (the dashboard's downloads; a read-only dashboard writes nothing)."""
+    (f,) = _formats(fmt)
+    database = _open(url)
+    try:
+        job, cfg, ev, _ = _export_subject(database, study, trial)
+        return render_export(job, cfg, ev, f, model, options)
     finally:
         database.close()
 

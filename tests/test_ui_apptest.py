@@ -881,3 +881,30 @@ def test_viewer_toolbar_and_a_local_page_icon() -> None:
     source = (ui / "app.py").read_text()
     assert "assets" in source and ":material/" not in source.split("set_page_config", 1)[1].split("\n", 1)[0]
     assert (ui / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _snapshot(*paths: Path) -> dict[Path, bytes]:
+    """Every file under ``paths`` (the database file and its WAL among them), byte for byte."""
+    return {f: f.read_bytes() for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()}
+
+
+def test_read_only_dashboard_writes_nothing_whatever_is_clicked(env: Path, url: str) -> None:
+    """Read-only means no write of any kind: every page rendered, every button pressed and every download made
+    (what a download button runs when clicked) leave the database and the disk byte-identical."""
+    from ui import downloads
+
+    dbfile = Path(url.removeprefix("sqlite:///"))
+    best = _best_level(url).trial_number
+    before = _snapshot(dbfile.parent, env)
+    for page, query in (("views/studies.py", {}), ("views/study.py", {"study": STUDY}),
+                        ("views/trial.py", {"study": STUDY, "trial": str(best)}),
+                        ("views/compare.py", {"study": STUDY}), ("views/compare_studies.py", {}),
+                        ("views/new_study.py", {})):
+        at = _run(page, **query)
+        for i in range(len(at.button)):
+            at.button[i].click().run()
+            assert not at.exception, [e.message for e in at.exception]
+    made = {fmt: downloads.exporter(url, STUDY, best, fmt)() for fmt in FORMATS}
+    assert made["vllm"].startswith(b"#!") and all(made.values())
+    assert all(b"export failed" not in b for b in made.values())
+    assert _snapshot(dbfile.parent, env) == before  # no export row, no file under the run folder

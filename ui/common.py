@@ -21,14 +21,19 @@ EXAMPLE_JOB = "examples/gb300-rack.yaml"
 
 
 #: Every ASCII punctuation mark: CommonMark lets each be backslash-escaped, and escaped none starts a link, an
-#: image, emphasis, HTML, a formula (``$``), an autolink (``http:``, ``www.``) or a directive (``:red[…]``).
+#: image, emphasis, HTML, a formula (``$``) or a directive (``:red[…]``).
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+#: GitHub-style autolinks (``http://…``, ``www.…``, ``a@b.c``) are found in the text *after* escapes are undone
+#: (Streamlit's renderer links them in text nodes), so an invisible word joiner follows ``:``, ``.`` and ``@``.
+_AUTOLINK_BREAK = re.compile(r"([:.@])")
+WORD_JOINER = "\u2060"
 
 
 def md(text: Any) -> str:
     """User text (a study name from a URL, a job's description) for Markdown: shown as written, rendered as
     nothing (a shared link could otherwise plant a link or an image the browser fetches)."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(str(text).split()))
+    one_line = " ".join(str(text).split())
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", _AUTOLINK_BREAK.sub(rf"\1{WORD_JOINER}", one_line))
 
 
 def fmt(v: Any) -> str:

@@ -79,7 +79,7 @@ def recommendation(rec: advice.Recommendation) -> None:
     if alts:
         st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
     st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front (the Pareto tab lists them).")
-    downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
+    downloads.buttons(url, name, b.trial, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
                                                                                  "json"), titles=True)
     common.trial_link(name, b.trial, f"Open trial {b.trial}")
 
