@@ -21,7 +21,7 @@ from advisor.errors import BadInput, describe_validation_error, read_yaml_file
 from advisor.cli_output import console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, check_study_name, load_job
+from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, check_study_name, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
 from db import redact_url
 from executors import Executor
@@ -109,7 +109,8 @@ def _space_warnings(info: SpaceReport, budget: int) -> None:
 @friendly
 def tune(
     job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
-    trials: Annotated[int | None, typer.Option(min=1, help="Total executed trials of the study.")] = None,
+    trials: Annotated[int | None, typer.Option(min=1, max=MAX_TRIALS, help="Total executed trials of the study.")]
+    = None,
     executor: Annotated[ExecutorKind | None, typer.Option(help="Override the job's executor.")] = None,
     storage: StorageOpt = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,

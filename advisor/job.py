@@ -99,10 +99,15 @@ class Objective(BaseModel):
         return self
 
 
+#: A study's trial budget at most (checked when the job is read; a simulated study runs ~10⁴ trials a minute).
+MAX_TRIALS = 1_000_000
+
+
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trials: int = Field(200, ge=1, description="Total trials of the study (a re-run continues up to this).")
+    trials: int = Field(200, ge=1, le=MAX_TRIALS, description="Total trials of the study (a re-run continues up "
+                        "to this).")
     wall_time_s: float | None = Field(None, gt=0)
     max_consecutive_failures: int = Field(10, ge=1)
     repeat_top: int = Field(2, ge=0, description="Real executors: at the end, the best this many deployments (and "

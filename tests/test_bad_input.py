@@ -51,6 +51,14 @@ EXPECT = {
                                              "DeepSeek-style", "kv_lora_rank", "missing n_routed_experts",
                                              "num_experts_per_tok"],
     "model_config_not_an_object.yaml": ["list-config/config.json", "JSON object", "got list"],
+    # sizes past their bound, refused when the job is read, before anything is enumerated (nodes: 10⁹ once ran
+    # for minutes and took gigabytes; issue 32)
+    "huge_nodes.yaml": ["cluster.nodes", "less than or equal to 4096", "1000000000"],
+    "huge_gpus_per_node.yaml": ["cluster.gpus_per_node", "less than or equal to 128"],
+    "huge_load_level.yaml": ["workload.load_levels.1", "less than or equal to 1000000"],
+    "too_many_load_levels.yaml": ["workload.load_levels", "at most 64"],
+    "huge_budget.yaml": ["budget.trials", "less than or equal to 1000000"],
+    "huge_prompt.yaml": ["workload.isl.mean", "less than or equal to 10000000"],
     # a space none of whose candidates can run: the rules that removed them, counted
     "no_valid_candidate.yaml": ["space", "none of the 2 candidates is valid", "2 × memory-fit", "GiB of weights"],
 }
