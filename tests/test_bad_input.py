@@ -59,6 +59,11 @@ EXPECT = {
     "too_many_load_levels.yaml": ["workload.load_levels", "at most 64"],
     "huge_budget.yaml": ["budget.trials", "less than or equal to 1000000"],
     "huge_prompt.yaml": ["workload.isl.mean", "less than or equal to 10000000"],
+    # workload inputs, read and checked when the job is read, not after the first deployment (issue 32)
+    "malformed_trace.yaml": ["workload.trace_path", "malformed.jsonl:2", "not JSON"],
+    "empty_trace.yaml": ["workload.trace_path", "empty.jsonl", "no requests"],
+    "trace_output_len_not_a_number.yaml": ["workload.trace_path", "bad_output_len.jsonl:1", "whole number", "many"],
+    "missing_trace.yaml": ["workload.trace_path", "missing.jsonl", "cannot read"],
     # a space none of whose candidates can run: the rules that removed them, counted
     "no_valid_candidate.yaml": ["space", "none of the 2 candidates is valid", "2 × memory-fit", "GiB of weights"],
 }
