@@ -8,6 +8,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -37,6 +38,17 @@ EXIT_ENVIRONMENT = 3
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
                                                 f"{DEFAULT_STORAGE}).", show_default=False)]
+
+
+class RowFormat(StrEnum):
+    """How a command prints rows; anything else is refused (one line, exit 2), not ignored."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+RowFormatOpt = Annotated[RowFormat, typer.Option("--format", help="table|csv|json", show_choices=True)]
 
 
 def _storage(url: str | None) -> str:
@@ -197,7 +209,7 @@ def _tune_summary(summary: api.TuneSummary, url: str) -> None:
 @app.command()
 @friendly
 def studies(storage: StorageOpt = None,
-            fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+            fmt: RowFormatOpt = RowFormat.TABLE) -> None:
     """Every study in the database with its progress and best result."""
     url = _storage(storage)
     cols, rows = api.query(url, "studies", []) if fmt != "table" else api.studies_table(url)
@@ -208,7 +220,7 @@ def studies(storage: StorageOpt = None,
 @friendly
 def trials(study: str, storage: StorageOpt = None,
            state: Annotated[str | None, typer.Option(help="Only this state (complete, failed, invalid…).")] = None,
-           fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+           fmt: RowFormatOpt = RowFormat.TABLE) -> None:
     """The trials of a study: configuration, state, objective, timings, reason."""
     url = _storage(storage)
     if fmt == "table":
@@ -333,7 +345,7 @@ def query(
     name: Annotated[str, typer.Argument(help="A named query (`advisor query list` shows them).")],
     args: Annotated[list[str] | None, typer.Argument(help="VALUE or KEY=VALUE arguments.")] = None,
     storage: StorageOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table",
+    fmt: RowFormatOpt = RowFormat.TABLE,
 ) -> None:
     """Run a named query on the results database (named queries only, never raw SQL)."""
     if name == "list":
@@ -349,6 +361,9 @@ def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A Deploy
     """Predict one configuration with the performance model (no database)."""
     job = load_job(job_file)
     doc = read_yaml_file(config, "configuration", max_bytes=1 << 20)  # a few lines; bad input is one line
+    if not isinstance(doc, dict):  # said without its content: the file may be anything (/etc/passwd)
+        raise BadInput(f"{config}: a configuration is a YAML mapping of a deployment's fields (mode, decode, "
+                       f"prefill, …), as `advisor export --format json` writes under config (got {type(doc).__name__})")
     try:
         from search_spaces import DeploymentConfig
 

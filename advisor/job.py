@@ -333,6 +333,10 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
         except KeyError as e:
             raise BadInput(f"{source}: preset: {e.args[0]}") from None
         base.pop("description", None) if "description" in doc else None
+        if isinstance(doc.get("model"), dict) and isinstance(base.get("model"), dict):
+            for mine, other in (("path", "preset"), ("preset", "path")):  # the job names its model: it replaces
+                if doc["model"].get(mine) is not None:                    # the preset's, not joins it
+                    base["model"].pop(other, None)
         doc = _merge(base, doc)
     try:
         job = TuningJob.model_validate(doc)

@@ -64,6 +64,9 @@ EXPECT = {
     "empty_trace.yaml": ["workload.trace_path", "empty.jsonl", "no requests"],
     "trace_output_len_not_a_number.yaml": ["workload.trace_path", "bad_output_len.jsonl:1", "whole number", "many"],
     "missing_trace.yaml": ["workload.trace_path", "missing.jsonl", "cannot read"],
+    # a key given twice: YAML keeps the last silently, the job refuses it (issue 32)
+    "duplicate_key.yaml": ["not valid YAML", "line 4", "'budget' is given twice", "first at line 3"],
+    "duplicate_nested_key.yaml": ["not valid YAML", "line 4", "'mean' is given twice"],
     # a space none of whose candidates can run: the rules that removed them, counted
     "no_valid_candidate.yaml": ["space", "none of the 2 candidates is valid", "2 × memory-fit", "GiB of weights"],
 }
@@ -128,6 +131,12 @@ def test_unreachable_ray_writes_nothing(tmp_path: Path) -> None:
         (["tune", "JOB", "--executor", "ray", "--ray-address", "nowhere"], ["--ray-address", "HOST:PORT"]),
         (["cleanup", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
         (["query", "pareto", "ok", "x=p90_ttft_mz", "--storage", "sqlite:///DB"], ["p90_ttft_mz"]),
+        # an output format that is not one is refused, not ignored (issue 32)
+        (["studies", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml", "table", "csv", "json"]),
+        (["trials", "ok", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml"]),
+        (["query", "studies", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml"]),
+        # a file that is no configuration is said to be none, without its content
+        (["simulate", "JOB", "--config", "/etc/passwd"], ["/etc/passwd", "YAML mapping", "got str"]),
     ],
 )
 def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) -> None:
@@ -143,7 +152,19 @@ def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) ->
     line = _one_line(advisor(*args, cwd=tmp_path))
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
-    assert "secret" not in line
+    assert "secret" not in line and "root:" not in line
+
+
+def test_a_jobs_model_path_replaces_its_presets_model() -> None:
+    """``model: {path: …}`` on top of a preset naming a model preset uses the path (a job names one model; it
+    once needed ``preset: null`` beside it), and a model preset on top of a preset's path uses the preset."""
+    from advisor.job import job_from_dict
+
+    folder = Path(__file__).parent / "data" / "kimi-k2-fp8"
+    job = job_from_dict({"name": "p", "preset": "h200-dsv3", "model": {"path": str(folder)}})
+    assert job.model.preset is None and job.model_profile().name == "kimi-k2-fp8"
+    job = job_from_dict({"name": "p", "preset": "cpu-tiny-moe", "model": {"preset": "deepseek-v3"}})
+    assert job.model.preset == "deepseek-v3" and job.model.path is None
 
 
 def test_reading_a_missing_database_creates_nothing(tmp_path: Path) -> None:
