@@ -173,6 +173,10 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
                 sys.stdout.flush()
             if r.state is TrialState.RUNNING:  # the note was all
                 return
+            if r.state is TrialState.FAILED and r.reason:  # why, now: not only a count in the summary at the end
+                reason = " ".join(r.reason.split())
+                progress.console.print(f"trial {r.number} failed: {reason[:300]}{'…' if len(reason) > 300 else ''}",
+                                       markup=False, highlight=False, soft_wrap=True)
             if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
                 best["value"] = r.outcome.values[0]
                 best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
