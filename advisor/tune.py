@@ -37,7 +37,7 @@ from advisor.valid_sampler import taken_keys
 from advisor.grid import grid_points
 from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
-from advisor.recovery import Heartbeat, close_stale
+from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
     extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again,
@@ -193,7 +193,7 @@ def _loop(ctx: _Context, budget: int) -> None:
                 stale = 0
         asks += 1
         t0 = time.monotonic()
-        trial = study.ask()
+        trial = ask(study, ctx.worker)
         proposer = trial.user_attrs.get(PROPOSER_ATTR) or ("grid" if grid is not None else "sampler")
         if turn is None:
             trial.set_user_attr(DECLINED_ATTR, True)
@@ -349,7 +349,7 @@ def _baseline(ctx: _Context) -> None:
     cfg = baseline_config(ctx.job)
     if cfg is None:
         return
-    trial = ctx.study.ask()  # no parameters: the baseline need not lie in the search space
+    trial = ask(ctx.study, ctx.worker)  # no parameters: the baseline need not lie in the search space
     ctx.summary.baseline = trial.number
     _run_trial(ctx, trial, cfg, "baseline", extra="baseline")
 
@@ -374,7 +374,7 @@ def _repeats(ctx: _Context) -> None:
             continue
         if original.params:
             study.enqueue_trial(original.params, user_attrs={PROPOSER_ATTR: "repeat"})
-        trial = study.ask()
+        trial = ask(study, ctx.worker)
         cfg = job.space.suggest(trial) if original.params else row.config
         if cfg.key() != row.config.key():  # the space changed since: measure what was measured
             cfg = row.config
