@@ -21,7 +21,8 @@ from search_spaces import DeploymentConfig, Measurement, check, load_preset, pre
 
 __all__ = [
     "BestReport", "TrialReport", "TuneSummary", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
-    "preset_rows", "query", "query_catalog", "rendered_export", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
+    "preset_rows", "query", "query_catalog", "rendered_export", "run_tune",
+    "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]
 

@@ -367,7 +367,8 @@ def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A Deploy
     doc = read_yaml_file(config, "configuration", max_bytes=1 << 20)  # a few lines; bad input is one line
     if not isinstance(doc, dict):  # said without its content: the file may be anything (/etc/passwd)
         raise BadInput(f"{config}: a configuration is a YAML mapping of a deployment's fields (mode, decode, "
-                       f"prefill, …), as `advisor export --format json` writes under config (got {type(doc).__name__})")
+                       "prefill, …), as `advisor export --format json` writes under config "
+                       f"(got {type(doc).__name__})")
     try:
         from search_spaces import DeploymentConfig
 

@@ -41,7 +41,8 @@ def normalize_url(url: str) -> str:
         u = make_url(url)
     except (ArgumentError, ValueError):  # a port that is no number (a password's unencoded "@" or "/") is a ValueError
         raise ValueError(
-            f"storage {redact_url(url)!r} is not a database URL; use sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
+            f"storage {redact_url(url)!r} is not a database URL; use sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
         ) from None
     backend = u.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:

@@ -155,7 +155,8 @@ class Workload(BaseModel):
     knee_tolerance: float = Field(0.15, gt=0, le=1.0, description="Knee search stops once the bracket's high end is "
                                   "within this share above its low end.")
     max_load: float = Field(4096, gt=0, le=MAX_LOAD, description="Knee search never measures above this load.")
-    max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD, description="Rate levels: at most this many requests in flight.")
+    max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD,
+                                      description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
                                            "(× req/s for rate levels).")
     min_prompts: int = Field(40, ge=1, description="Prompts per level ≥ this: a P90 of 40 requests rests on its 4 "

@@ -388,7 +388,8 @@ def test_unknown_study_in_the_url_is_said_as_text_and_shows_none(page: Any, dash
     pg = page
     fetched: list[str] = []  # every request, the dashboard's own host included (127.0.0.1:9 is "local")
     pg.on("request", lambda r: fetched.append(r.url))
-    planted = "[Session expired](http://evil.example/login) ![i](http://127.0.0.1:9/t.png) <a href='http://evil.example/'>x</a>"
+    planted = ("[Session expired](http://evil.example/login) ![i](http://127.0.0.1:9/t.png) "
+               "<a href='http://evil.example/'>x</a>")
     pg.goto(f"{dashboard}/study?study={quote(planted)}")
     pg.get_by_text("There is no study named", exact=False).first.wait_for(timeout=60_000)
     pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
