@@ -8,7 +8,6 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -19,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error, read_yaml_file
-from advisor.cli_output import console, err, print_rows, routing_lines
+from advisor.cli_output import RowFormat, RowFormatOpt, console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
 from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, check_study_name, load_job
@@ -38,17 +37,6 @@ EXIT_ENVIRONMENT = 3
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
                                                 f"{DEFAULT_STORAGE}).", show_default=False)]
-
-
-class RowFormat(StrEnum):
-    """How a command prints rows; anything else is refused (one line, exit 2), not ignored."""
-
-    TABLE = "table"
-    CSV = "csv"
-    JSON = "json"
-
-
-RowFormatOpt = Annotated[RowFormat, typer.Option("--format", help="table|csv|json", show_choices=True)]
 
 
 def _storage(url: str | None) -> str:

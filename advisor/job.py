@@ -25,7 +25,6 @@ from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 from search_spaces import (
     DEFAULT_ERROR_SLO,
     SLO,
-    Dataset,
     DeploymentConfig,
     ClusterSpec,
     ModelProfile,
@@ -400,23 +399,6 @@ def load_job(path: str | Path) -> TuningJob:
                            "advisor calibrate wrote") from None
         except ValueError as e:
             raise BadInput(f"{p}: executor.perf_params: {_one_line(e)}") from None
+    from advisor.workload_inputs import with_checked_inputs
+
     return with_checked_inputs(job, str(p))
-
-
-def with_checked_inputs(job: TuningJob, source: str) -> TuningJob:
-    """The job with its workload's input files read and checked now (``advisor validate``, and before ``tune``
-    deploys anything), not at the first trial's benchmark: a trace is anchored at the job file's folder and
-    every record read; BadInput in one line naming the file and line of the first bad one."""
-    wl = job.workload
-    if wl.dataset is not Dataset.TRACE or not wl.trace_path:
-        return job
-    from executors.datasets import trace_lines
-
-    path = job.resolve_path(wl.trace_path)
-    try:
-        trace_lines(path, 1)
-    except OSError as e:
-        raise BadInput(f"{source}: workload.trace_path: cannot read {path} ({e.strerror or e})") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadInput(f"{source}: workload.trace_path: {_one_line(e)}") from None
-    return job.model_copy(update={"workload": wl.model_copy(update={"trace_path": str(path)})})
