@@ -11,10 +11,10 @@ from typing import Any
 import db
 from advisor.answer import Answer, study_answer
 from advisor.errors import BadInput
-from advisor.exports import FORMATS, Evidence, ExportOptions, evidence_source, write_export
-from advisor.job import ObjectiveMode, TuningJob, job_from_dict
+from advisor.exports import FORMATS, Evidence, ExportOptions, Rendered, evidence_source, render_export, write_export
+from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point
-from advisor.study import redact_url
+from db import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import model_error, verdict_lines
 from db import Best, queries
@@ -22,8 +22,9 @@ from executors import place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
 __all__ = [
-    "Answer", "BestReport", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate", "executed_trials", "export", "job_of_study",
-    "preset_rows", "query", "query_catalog", "run_tune", "simulate", "space_summary", "studies_table", "trials_table",
+    "Answer", "BestReport", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate", "executed_trials",
+    "export", "job_of_study", "preset_rows", "profile", "query", "query_catalog", "rendered_export", "run_tune",
+    "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]
 
@@ -60,7 +61,7 @@ def space_summary(job: TuningJob, limit: int = 250_000) -> dict[str, Any]:
 
 
 def job_of_study(database: db.Database, study: str) -> TuningJob:
-    row = queries.get_study(database, study)
+    row = queries.get_study(database, check_study_name(study))
     if row is None:
         names = [s.name for s in queries.list_studies(database)]
         raise BadInput(f"study {study!r} is not in {database.url_for_display}; studies: {', '.join(names) or 'none'}")
@@ -97,7 +98,7 @@ def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = No
     try:
         samples = []
         for study in studies:
-            row = queries.get_study(database, study)
+            row = queries.get_study(database, check_study_name(study))
             if row is None:
                 job_of_study(database, study)  # the one-line error naming the studies there are
             doc = dict(row.job)
@@ -121,7 +122,7 @@ def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
         return 0
     database = _open(url)
     try:
-        name = study or job.name
+        name = check_study_name(study, "--study") if study is not None else job.name
         if queries.get_study(database, name) is None:
             return 0
         return sum(1 for t in queries.list_trials(database, name) if t.state in ("complete", "failed")
@@ -282,35 +283,60 @@ def answer(url: str, study: str) -> Answer | None:
         database.close()
 
 
-def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None,
-           options: ExportOptions | None = None) -> list[Path]:
+def _export_subject(database: db.Database, study: str, trial: int | None) -> tuple[TuningJob, DeploymentConfig,
+                                                                                   Evidence, int]:
+    """The job, configuration and evidence of the trial an export is of (``trial``, else the study's answer)."""
+    job = job_of_study(database, study)
+    if trial is None:
+        ans = study_answer(database, study, job)
+        if ans is None:
+            raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
+        trial = ans.trial
+    t = queries.get_trial(database, study, trial)
+    if t is None or t.config is None:
+        raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
+    if t.state != "complete":
+        raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
+    info = queries.get_study(database, study)
+    ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
+                  info.hardware or job.cluster.describe(), list(t.measurements))
+    return job, t.config, ev, t.id
+
+
+def _formats(fmt: str) -> tuple[str, ...]:
     formats = FORMATS if fmt == "all" else (fmt,)
     for f in formats:
         if f not in FORMATS:
             raise BadInput(f"--format: {f!r} is not a format; allowed: {', '.join(FORMATS)}, all")
+    return formats
+
+
+def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, model: str | None,
+           options: ExportOptions | None = None) -> list[Path]:
+    """``advisor export``: write the formats under ``out`` and record each export (path and digest)."""
+    formats = _formats(fmt)
     database = _open(url)
     try:
-        job = job_of_study(database, study)
-        if trial is None:
-            ans = study_answer(database, study, job)
-            if ans is None:
-                raise BadInput(f"study {study!r} has no trial meeting its SLOs yet; pass --trial N")
-            trial = ans.trial
-        t = queries.get_trial(database, study, trial)
-        if t is None or t.config is None:
-            raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
-        if t.state != "complete":
-            raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
-        info = queries.get_study(database, study)
-        cfg = t.config
-        ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
-                      info.hardware or job.cluster.describe(), list(t.measurements))
+        job, cfg, ev, trial_id = _export_subject(database, study, trial)
         paths = []
         for f in formats:
             path, sha = write_export(job, cfg, ev, f, out, model, options)
-            database.record_export(t.id, f, str(path), sha)
+            database.record_export(trial_id, f, str(path), sha)
             paths.append(path)
         return paths
+    finally:
+        database.close()
+
+
+def rendered_export(url: str, study: str, *, fmt: str, trial: int | None, model: str | None = None,
+                    options: ExportOptions | None = None) -> Rendered:
+    """One format of a trial's export, in memory: what ``export`` would write, with nothing written or recorded
+    (the dashboard's downloads; a read-only dashboard writes nothing)."""
+    (f,) = _formats(fmt)
+    database = _open(url)
+    try:
+        job, cfg, ev, _ = _export_subject(database, study, trial)
+        return render_export(job, cfg, ev, f, model, options)
     finally:
         database.close()
 

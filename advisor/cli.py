@@ -18,12 +18,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from advisor import api
 from advisor.errors import BadInput, describe_validation_error, read_yaml_file
-from advisor.cli_output import console, err, print_rows, routing_lines
+from advisor.cli_output import RowFormat, RowFormatOpt, console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
-from advisor.job import DEFAULT_STORAGE, ExecutorKind, TuningJob, load_job
+from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, check_study_name, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
-from advisor.study import redact_url
+from db import redact_url
 from executors import Executor
 from search_spaces import TrialState
 from search_spaces.workload import routing_label
@@ -109,7 +109,8 @@ def _space_warnings(info: SpaceReport, budget: int) -> None:
 @friendly
 def tune(
     job_file: Annotated[Path, typer.Argument(help="The job YAML.")],
-    trials: Annotated[int | None, typer.Option(min=1, help="Total executed trials of the study.")] = None,
+    trials: Annotated[int | None, typer.Option(min=1, max=MAX_TRIALS, help="Total executed trials of the study.")]
+    = None,
     executor: Annotated[ExecutorKind | None, typer.Option(help="Override the job's executor.")] = None,
     storage: StorageOpt = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,
@@ -118,6 +119,8 @@ def tune(
                                                          "run; a later run continues the study).")] = None,
 ) -> None:
     """Run (or continue) a tuning study, then print the best deployments."""
+    if study is not None:
+        check_study_name(study, "--study")
     job = load_job(job_file)
     if wall_time is not None:
         job = job.model_copy(update={"budget": job.budget.model_copy(update={"wall_time_s": wall_time})})
@@ -158,6 +161,10 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
                 sys.stdout.flush()
             if r.state is TrialState.RUNNING:  # the note was all
                 return
+            if r.state is TrialState.FAILED and r.reason:  # why, now: not only a count in the summary at the end
+                reason = " ".join(r.reason.split())
+                progress.console.print(f"trial {r.number} failed: {reason[:300]}{'…' if len(reason) > 300 else ''}",
+                                       markup=False, highlight=False, soft_wrap=True)
             if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
                 best["value"] = r.outcome.values[0]
                 best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
@@ -194,7 +201,7 @@ def _tune_summary(summary: api.TuneSummary, url: str) -> None:
 @app.command()
 @friendly
 def studies(storage: StorageOpt = None,
-            fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+            fmt: RowFormatOpt = RowFormat.TABLE) -> None:
     """Every study in the database with its progress and best result."""
     url = _storage(storage)
     cols, rows = api.query(url, "studies", []) if fmt != "table" else api.studies_table(url)
@@ -205,7 +212,7 @@ def studies(storage: StorageOpt = None,
 @friendly
 def trials(study: str, storage: StorageOpt = None,
            state: Annotated[str | None, typer.Option(help="Only this state (complete, failed, invalid…).")] = None,
-           fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table") -> None:
+           fmt: RowFormatOpt = RowFormat.TABLE) -> None:
     """The trials of a study: configuration, state, objective, timings, reason."""
     url = _storage(storage)
     if fmt == "table":
@@ -375,7 +382,7 @@ def query(
     name: Annotated[str, typer.Argument(help="A named query (`advisor query list` shows them).")],
     args: Annotated[list[str] | None, typer.Argument(help="VALUE or KEY=VALUE arguments.")] = None,
     storage: StorageOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="table|csv|json")] = "table",
+    fmt: RowFormatOpt = RowFormat.TABLE,
 ) -> None:
     """Run a named query on the results database (named queries only, never raw SQL)."""
     if name == "list":
@@ -391,6 +398,10 @@ def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A Deploy
     """Predict one configuration with the performance model (no database)."""
     job = load_job(job_file)
     doc = read_yaml_file(config, "configuration", max_bytes=1 << 20)  # a few lines; bad input is one line
+    if not isinstance(doc, dict):  # said without its content: the file may be anything (/etc/passwd)
+        raise BadInput(f"{config}: a configuration is a YAML mapping of a deployment's fields (mode, decode, "
+                       "prefill, …), as `advisor export --format json` writes under config "
+                       f"(got {type(doc).__name__})")
     try:
         from search_spaces import DeploymentConfig
 

@@ -9,8 +9,10 @@ import json
 import os
 import sys
 from collections import Counter
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -18,6 +20,17 @@ from search_spaces.workload import routing_label
 
 console = Console(width=None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200")))
 err = Console(stderr=True)
+
+
+class RowFormat(StrEnum):
+    """How a command prints rows; anything else is refused (one line, exit 2), not ignored."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
+
+
+RowFormatOpt = Annotated[RowFormat, typer.Option("--format", help="table|csv|json", show_choices=True)]
 
 
 def fmt_cell(v: Any) -> str:

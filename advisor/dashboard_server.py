@@ -16,7 +16,7 @@ from rich.console import Console
 
 import db
 from advisor.errors import BadInput
-from advisor.study import redact_url
+from db import redact_url
 
 
 def serve_dashboard(url: str, *, port: int, host: str, allow_new_studies: bool, console: Console,

@@ -128,6 +128,7 @@ def parse_yaml(text: str, source: str, *, max_expanded: int) -> Any:
         if node is None:
             return None
         _check_expansion(node, source, max_expanded)
+        _check_unique_keys(node, source)
         return loader.construct_document(node)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -154,6 +155,30 @@ def parse_yaml(text: str, source: str, *, max_expanded: int) -> Any:
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def _check_unique_keys(root: yaml.Node, source: str) -> None:
+    """A key given twice in one mapping is refused: YAML loaders keep the last silently, so a job with two
+    ``budget:`` blocks would run with one of them, and nobody would know which."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: dict[tuple[str, str], yaml.Node] = {}
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    if (k.tag, k.value) in keys:
+                        raise BadInput(f"{source}: not valid YAML at line {k.start_mark.line + 1}, column "
+                                       f"{k.start_mark.column + 1}: the key {shown(k.value, 40)} is given twice "
+                                       f"(first at line {keys[k.tag, k.value].start_mark.line + 1}); give it once")
+                    keys[k.tag, k.value] = k
+                stack += [k, v]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
 
 
 def _check_expansion(root: yaml.Node, source: str, limit: int) -> None:

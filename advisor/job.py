@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from advisor.errors import BadInput, describe_validation_error
+from advisor.errors import BadInput, describe_validation_error, shown
+from db.redaction import redact_url
 from search_spaces.default_space import default_space
 from search_spaces import valid_space
 from search_spaces.valid_space import SpaceTooLarge, ValidSpace
@@ -98,10 +99,15 @@ class Objective(BaseModel):
         return self
 
 
+#: A study's trial budget at most (checked when the job is read; a simulated study runs ~10⁴ trials a minute).
+MAX_TRIALS = 1_000_000
+
+
 class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trials: int = Field(200, ge=1, description="Total trials of the study (a re-run continues up to this).")
+    trials: int = Field(200, ge=1, le=MAX_TRIALS, description="Total trials of the study (a re-run continues up "
+                        "to this).")
     wall_time_s: float | None = Field(None, gt=0)
     max_consecutive_failures: int = Field(10, ge=1)
     repeat_top: int = Field(2, ge=0, description="Real executors: at the end, the best this many deployments (and "
@@ -191,10 +197,24 @@ class Baseline(BaseModel):
                                             "vLLM's default batch sizes for the GPU kind.")
 
 
+#: A study's name, a job's ``name`` or any other way a study is named (``--study``, the API, the dashboard's URL):
+#: it becomes part of file names (the tuner's log, run folders), so no separator, no leading dot, no spaces.
+STUDY_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+
+
+def check_study_name(name: str, field: str = "study") -> str:
+    """``name`` if it obeys the job-name rule, else BadInput naming ``field`` and the rule: every study name
+    that comes from outside passes here before anything is looked up, written or built from it."""
+    if not isinstance(name, str) or not re.fullmatch(STUDY_NAME_PATTERN, name):
+        raise BadInput(f"{field}: {shown(name)} is not a study name; allowed: 1-100 letters, digits, '_', '.' or "
+                       "'-', starting with a letter or digit")
+    return name
+
+
 class TuningJob(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$", description="The study name.")
+    name: str = Field(pattern=STUDY_NAME_PATTERN, description="The study name.")
     description: str = ""
     preset: str | None = None
     model: ModelRef
@@ -290,12 +310,6 @@ class TuningJob(BaseModel):
         return doc
 
 
-def redact_url(url: str) -> str:
-    """A database URL with its password replaced, for messages, logs and the stored job (``advisor.study``
-    re-exports it; it lives here so the job does not import the study, which imports the job)."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
-
-
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """Deep merge: a mapping in ``over`` merges into the preset's mapping key by key (so ``workload: {isl:
     {mean: 1024}}`` keeps the preset's ``isl.range_ratio``); any other value — a list, a scalar, null —
@@ -322,7 +336,6 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
                        f"(got {type(doc).__name__})")
     preset = doc.get("preset")
     if preset is not None:
-        from advisor.errors import shown
         from search_spaces.space import preset_names
 
         if not isinstance(preset, str) or preset not in preset_names():  # a name, never a path
@@ -332,6 +345,10 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
         except KeyError as e:
             raise BadInput(f"{source}: preset: {e.args[0]}") from None
         base.pop("description", None) if "description" in doc else None
+        if isinstance(doc.get("model"), dict) and isinstance(base.get("model"), dict):
+            for mine, other in (("path", "preset"), ("preset", "path")):  # the job names its model: it replaces
+                if doc["model"].get(mine) is not None:                    # the preset's, not joins it
+                    base["model"].pop(other, None)
         doc = _merge(base, doc)
     try:
         job = TuningJob.model_validate(doc)
@@ -396,4 +413,6 @@ def load_job(path: str | Path) -> TuningJob:
                            "advisor calibrate wrote") from None
         except ValueError as e:
             raise BadInput(f"{p}: executor.perf_params: {_one_line(e)}") from None
-    return job
+    from advisor.workload_inputs import with_checked_inputs
+
+    return with_checked_inputs(job, str(p))

@@ -18,6 +18,17 @@ from search_spaces import TrialState
 
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0
+#: Optuna user attribute: the worker (``host:pid``) that asked for the trial, written at once after the ask, so
+#: that a trial asked by a tuner killed before it recorded anything is closed as soon as that worker is known dead.
+WORKER_ATTR = "advisor_worker"
+
+
+def ask(study: optuna.Study, worker: str) -> optuna.trial.Trial:
+    """``study.ask()``, the asking worker recorded on the trial (see ``WORKER_ATTR``). A kill between the two
+    leaves a trial without a worker: that one is closed by age, as before (``close_stale``)."""
+    trial = study.ask()
+    trial.set_user_attr(WORKER_ATTR, worker)
+    return trial
 
 
 class Heartbeat:
@@ -85,9 +96,11 @@ def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name
         if row is not None and row.state is not TrialState.RUNNING:
             tell_from_record(job, study, t, row)
             continue
-        # asked but never recorded by a tuner that died at once: only once it is old (another worker's trial
-        # sits in this state for the milliseconds between ask and start_trial)
+        # asked but never recorded by a tuner that died at once: at once when the worker that asked is known
+        # dead, else only once it is old (another worker's trial sits in this state for the milliseconds between
+        # ask and start_trial)
         started = t.datetime_start.astimezone(UTC) if t.datetime_start else None  # Optuna: naive local time
-        if row is None and started is not None and (now - started).total_seconds() > STALE_AFTER_S:
+        old = started is not None and (now - started).total_seconds() > STALE_AFTER_S
+        if row is None and (old or worker_dead(t.user_attrs.get(WORKER_ATTR))):
             study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(closed)

@@ -9,11 +9,12 @@ import optuna
 import db
 
 from advisor.errors import BadInput
-from advisor.job import SamplerKind, TuningJob, redact_url
+from advisor.job import SamplerKind, TuningJob
+from db import redact_url, scrub
 from advisor.objectives import objective_names
 from advisor.valid_sampler import ValidSpaceSampler
 
-__all__ = ["make_sampler", "open_study", "redact_url", "storage_for"]
+__all__ = ["make_sampler", "open_study", "storage_for"]
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # ``multivariate``/``group`` are marked experimental; they are what makes TPE work on a conditional space.
@@ -48,7 +49,7 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
     try:
         return db.optuna_storage(url)  # one URL, one driver (psycopg 3), for our tables and Optuna's
     except Exception as e:  # noqa: BLE001 — any driver error is the user's URL, said in one line
-        raise BadInput(f"storage: cannot open {redact_url(url)}: {str(e).splitlines()[0]}") from None
+        raise BadInput(f"storage: cannot open {redact_url(url)}: {scrub(str(e).splitlines()[0], url)}") from None
 
 
 def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:

@@ -25,9 +25,10 @@ from advisor.executor_factory import make_executor
 from advisor.profile import ModelParams
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
 from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
-from advisor.job import SamplerKind, TuningJob
+from advisor.job import SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
-from advisor.study import open_study, redact_url
+from advisor.study import open_study
+from db import redact_url
 from executors import Executor, FailureKind, RunResult, place
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
@@ -37,7 +38,7 @@ from advisor.valid_sampler import taken_keys
 from advisor.grid import grid_points
 from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
-from advisor.recovery import Heartbeat, close_stale
+from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
     extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again,
@@ -64,7 +65,7 @@ def tune(
     ray_address: str | None = None,
 ) -> TuneSummary:
     url = storage or job.storage
-    name = study_name or job.name
+    name = check_study_name(study_name, "--study") if study_name is not None else job.name
     budget = trials or job.budget.trials
     own_executor = executor is None
     executor = executor or make_executor(job, ray_address=ray_address)  # bad executor input: before any write
@@ -217,7 +218,7 @@ def _loop(ctx: _Context, budget: int) -> None:
                 stale = 0
         asks += 1
         t0 = time.monotonic()
-        trial = study.ask()
+        trial = ask(study, ctx.worker)
         proposer = trial.user_attrs.get(PROPOSER_ATTR) or ("grid" if grid is not None else "sampler")
         if turn is None:
             trial.set_user_attr(DECLINED_ATTR, True)
@@ -373,7 +374,7 @@ def _baseline(ctx: _Context) -> None:
     cfg = baseline_config(ctx.job)
     if cfg is None:
         return
-    trial = ctx.study.ask()  # no parameters: the baseline need not lie in the search space
+    trial = ask(ctx.study, ctx.worker)  # no parameters: the baseline need not lie in the search space
     ctx.summary.baseline = trial.number
     _run_trial(ctx, trial, cfg, "baseline", extra="baseline")
 
@@ -398,7 +399,7 @@ def _repeats(ctx: _Context) -> None:
             continue
         if original.params:
             study.enqueue_trial(original.params, user_attrs={PROPOSER_ATTR: "repeat"})
-        trial = study.ask()
+        trial = ask(study, ctx.worker)
         cfg = job.space.suggest(trial) if original.params else row.config
         if cfg.key() != row.config.key():  # the space changed since: measure what was measured
             cfg = row.config

@@ -22,6 +22,8 @@ from sqlalchemy import Engine, create_engine, event, func, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool, StaticPool
 
+from db.redaction import redact_url, scrub
+
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 SQLITE_BUSY_TIMEOUT_S = 60.0
 #: Key of the PostgreSQL advisory lock held while migrating (the bytes of "advisor").
@@ -37,9 +39,10 @@ def normalize_url(url: str) -> str:
     """
     try:
         u = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # a port that is no number (a password's unencoded "@" or "/") is a ValueError
         raise ValueError(
-            f"storage {url!r} is not a database URL; use sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
+            f"storage {redact_url(url)!r} is not a database URL; use sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DB"
         ) from None
     backend = u.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
@@ -49,11 +52,11 @@ def normalize_url(url: str) -> str:
     return u.render_as_string(hide_password=False)
 
 
-def one_line(error: BaseException | None, password: str | None) -> str:
-    """The first line of a driver's message, the password (should a driver echo it) replaced."""
+def one_line(error: BaseException | None, url: str | None) -> str:
+    """The first line of a driver's message, ``url`` and its password (should a driver echo them) hidden."""
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
     text = lines[0] if lines else type(error).__name__
-    return text.replace(password, "***") if password else text
+    return scrub(text, url) if url else text
 
 
 def _json_safe(value: Any) -> Any:

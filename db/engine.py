@@ -46,6 +46,7 @@ from db.mapping import (
     trial,
 )
 from db.models import ExportRow, HardwareProfileRow, StudyRow, TrialRow
+from db.redaction import redact_url
 from db.rows import DatabaseUnavailable, HardwareProfile, Trial, UnknownTrial
 from search_spaces import DeploymentConfig, Measurement, TrialState, transition
 
@@ -74,7 +75,7 @@ def connect(url: str, *, echo: bool = False) -> Database:
     except BaseException as e:
         engine.dispose()
         if isinstance(e, DBAPIError):
-            raise DatabaseUnavailable(one_line(e.orig, engine.url.password)) from e
+            raise DatabaseUnavailable(one_line(e.orig, url)) from e
         if isinstance(e, CommandError):
             raise DatabaseUnavailable(
                 f"its advisor_* schema is at a revision this deploy-advisor does not know ({one_line(e, None)}); "
@@ -102,7 +103,7 @@ class Database:
     @property
     def url_for_display(self) -> str:
         """The URL with the password replaced by ``***``."""
-        return self._engine.url.render_as_string(hide_password=True)
+        return redact_url(self.url)
 
     def close(self) -> None:
         self._engine.dispose()

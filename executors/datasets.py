@@ -114,7 +114,10 @@ def agentic_lines(workload: Workload, concurrency: int, tokenizer_dir: str | Pat
 
 
 def trace_lines(trace_path: str | Path, concurrency: int) -> list[dict[str, Any]]:
-    """A user's JSONL trace as custom-dataset lines (flat requests, or sessions flattened like agentic)."""
+    """A user's JSONL trace as custom-dataset lines (flat requests, or sessions flattened like agentic).
+
+    Raises ``ValueError`` with one line naming the file and line of the first bad record (``advisor validate``
+    reads the trace through here, so a bad one is refused before any deployment)."""
     flat: list[dict[str, Any]] = []
     sessions: list[list[dict[str, Any]]] = []
     with open(trace_path) as fh:
@@ -125,25 +128,49 @@ def trace_lines(trace_path: str | Path, concurrency: int) -> list[dict[str, Any]
                 rec = json.loads(raw)
             except ValueError as e:
                 raise ValueError(f"{trace_path}:{num}: not JSON ({e})") from None
-            if "turns" in rec:
-                sess = []
-                for t in rec["turns"]:
-                    user = t.get("prompt", t.get("user"))
-                    out = t.get("output_tokens", t.get("output_len"))
-                    if user is None or out is None:
-                        raise ValueError(
-                            f"{trace_path}:{num}: each turn needs prompt|user and output_len|output_tokens")
-                    sess.append({"user": user, "output_tokens": int(out), "response": t.get("response", "")})
-                sessions.append(sess)
-            else:
-                out = rec.get("output_tokens", rec.get("output_len"))
-                if "prompt" not in rec or out is None:
-                    raise ValueError(f"{trace_path}:{num}: needs prompt and output_len|output_tokens (or turns)")
-                flat.append({"prompt": rec["prompt"], "output_tokens": int(out)})
+            try:
+                _trace_record(rec, flat, sessions)
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"{trace_path}:{num}: {e if isinstance(e, _BadRecord) else _RECORD}") from None
     lines = flat + _flatten_sessions(sessions, concurrency)
     if not lines:
         raise ValueError(f"{trace_path}: no requests")
     return lines
+
+
+class _BadRecord(ValueError):
+    """A trace record's own one-line complaint."""
+
+
+_RECORD = ("each line needs prompt and a whole output_len|output_tokens, or turns: a list of {prompt|user, "
+           "output_len|output_tokens}")
+
+
+def _trace_record(rec: Any, flat: list[dict[str, Any]], sessions: list[list[dict[str, Any]]]) -> None:
+    if not isinstance(rec, dict):
+        raise _BadRecord(f"a JSON object is needed (got {type(rec).__name__}); {_RECORD}")
+    if "turns" in rec:
+        sess = []
+        for t in rec["turns"]:
+            user = t.get("prompt", t.get("user"))
+            out = t.get("output_tokens", t.get("output_len"))
+            if user is None or out is None:
+                raise _BadRecord("each turn needs prompt|user and output_len|output_tokens")
+            sess.append({"user": user, "output_tokens": _tokens(out), "response": t.get("response", "")})
+        if not sess:
+            raise _BadRecord("turns is empty")
+        sessions.append(sess)
+    else:
+        out = rec.get("output_tokens", rec.get("output_len"))
+        if "prompt" not in rec or out is None:
+            raise _BadRecord("needs prompt and output_len|output_tokens (or turns)")
+        flat.append({"prompt": rec["prompt"], "output_tokens": _tokens(out)})
+
+
+def _tokens(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _BadRecord(f"output_len|output_tokens must be a whole number ≥ 1 (got {value!r:.40})")
+    return value
 
 
 def write_jsonl(lines: Sequence[dict[str, Any]], path: str | Path) -> Path:

@@ -7,12 +7,20 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from search_spaces.hardware import GPU_TABLE, GPUSpec
 
 
+#: Upper bounds checked when the job is read, before anything is enumerated or placed: placement and the
+#: performance model walk every node and GPU, so a typo (``nodes: 1000000000``) would otherwise run for minutes
+#: and take gigabytes. The largest deployments the product is for have thousands of GPUs; a rack-scale "node"
+#: (NVL72) has 72.
+MAX_NODES = 4096
+MAX_GPUS_PER_NODE = 128
+
+
 class ClusterSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gpu: str = Field(description="A GPU kind of the hardware table.")
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(8, ge=1)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(8, ge=1, le=MAX_GPUS_PER_NODE)
     rdma: bool = Field(True, description="Nodes reach each other over RDMA (scale-out bandwidth applies).")
 
     @field_validator("gpu")

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
@@ -19,12 +19,20 @@ class Dataset(StrEnum):
     TRACE = "trace"  # a user's JSONL trace, replayed
 
 
+#: Upper bounds checked when the job is read (see ``cluster.MAX_NODES``): tokens of a prompt or an output, a load
+#: level (requests in flight or per second), fixed levels per deployment, turns of an agentic session.
+MAX_TOKENS = 10_000_000
+MAX_LOAD = 1_000_000
+MAX_LOAD_LEVELS = 64
+MAX_TURNS = 1000
+
+
 class LengthDist(BaseModel):
     """Uniform in ``[mean × (1 - range_ratio), mean × (1 + range_ratio)]`` — vllm bench's ``random`` rule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mean: int = Field(ge=1)
+    mean: int = Field(ge=1, le=MAX_TOKENS)
     range_ratio: float = Field(0.0, ge=0.0, lt=1.0)
 
     @property
@@ -135,7 +143,8 @@ class Workload(BaseModel):
     isl: LengthDist = LengthDist(mean=1024, range_ratio=0.8)
     osl: LengthDist = LengthDist(mean=256, range_ratio=0.8)
     prefix_reuse: float = Field(0.0, ge=0.0, le=1.0, description="Share of each prompt that is a common prefix.")
-    load_levels: list[int] = Field(default=[8, 32, 128], description="Fixed levels measured on every deployment "
+    load_levels: list[Annotated[int, Field(le=MAX_LOAD)]] = Field(
+        default=[8, 32, 128], max_length=MAX_LOAD_LEVELS, description="Fixed levels measured on every deployment "
                                    "(concurrencies, or req/s with load_by: rate), in addition to the knee search.")
     load_by: Literal["concurrency", "rate"] = Field(
         "concurrency", description="What a load level sets: concurrent requests (closed loop) or a Poisson request "
@@ -145,8 +154,9 @@ class Workload(BaseModel):
     max_levels: int = Field(6, ge=1, le=20, description="Knee search: at most this many levels per deployment.")
     knee_tolerance: float = Field(0.15, gt=0, le=1.0, description="Knee search stops once the bracket's high end is "
                                   "within this share above its low end.")
-    max_load: float = Field(4096, gt=0, description="Knee search never measures above this load.")
-    max_load_concurrency: int = Field(4096, ge=1, description="Rate levels: at most this many requests in flight.")
+    max_load: float = Field(4096, gt=0, le=MAX_LOAD, description="Knee search never measures above this load.")
+    max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD,
+                                      description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
                                            "(× req/s for rate levels).")
     min_prompts: int = Field(40, ge=1, description="Prompts per level ≥ this: a P90 of 40 requests rests on its 4 "
@@ -157,7 +167,7 @@ class Workload(BaseModel):
                                            "× concurrency requests (≥ min_prompts) at that level's load, discarded.")
     fresh_prompts: bool = Field(True, description="Every level and the warm-up draw their own prompts (seeded per "
                                 "level), so the prefix cache cannot serve one level's prompts from another's.")
-    turns: int = Field(4, ge=1, description="Agentic: turns per session.")
+    turns: int = Field(4, ge=1, le=MAX_TURNS, description="Agentic: turns per session.")
     trace_path: str | None = Field(None, description="Trace: a JSONL of {prompt, output_len} or agentic sessions.")
     seed: int = 0
     expert_routing: ExpertRouting = Field(ExpertRouting(), description="How MoE tokens pick experts on every "

@@ -51,6 +51,22 @@ EXPECT = {
                                              "DeepSeek-style", "kv_lora_rank", "missing n_routed_experts",
                                              "num_experts_per_tok"],
     "model_config_not_an_object.yaml": ["list-config/config.json", "JSON object", "got list"],
+    # sizes past their bound, refused when the job is read, before anything is enumerated (nodes: 10⁹ once ran
+    # for minutes and took gigabytes; issue 32)
+    "huge_nodes.yaml": ["cluster.nodes", "less than or equal to 4096", "1000000000"],
+    "huge_gpus_per_node.yaml": ["cluster.gpus_per_node", "less than or equal to 128"],
+    "huge_load_level.yaml": ["workload.load_levels.1", "less than or equal to 1000000"],
+    "too_many_load_levels.yaml": ["workload.load_levels", "at most 64"],
+    "huge_budget.yaml": ["budget.trials", "less than or equal to 1000000"],
+    "huge_prompt.yaml": ["workload.isl.mean", "less than or equal to 10000000"],
+    # workload inputs, read and checked when the job is read, not after the first deployment (issue 32)
+    "malformed_trace.yaml": ["workload.trace_path", "malformed.jsonl:2", "not JSON"],
+    "empty_trace.yaml": ["workload.trace_path", "empty.jsonl", "no requests"],
+    "trace_output_len_not_a_number.yaml": ["workload.trace_path", "bad_output_len.jsonl:1", "whole number", "many"],
+    "missing_trace.yaml": ["workload.trace_path", "missing.jsonl", "cannot read"],
+    # a key given twice: YAML keeps the last silently, the job refuses it (issue 32)
+    "duplicate_key.yaml": ["not valid YAML", "line 4", "'budget' is given twice", "first at line 3"],
+    "duplicate_nested_key.yaml": ["not valid YAML", "line 4", "'mean' is given twice"],
     # a space none of whose candidates can run: the rules that removed them, counted
     "no_valid_candidate.yaml": ["space", "none of the 2 candidates is valid", "2 × memory-fit", "GiB of weights"],
 }
@@ -115,6 +131,12 @@ def test_unreachable_ray_writes_nothing(tmp_path: Path) -> None:
         (["tune", "JOB", "--executor", "ray", "--ray-address", "nowhere"], ["--ray-address", "HOST:PORT"]),
         (["cleanup", "no-such-study", "--storage", "sqlite:///DB"], ["no-such-study"]),
         (["query", "pareto", "ok", "x=p90_ttft_mz", "--storage", "sqlite:///DB"], ["p90_ttft_mz"]),
+        # an output format that is not one is refused, not ignored (issue 32)
+        (["studies", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml", "table", "csv", "json"]),
+        (["trials", "ok", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml"]),
+        (["query", "studies", "--format", "xml", "--storage", "sqlite:///DB"], ["--format", "xml"]),
+        # a file that is no configuration is said to be none, without its content
+        (["simulate", "JOB", "--config", "/etc/passwd"], ["/etc/passwd", "YAML mapping", "got str"]),
     ],
 )
 def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) -> None:
@@ -130,7 +152,19 @@ def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) ->
     line = _one_line(advisor(*args, cwd=tmp_path))
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
-    assert "secret" not in line
+    assert "secret" not in line and "root:" not in line
+
+
+def test_a_jobs_model_path_replaces_its_presets_model() -> None:
+    """``model: {path: …}`` on top of a preset naming a model preset uses the path (a job names one model; it
+    once needed ``preset: null`` beside it), and a model preset on top of a preset's path uses the preset."""
+    from advisor.job import job_from_dict
+
+    folder = Path(__file__).parent / "data" / "kimi-k2-fp8"
+    job = job_from_dict({"name": "p", "preset": "h200-dsv3", "model": {"path": str(folder)}})
+    assert job.model.preset is None and job.model_profile().name == "kimi-k2-fp8"
+    job = job_from_dict({"name": "p", "preset": "cpu-tiny-moe", "model": {"preset": "deepseek-v3"}})
+    assert job.model.preset == "deepseek-v3" and job.model.path is None
 
 
 def test_reading_a_missing_database_creates_nothing(tmp_path: Path) -> None:
@@ -179,3 +213,45 @@ def test_validate_show_prints_the_resolved_job(tmp_path: Path) -> None:
     assert "#   mixed_max_num_seqs: 4, 16" in p.stdout
     assert "4 candidates, 4 valid" in p.stdout
     assert not list(tmp_path.glob("*.db"))
+
+
+TRAVERSAL = "../../../../tmp/x/stolen"
+
+
+def test_study_names_obey_the_job_name_rule_on_the_command_line(tmp_path: Path) -> None:
+    """A study name is part of file names (the tuner's log, run folders): ``--study`` and every command taking a
+    study refuse a name the job's ``name`` rule refuses, before anything is read, built or written."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: ok\npreset: cpu-tiny-moe\nexecutor: {kind: simulated}\n")
+    dbfile = tmp_path / "x.db"
+    line = _one_line(advisor("tune", str(job), "--study", TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+    assert "--study" in line and "not a study name" in line and "letters, digits" in line, line
+    assert not dbfile.exists()
+    subprocess.run([sys.executable, "-m", "advisor", "tune", str(job), "--trials", "1", "--storage",
+                    f"sqlite:///{dbfile}"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for command in ("best", "export", "cleanup", "trials", "calibrate"):
+        line = _one_line(advisor(command, TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+        assert "not a study name" in line, (command, line)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
+    assert not Path("/tmp/x/stolen").exists()
+
+
+def test_study_names_obey_the_job_name_rule_in_the_api_and_the_dashboard(tmp_path: Path) -> None:
+    from advisor.errors import BadInput
+    from advisor.job import job_from_dict
+    from advisor.tune import tune
+    from ui import jobs
+
+    job = job_from_dict({"name": "ok", "preset": "cpu-tiny-moe", "executor": {"kind": "simulated"}})
+    with pytest.raises(BadInput, match="not a study name"):
+        tune(job, trials=1, storage=f"sqlite:///{tmp_path / 'x.db'}", study_name=TRAVERSAL)
+    assert not (tmp_path / "x.db").exists()
+    with pytest.raises(BadInput, match="not a study name"):
+        jobs.start(tmp_path / "job.yaml", TRAVERSAL, f"sqlite:///{tmp_path / 'x.db'}", tmp_path / "runs")
+    # a study an older version stored under such a name: its "log" is never looked up outside the run folder
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.log").write_text("not the dashboard's to show")
+    assert jobs.log_of("../outside/secret", tmp_path / "runs") is None
+    assert not (tmp_path / "runs").exists()

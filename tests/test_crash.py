@@ -29,10 +29,10 @@ from db import queries
 from search_spaces import TrialState
 
 
-def _trials(url: str) -> list[db.Trial]:
+def _trials(url: str, study: str = "crash") -> list[db.Trial]:
     database = db.connect(url)
     try:
-        return [queries.get_trial(database, "crash", t.number) for t in queries.list_trials(database, "crash")]
+        return [queries.get_trial(database, study, t.number) for t in queries.list_trials(database, study)]
     finally:
         database.close()
 
@@ -137,3 +137,47 @@ def test_sigkill_between_record_and_tell_then_resume(kind: str, after: int, tmp_
                 and t.failure_kind != "environment" and not (t.reason or "").startswith("same configuration")]
     assert len(measured) == 5  # the budget completes, and nothing beyond it ran
     assert [m.model_dump() for m in {t.number: t for t in trials}[victim].measurements] == levels
+
+
+_KILL_AFTER_ASK = """
+import json, os, signal, sys
+import db.engine
+from advisor import tune as t
+from advisor.job import job_from_dict
+
+url, after, job = sys.argv[1], int(sys.argv[2]), job_from_dict(json.loads(sys.argv[3]))
+start, calls = db.engine.Database.start_trial, [0]
+
+def die_before_recording(self, *args, **kwargs):
+    calls[0] += 1
+    if calls[0] == after:  # asked from Optuna, not yet recorded by us
+        os.kill(os.getpid(), signal.SIGKILL)
+    return start(self, *args, **kwargs)
+
+db.engine.Database.start_trial = die_before_recording
+t.tune(job, storage=url)
+"""
+
+
+def test_sigkill_between_ask_and_record_then_resume_leaves_no_running_trial(tmp_path: Path) -> None:
+    """A tuner killed after asking Optuna for a trial and before recording it: the resume closes that trial at
+    once (its asking worker is recorded on it and is dead), so none stays RUNNING, counted toward the budget."""
+    url = f"sqlite:///{tmp_path / 'kill.db'}"
+    doc = {"name": "asked", "preset": "gb300-rack-dsv3", "sampler": {"kind": "random", "seed": 5},
+           "budget": {"trials": 5}}
+    p = subprocess.run([sys.executable, "-c", _KILL_AFTER_ASK, url, "3", json.dumps(doc)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == -signal.SIGKILL, p.stdout + p.stderr
+    study = optuna.load_study(study_name="asked", storage=db.optuna_storage(url))
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    assert len(running) == 1 and running[0].number not in {t.number for t in _trials(url, "asked")}
+
+    summary = tune_mod.tune(job_from_dict(doc), storage=url)  # at once: well inside the 60 s age rule
+
+    study = optuna.load_study(study_name="asked", storage=db.optuna_storage(url))
+    assert not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    assert study.trials[running[0].number].state is optuna.trial.TrialState.FAIL
+    assert summary.stopped_because == "budget reached" and tune_mod._executed(study) == 5
+    measured = [t for t in _trials(url, "asked") if t.state in (TrialState.COMPLETE, TrialState.FAILED)
+                and not (t.reason or "").startswith("same configuration")]
+    assert len(measured) == 5  # the budget exact: not one short, nothing beyond it

@@ -153,3 +153,32 @@ def test_both_objective_modes_run(mode: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     s = tune(_job(objective={"mode": mode}, budget={"trials": 6}), storage=url)
     assert s.executed == 6
+
+
+_DYING_ENGINE = """import sys
+print("INFO 12-01 02:45:00 [api_server.py:1] vLLM API server version 0.0-planted", flush=True)
+print("(EngineCore_DP0 pid=1) ERROR 12-01 02:45:08 [core.py:1] EngineCore failed to start.", flush=True)
+print("(EngineCore_DP0 pid=1) RuntimeError: planted engine death: no KV cache fits", flush=True)
+print("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}", flush=True)
+print("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above)", flush=True)
+sys.exit(1)
+"""
+
+
+def test_a_failed_trials_reason_is_printed_as_it_happens(tmp_path: Path) -> None:
+    """A trial whose engine dies says why at once, with the log's informative error line (not vLLM's "see stack
+    trace (above)", which the user never sees), instead of only "(1 failed)" in the summary at the end."""
+
+    (tmp_path / "engine.py").write_text(_DYING_ENGINE)
+    (tmp_path / "job.yaml").write_text(
+        "name: dies\npreset: cpu-tiny-moe\nbudget: {trials: 1, repeat_top: 0}\nbaseline: {enabled: false}\n"
+        f"executor: {{kind: local, engine_cmd: [{sys.executable!r}, {str(tmp_path / 'engine.py')!r}]}}\n")
+    p = subprocess.run([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage",
+                        f"sqlite:///{tmp_path / 'x.db'}"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    failed = [ln for ln in lines if ln.startswith("trial 0 failed:")]
+    assert failed and "RuntimeError: planted engine death: no KV cache fits" in failed[0], p.stdout
+    assert "stack trace" not in failed[0]
+    assert lines.index(failed[0]) < next(i for i, ln in enumerate(lines) if ln.startswith("study 'dies'"))

@@ -405,7 +405,7 @@ def test_switching_studies_keeps_nothing_of_the_first(env: Path, url: str) -> No
     at.text_input(key=common.key(STUDY, "trials_text")).input("TP").run()
     at.selectbox(key="pick_study").select(OTHER).run()
     assert not at.exception, [e.message for e in at.exception]
-    assert at.title[0].value == f"Study {OTHER}"
+    assert at.title[0].value == f"Study {common.md(OTHER)}"  # the name as Markdown shows it as written
     assert at.multiselect(key=common.key(OTHER, "trials_states")).value == []
     assert at.text_input(key=common.key(OTHER, "trials_text")).value in ("", None)
     table = _df(at, {"trial", "state", "deployment"})
@@ -431,9 +431,12 @@ def test_switching_studies_keeps_nothing_of_the_first(env: Path, url: str) -> No
 
 
 def test_unknown_study_or_trial_in_the_url_says_so(env: Path) -> None:
-    at = _run("views/study.py", study="no-such-study")
-    assert any("no study named **no-such-study**" in w.value for w in at.warning)
-    assert at.title[0].value.startswith("Study ")
+    for page in ("views/study.py", "views/trial.py", "views/compare.py"):
+        at = _run(page, study="no-such-study")
+        assert any("no study named **no\\-such\\-study**" in w.value for w in at.warning), page
+        # and shows none: no other study's title, recommendation, table or figure
+        assert not at.title and not at.dataframe and not at.get("plotly_chart"), page
+        assert at.selectbox(key="pick_study_instead").value is None
     at = _run("views/trial.py", study=STUDY, trial="12345")
     assert any("no trial **12345**" in w.value for w in at.warning)
     at = _run("views/study.py", study=STUDY)
@@ -461,6 +464,44 @@ def test_compare_studies_overlays_both_fronts(env: Path) -> None:
     assert list(table["study"]) == [STUDY, OTHER] and any(c.startswith("% vs") for c in table.columns)
     at = _run("views/compare_studies.py", studies=f"{STUDY},nope")
     assert any("No study named **nope**" in w.value for w in at.warning)
+    assert at.multiselect(key="compare_studies").value == [STUDY]  # the link's study, no other to fill the gap
+    assert not at.get("plotly_chart")
+    at = _run("views/compare_studies.py", studies="nope,nada")
+    assert at.multiselect(key="compare_studies").value == [] and not at.get("plotly_chart") and not at.dataframe
+
+
+#: What a shared link could plant: a link, an image the browser fetches, HTML.
+INJECTED = ('[Session expired](http://evil.example/login) ![i](http://127.0.0.1:9/t.png) '
+            '<a href="http://evil.example/">click</a> :red[x] $x^2$')
+
+
+def test_injected_markdown_and_html_in_a_url_are_shown_as_text(env: Path) -> None:
+    """A study name from the URL is shown as written: rendered as CommonMark it makes no link, image or HTML,
+    and no bare URL is left for GitHub-style autolinking."""
+    from markdown_it import MarkdownIt
+
+    render = MarkdownIt("commonmark").render
+    for page, query in (("views/study.py", {"study": INJECTED}), ("views/trial.py", {"study": INJECTED}),
+                        ("views/compare.py", {"study": INJECTED}),
+                        ("views/compare_studies.py", {"studies": f"{STUDY},{INJECTED}"})):
+        at = _run(page, **query)
+        shown = [w.value for w in at.warning if "Session expired" in w.value]
+        assert shown, (page, [w.value for w in at.warning])
+        for text in shown:
+            html = render(text)
+            assert "<a " not in html and "<img" not in html and "&lt;a href" in html, (page, html)
+            assert "http://" not in text and ":red[" not in text and "$x" not in text.replace("\\$x", ""), (page, text)
+
+
+def test_study_names_in_plotly_labels_are_text(env: Path, url: str) -> None:
+    name = '<a href="http://evil.example/">click</a> %{x}'
+    info = data.study(url, STUDY)
+    lv = data.levels(url, STUDY, info.stamp, info.x_metric, info.y_metric)
+    for fig in (plots.studies_front_figure({name: lv[lv["pareto"]]}, info.x_metric, info.y_metric),
+                plots.studies_history_figure({name: data.history(url, STUDY, info.stamp)}, info.objectives[0])):
+        trace = fig.data[0]
+        assert trace.name == '&lt;a href="http://evil.example/"&gt;click&lt;/a&gt; %&#123;x}'
+        assert "<a " not in (trace.hovertemplate or "") and "%{x}</b>" not in (trace.hovertemplate or "")
 
 
 def test_too_few_trials_for_importance_is_said_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -513,7 +554,7 @@ def test_trial_page_of_the_best_trial(env: Path, url: str) -> None:
     finally:
         database.close()
     at = _run("views/trial.py", study=STUDY, trial=str(best))
-    assert at.title[0].value == f"Trial {best} of {STUDY}"
+    assert at.title[0].value == f"Trial {best} of {common.md(STUDY)}"
     assert {s.value for s in at.subheader} >= {"Configuration", "Operating point", "Topology",
                                               "Measurements per load level", "Per-rank imbalance", "Timings", "Export"}
     levels = _df(at, {f"c={m.concurrency}" for m in trial.measurements})
@@ -839,3 +880,30 @@ def test_viewer_toolbar_and_a_local_page_icon() -> None:
     source = (ui / "app.py").read_text()
     assert "assets" in source and ":material/" not in source.split("set_page_config", 1)[1].split("\n", 1)[0]
     assert (ui / "assets" / "icon.png").read_bytes().startswith(b"\x89PNG")
+
+
+def _snapshot(*paths: Path) -> dict[Path, bytes]:
+    """Every file under ``paths`` (the database file and its WAL among them), byte for byte."""
+    return {f: f.read_bytes() for p in paths for f in ([p] if p.is_file() else sorted(p.rglob("*"))) if f.is_file()}
+
+
+def test_read_only_dashboard_writes_nothing_whatever_is_clicked(env: Path, url: str) -> None:
+    """Read-only means no write of any kind: every page rendered, every button pressed and every download made
+    (what a download button runs when clicked) leave the database and the disk byte-identical."""
+    from ui import downloads
+
+    dbfile = Path(url.removeprefix("sqlite:///"))
+    best = _best_level(url).trial_number
+    before = _snapshot(dbfile.parent, env)
+    for page, query in (("views/studies.py", {}), ("views/study.py", {"study": STUDY}),
+                        ("views/trial.py", {"study": STUDY, "trial": str(best)}),
+                        ("views/compare.py", {"study": STUDY}), ("views/compare_studies.py", {}),
+                        ("views/new_study.py", {})):
+        at = _run(page, **query)
+        for i in range(len(at.button)):
+            at.button[i].click().run()
+            assert not at.exception, [e.message for e in at.exception]
+    made = {fmt: downloads.exporter(url, STUDY, best, fmt)() for fmt in FORMATS}
+    assert made["vllm"].startswith(b"#!") and all(made.values())
+    assert all(b"export failed" not in b for b in made.values())
+    assert _snapshot(dbfile.parent, env) == before  # no export row, no file under the run folder

@@ -331,9 +331,13 @@ def test_recommendation_exports_a_launch_script_vllm_parses(page: Any, dashboard
     assert f"tok/s/GPU @ c={best.concurrency}," in text
     assert _throughputs_carry_concurrency(text) >= 2
     assert pg.locator("[data-testid=stAppDeployButton]").count() == 0  # Streamlit's toolbar in viewer mode
+    folder = Path(study_url.removeprefix("sqlite:///")).parent
+    before = {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
     with pg.expect_download(timeout=60_000) as info:
         pg.locator(".st-key-rec_export_vllm button").first.click()
     script = Path(info.value.path()).read_text()
+    # read-only: the download wrote nothing (no export row in the database, no file beside it)
+    assert {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()} == before
     assert script.startswith("#!") and f"study '{STUDY}', trial {best.trial_number}" in script
     serve = [ln for ln in script.splitlines() if " serve " in ln and not ln.startswith("#")]
     assert serve
@@ -378,11 +382,25 @@ def test_switching_studies_keeps_nothing_of_the_first(page: Any, dashboard: str,
     assert shown and set(shown) <= mine  # highlighted: trials of this study's front only
 
 
-def test_unknown_study_in_the_url_is_said(page: Any, dashboard: str) -> None:
+def test_unknown_study_in_the_url_is_said_as_text_and_shows_none(page: Any, dashboard: str) -> None:
+    """A shared link naming no study: the name is shown as written (no link, no image the browser fetches),
+    and no other study is shown in its place."""
+    from urllib.parse import quote
+
     pg = page
-    pg.goto(f"{dashboard}/study?study=no-such-study")
-    _settle(pg, "Study ")
-    assert pg.get_by_text("There is no study named no-such-study", exact=False).count() >= 1
+    fetched: list[str] = []  # every request, the dashboard's own host included (127.0.0.1:9 is "local")
+    pg.on("request", lambda r: fetched.append(r.url))
+    planted = ("[Session expired](http://evil.example/login) ![i](http://127.0.0.1:9/t.png) "
+               "<a href='http://evil.example/'>x</a>")
+    pg.goto(f"{dashboard}/study?study={quote(planted)}")
+    pg.get_by_text("There is no study named", exact=False).first.wait_for(timeout=60_000)
+    pg.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60_000)
+    pg.wait_for_timeout(500)
+    warning = pg.get_by_text("There is no study named", exact=False).first.inner_text().replace("\u2060", "")
+    assert "[Session expired](http://evil.example/login)" in warning and "<a href='http://evil.example/'>" in warning
+    assert pg.locator("a[href*='evil.example'], a[href*='127.0.0.1:9'], img[src*='127.0.0.1:9']").count() == 0
+    assert pg.locator("h1").count() == 0 and pg.locator(".js-plotly-plot").count() == 0
+    assert not [u for u in fetched if u.startswith(("http://evil.example", "http://127.0.0.1:9/"))]
 
 
 def test_compare_studies_shows_both_fronts(page: Any, dashboard: str) -> None:

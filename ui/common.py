@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import streamlit as st
@@ -17,6 +18,22 @@ TRIAL_PAGE = "views/trial.py"
 COMPARE_PAGE = "views/compare.py"
 NEW_STUDY_PAGE = "views/new_study.py"
 EXAMPLE_JOB = "examples/gb300-rack.yaml"
+
+
+#: Every ASCII punctuation mark: CommonMark lets each be backslash-escaped, and escaped none starts a link, an
+#: image, emphasis, HTML, a formula (``$``) or a directive (``:red[…]``).
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+#: GitHub-style autolinks (``http://…``, ``www.…``, ``a@b.c``) are found in the text *after* escapes are undone
+#: (Streamlit's renderer links them in text nodes), so an invisible word joiner follows ``:``, ``.`` and ``@``.
+_AUTOLINK_BREAK = re.compile(r"([:.@])")
+WORD_JOINER = "\u2060"
+
+
+def md(text: Any) -> str:
+    """User text (a study name from a URL, a job's description) for Markdown: shown as written, rendered as
+    nothing (a shared link could otherwise plant a link or an image the browser fetches)."""
+    one_line = " ".join(str(text).split())
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", _AUTOLINK_BREAK.sub(rf"\1{WORD_JOINER}", one_line))
 
 
 def fmt(v: Any) -> str:
@@ -69,11 +86,15 @@ def load_studies(s: Settings) -> list[StudyInfo]:
 
 
 def pick_study(infos: list[StudyInfo]) -> StudyInfo:
-    """The study in the URL (``?study=``), else the last one looked at, else the most recently updated one."""
+    """The study in the URL (``?study=``), else the last one looked at, else the most recently updated one.
+
+    A URL naming no study of the database says so and stops the page, showing none: a shared link to a study
+    that is not there must not silently show another study's recommendation."""
     names = [i.name for i in infos]
     key = "pick_study"
     wanted = st.query_params.get("study")
-    unknown = wanted if wanted is not None and wanted not in names else None  # the URL then names the shown one
+    if wanted is not None and wanted not in names:
+        _no_such_study(wanted, names)
     if wanted in names and st.session_state.get(key) != wanted:
         st.session_state[key] = wanted
     elif st.session_state.get(key) not in names:
@@ -87,12 +108,24 @@ def pick_study(infos: list[StudyInfo]) -> StudyInfo:
         st.query_params.pop("trials", None)
 
     choice = st.sidebar.selectbox("Study", names, key=key, on_change=changed)
-    if unknown is not None:
-        st.warning(f"There is no study named **{unknown}** in `{_storage_name()}`; showing **{choice}** instead. "
-                   "Pick another one in the sidebar.", icon=":material/warning:")
     st.query_params["study"] = choice
     st.session_state["last_study"] = choice
     return infos[names.index(choice)]
+
+
+def _no_such_study(wanted: str, names: list[str]) -> None:
+    """The warning for a URL naming no study, a picker with nothing picked, and the page stopped."""
+    key = "pick_study_instead"
+
+    def picked() -> None:
+        st.query_params["study"] = st.session_state[key]
+        st.query_params.pop("trial", None)
+        st.query_params.pop("trials", None)
+
+    st.sidebar.selectbox("Study", names, key=key, index=None, placeholder="pick a study", on_change=picked)
+    st.warning(f"There is no study named **{md(wanted)}** in `{_storage_name()}`. Pick one in the sidebar.",
+               icon=":material/warning:")
+    st.stop()
 
 
 def _storage_name() -> str:

@@ -25,7 +25,7 @@ import db
 from advisor import api
 from advisor.errors import BadInput
 from advisor.job import TuningJob, job_from_dict
-from advisor.study import redact_url
+from db import redact_url
 from db import queries
 from ui import advice
 from search_spaces import SLO_METRICS

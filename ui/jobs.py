@@ -24,8 +24,8 @@ import streamlit as st
 import yaml
 
 from advisor.errors import BadInput
-from advisor.job import TuningJob, job_from_dict, load_job
-from advisor.study import redact_url
+from advisor.job import TuningJob, check_study_name, job_from_dict, load_job
+from db import redact_url
 
 
 @dataclass
@@ -85,7 +85,7 @@ def save_upload(data: bytes, filename: str, run_dir: Path) -> tuple[Path, Tuning
 
 def start(job_file: Path, study: str, storage: str, run_dir: Path, trials: int | None = None) -> TuneProcess:
     """Run the tuner on ``job_file`` in its own process group; refuses a second tuner for a study it runs."""
-    current = registry().get(study)
+    current = registry().get(check_study_name(study))
     if current is not None and current.running:
         raise BadInput(f"study {study!r} is already being tuned from this dashboard (pid {current.pgid})")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,9 +137,14 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 def log_of(study: str, run_dir: Path) -> Path | None:
-    """The log of the last tuner this dashboard (or an earlier run of it) started for ``study``."""
+    """The log of the last tuner this dashboard (or an earlier run of it) started for ``study``; none for a name
+    that breaks the study-name rule (a study stored by an older version): no path is built from it."""
     tp = registry().get(study)
     if tp is not None:
         return tp.log
+    try:
+        check_study_name(study)
+    except BadInput:
+        return None
     path = run_dir / f"{study}.log"
     return path if path.exists() else None

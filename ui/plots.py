@@ -9,6 +9,7 @@ imbalance, timings) are in ``ui.trial_plots``.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -262,6 +263,13 @@ def compare_figure(levels: pd.DataFrame, trials: Sequence[int], x: str, y: str) 
 # ---------------------------------------------------------------------------------------------- compare studies
 
 
+def plain(text: str) -> str:
+    """User text (a study name) for a Plotly label: Plotly renders a subset of HTML in names, hover texts and
+    titles (``<a href>`` becomes a clickable link) and fills ``%{…}`` in hover templates; escaped, it shows as
+    written."""
+    return html.escape(text, quote=False).replace("%{", "%&#123;")
+
+
 def studies_front_figure(fronts: Mapping[str, pd.DataFrame], x: str, y: str) -> go.Figure:
     """Several studies' Pareto fronts (their SLO-meeting non-dominated levels) overlaid, one colour each; each
     trace's ``meta`` is its study's name."""
@@ -269,11 +277,11 @@ def studies_front_figure(fronts: Mapping[str, pd.DataFrame], x: str, y: str) -> 
     for name, front in fronts.items():
         f = front.sort_values(x)
         fig.add_trace(go.Scatter(
-            x=_floats(f[x]), y=_floats(f[y]), mode="lines+markers", name=name, meta=name,
+            x=_floats(f[x]), y=_floats(f[y]), mode="lines+markers", name=plain(name), meta=name,
             line={"shape": "hv", "width": 2}, marker={"size": 9},
             customdata=np.stack([f["trial"].to_numpy(dtype=int), f["concurrency"].to_numpy(dtype=int)], axis=1)
             if len(f) else None,
-            hovertemplate=f"<b>{name}</b>: trial %{{customdata[0]}} @ c=%{{customdata[1]}}<br>{label(x)} "
+            hovertemplate=f"<b>{plain(name)}</b>: trial %{{customdata[0]}} @ c=%{{customdata[1]}}<br>{label(x)} "
                           f"%{{x:,.1f}}<br>{label(y)} %{{y:,.1f}}<extra></extra>"))
     fig.update_layout(meta="studies_front", xaxis_title=label(x), yaxis_title=label(y), height=440,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.2})
@@ -285,7 +293,7 @@ def studies_history_figure(histories: Mapping[str, pd.DataFrame], objective: str
     fig = go.Figure()
     for name, h in histories.items():
         b = h[h["best"].notna()]
-        fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name=name, meta=name,
+        fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name=plain(name), meta=name,
                                  line={"shape": "hv", "width": 2}))
     fig.update_layout(meta="studies_history", xaxis_title="trial", yaxis_title=f"best {label(objective)} so far",
                       height=340, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from advisor.job import DEFAULT_STORAGE
-from advisor.study import redact_url
+from db import redact_url
 
 STORAGE_ENV = "ADVISOR_STORAGE"
 ALLOW_ENV = "ADVISOR_ALLOW_NEW_STUDIES"

@@ -18,7 +18,7 @@ infos = common.load_studies(s)
 info = common.pick_study(infos)
 url, name = s.storage, info.name
 x, y = info.x_metric, info.y_metric
-st.title(f"Compare trials of {name}")
+st.title(f"Compare trials of {common.md(name)}")
 
 levels = data.levels(url, name, info.stamp, x, y)
 trials_df, params_df = data.trials(url, name, info.stamp)

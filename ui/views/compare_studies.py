@@ -29,10 +29,10 @@ raw = st.query_params.get("studies", "")
 asked = [n for n in raw.split(",") if n]
 unknown = [n for n in asked if n not in by_name]
 if unknown:
-    st.warning(f"No study named {', '.join(f'**{n}**' for n in unknown)} in `{s.storage_for_display}`; "
-               "left out.", icon=":material/warning:")
+    st.warning(f"No study named {', '.join(f'**{common.md(n)}**' for n in unknown)} in "
+               f"`{s.storage_for_display}`; left out.", icon=":material/warning:")
 from_url = [n for n in asked if n in by_name][:MAX_STUDIES]
-if from_url and st.session_state.get(key) != from_url:
+if asked and st.session_state.get(key) != from_url:  # a link's studies, and no other: none to fill the gap
     st.session_state[key] = from_url
 elif key not in st.session_state or any(n not in by_name for n in st.session_state[key]):
     newest = sorted(infos, key=lambda i: str(i.updated_at), reverse=True)
@@ -63,7 +63,7 @@ y = c2.selectbox("y axis", rest, index=rest.index(first.y_metric) if first.y_met
 jobs = {n: common.job_line(by_name[n]) for n in chosen}
 if len(set(jobs.values())) > 1:
     st.caption("The studies ask different things (model, cluster, workload or SLOs): " +
-               " · ".join(f"**{n}**: {j}" for n, j in jobs.items()))
+               " · ".join(f"**{common.md(n)}**: {j}" for n, j in jobs.items()))
 
 # ---------------------------------------------------------------------------------------------- fronts
 fronts, rows = {}, []

@@ -33,9 +33,9 @@ def K(widget: str) -> str:  # noqa: N802 — a key of this study's widgets
     return common.key(name, widget)
 
 
-st.title(f"Study {name}")
+st.title(f"Study {common.md(name)}")
 if info.description:
-    st.markdown(info.description)
+    st.markdown(common.md(info.description))
 common.study_header(info)
 x, y = info.x_metric, info.y_metric
 levels = data.levels(url, name, info.stamp, x, y)
@@ -83,7 +83,7 @@ def recommendation(rec: advice.Recommendation) -> None:
     if alts:
         st.markdown("**Alternatives to weigh**\n" + "\n".join(f"- {k}: {point_line(p)}" for k, p in alts))
     st.caption(f"{rec.front_deployments} distinct deployment(s) on the Pareto front (the Pareto tab lists them).")
-    downloads.buttons(url, name, b.trial, s.run_dir, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
+    downloads.buttons(url, name, b.trial, prefix="rec_export", formats=("vllm", "k8s", "ray-serve",
                                                                                  "json"), titles=True)
     common.trial_link(name, b.trial, f"Open trial {b.trial}")
 

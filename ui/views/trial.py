@@ -32,7 +32,7 @@ if t is None:
     st.stop()
 row = trials_df[trials_df["trial"] == number].iloc[0]
 
-st.title(f"Trial {number} of {name}")
+st.title(f"Trial {number} of {common.md(name)}")
 st.markdown(f"**{t.state.value}** · {t.gpus or '?'} GPUs · {t.config_text or 'no configuration recorded'}")
 nav = st.columns(4)
 with nav[0]:
@@ -163,7 +163,7 @@ if t.log_tail:
 # ---------------------------------------------------------------------------------------------- exports
 st.subheader("Export")
 if t.state.value == "complete" and t.config is not None:
-    downloads.buttons(url, name, number, s.run_dir, formats=FORMATS)
+    downloads.buttons(url, name, number, formats=FORMATS)
     st.caption(f"The same files as `advisor export {name} --trial {number} --format FORMAT` (folders come zipped).")
     if t.exports:
         st.dataframe(pd.DataFrame([{"format": e.format, "path": e.path, "sha256": e.sha256[:16] + "…",
