@@ -191,6 +191,11 @@ def _tune_summary(summary: api.TuneSummary, url: str) -> None:
                   f"repeats reused{extra}; {summary.stopped_because}")
     if summary.interrupted_found:
         console.print(f"closed {summary.interrupted_found} trial(s) left running by an earlier tuner")
+    if summary.profiled:
+        console.print(f"profiled this GPU first: {summary.profiled}", markup=False, highlight=False)
+    if summary.model_params:
+        console.print(f"model: {summary.model_params} (the knee searches' starts and the guide rest on it)",
+                      markup=False, highlight=False)
     _best(summary.study, url, top=10)
     if summary.environment_broken:
         err.print(f"error: {summary.stopped_because}", markup=False, highlight=False, soft_wrap=True)

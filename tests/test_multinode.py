@@ -80,7 +80,8 @@ def _job(work: Path, model: Path, hosts: two_hosts.TwoHosts, **over: Any) -> dic
         "budget": {"trials": 2, "repeat_top": 0},
         # gloo must use the hosts' shared network, not whatever the hostname resolves to
         "executor": {"kind": "ray", "ray_address": hosts.ray_address, "run_dir": str(work / "runs"),
-                     "env": {"GLOO_SOCKET_IFNAME": "eth0"}, "timeouts": {"health_s": 400}},
+                     "env": {"GLOO_SOCKET_IFNAME": "eth0"}, "timeouts": {"health_s": 400},
+                     "profile": "off"},  # these tests are about hosts; tests/test_profile_real.py profiles
     }
     for k, v in over.items():
         job[k] = {**job[k], **v} if isinstance(v, dict) and isinstance(job.get(k), dict) else v

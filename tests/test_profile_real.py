@@ -1,0 +1,177 @@
+"""The hardware profile for real (issue 29): `advisor profile` on the tiny dummy-weight MoE with vLLM's CPU build at
+two depths, then studies that start from it without being told. Nothing mocked.
+
+One module fixture profiles once (two cold starts, 8 probe levels; a few minutes on 2 cores); the tests read it:
+
+* the profile is stored whole (GPU kind and count, vLLM's version, the shape, every probe level, the fitted
+  parameters and their cross-validated errors) and written as a parameter file; no probe level read another's
+  prompts from the prefix cache (each probe has its own seed);
+* a real study (the local executor, `executor.profile: auto`) finds it instead of profiling again, says so, and
+  starts its knee search where the profiled model puts the knee; the study's levels — another batch size, other
+  concurrencies, prompts of other lengths — are predicted better by the profile than by the defaults;
+* a simulated study of the same shape on the same GPU kind predicts with it, and every level says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import db
+from advisor.calibrate import Problem, measured_samples
+from advisor.job import job_from_dict, load_job
+from executors import place
+from executors.measure import MeasurePlan
+from executors.perf_model import PerfParams, default_params, predict
+from executors.simulated import predicted_knee
+from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
+
+pytestmark = [pytest.mark.vllm]
+
+SEQS = 4  # the study's batch size: the profile deployed vLLM's CPU default (128)
+
+
+def advisor(*args: str, cwd: Path, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _job(work: Path, name: str, **over: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": name, "preset": "cpu-tiny-moe", "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+        "executor": {"kind": "local", "run_dir": str(work / "runs")}, "storage": f"sqlite:///{work / 'results.db'}",
+    }
+    doc.update(over)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> dict[str, Any]:
+    work = tmp_path_factory.mktemp("profile")
+    (work / "profile.yaml").write_text(yaml.safe_dump(_job(work, "prof")))
+    r = advisor("profile", "profile.yaml", "--depths", "1,2", "--out", "params.json", cwd=work)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return {"work": work, "out": r.stdout}
+
+
+def _config() -> DeploymentConfig:
+    role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=SEQS, max_num_batched_tokens=2048)
+    return DeploymentConfig(mode=Mode.AGGREGATED, decode=role)
+
+
+def test_profile_is_stored_whole_and_written_as_a_parameter_file(profiled):
+    work = profiled["work"]
+    job = load_job(work / "profile.yaml")
+    database = db.connect(job.storage)
+    try:
+        stored = database.profiles(gpu="CPU", shape_key=job.model_profile().shape_key)
+    finally:
+        database.close()
+    assert len(stored) == 1
+    p = stored[0]
+    assert p.gpu_count == 1 and p.engine_version and "vllm" in p.engine_version
+    assert p.shape == job.model_profile().shape and p.report["depths"] == [1, 2]
+    assert f"stored {p.label}" in profiled["out"]
+    # every probe level, at both depths, prefill (one output token) and decode
+    assert {(lv["depth"], lv["kind"]) for lv in p.probes} == {(1, "prefill"), (1, "decode"), (2, "prefill"),
+                                                               (2, "decode")}
+    assert len(p.probes) == 8 and all(lv["completed"] for lv in p.probes)
+    # probes of one deployment never share prompts (each has its own seed): no prefix-cache hits
+    assert all((lv["prefix_cache_hit_rate"] or 0.0) <= 0.01 for lv in p.probes), \
+        [(lv["kind"], lv["isl"], lv["concurrency"], lv["prefix_cache_hit_rate"]) for lv in p.probes]
+    # the fit is cross-validated by probe, and the file is the stored parameters
+    assert p.report["error_after"]["held_out"]["levels"] == 8
+    assert PerfParams.load(work / "params.json") == PerfParams.model_validate(p.params)
+    assert p.params != default_params("CPU").model_dump()
+
+
+@pytest.fixture(scope="module")
+def real_study(profiled) -> dict[str, Any]:
+    """A real knee-search study of another batch size, whose SLO puts the profiled model's knee at 3 of 1..8."""
+    work = profiled["work"]
+    database = db.connect(f"sqlite:///{work / 'results.db'}")
+    try:
+        params = PerfParams.model_validate(database.profiles(gpu="CPU")[0].params)
+    finally:
+        database.close()
+    workload = {"dataset": "random", "isl": {"mean": 192, "range_ratio": 0.2}, "osl": {"mean": 24, "range_ratio": 0.2},
+                "load_levels": [2], "knee_search": True, "max_load": 8, "max_levels": 4, "knee_tolerance": 0.3,
+                "prompts_per_concurrency": 3, "min_prompts": 12, "warmups_per_concurrency": 1}
+    doc = _job(work, "study", workload=workload,
+               space={"modes": ["aggregated"], "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEQS],
+                                                         "max_num_batched_tokens": [2048]}},
+               sampler={"kind": "grid", "seed": 0}, budget={"trials": 1, "repeat_top": 0})
+    doc["executor"]["profile"] = "auto"  # the preset turns it off; a stored profile must be found, not remade
+    probe = job_from_dict({**doc, "slos": []})
+    topo = place(_config(), probe.cluster)
+    e2e = {m.concurrency: m.p50_e2el_ms for m in predict(topo, probe.model_profile(), probe.workload, params, [3, 4])}
+    bound = math.sqrt(e2e[3] * e2e[4])
+    doc["slos"] = [{"metric": "p50_e2el_ms", "op": "<=", "value": round(bound, 3)}]
+    (work / "study.yaml").write_text(yaml.safe_dump(doc))
+    r = advisor("tune", "study.yaml", cwd=work)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    job = load_job(work / "study.yaml")
+    plan = MeasurePlan(tuple(job.slos))
+    return {"work": work, "out": r.stdout, "job": job, "params": params,
+            "start": predicted_knee(topo, job.model_profile(), job.workload, plan, params),
+            "start_defaults": predicted_knee(topo, job.model_profile(), job.workload, plan, default_params("CPU"))}
+
+
+def test_real_study_starts_its_knee_search_from_the_profile_and_says_so(real_study):
+    job, work = real_study["job"], real_study["work"]
+    database = db.connect(job.storage)
+    try:
+        assert len(database.profiles()) == 1  # found, not made again
+        label = database.profiles()[0].label
+        trial = db.queries.get_trial(database, "study", 0)
+    finally:
+        database.close()
+    assert f"model: {label}" in real_study["out"]
+    assert trial is not None and trial.state == "complete"
+    searched = [m for m in trial.measurements if m.purpose in ("search", "knee")]
+    assert searched, [(m.concurrency, m.purpose) for m in trial.measurements]
+    assert real_study["start"] == 3.0  # the SLO was placed so
+    assert real_study["start_defaults"] != real_study["start"]
+    assert searched[0].concurrency == 3  # where the profiled model put the knee, not the defaults' start
+
+
+def test_profile_predicts_the_study_it_never_saw_better_than_the_defaults(real_study):
+    job = real_study["job"]
+    database = db.connect(job.storage)
+    try:
+        samples = measured_samples(database, "study", job)
+    finally:
+        database.close()
+    assert samples and sum(len(s.measured) for s in samples) >= 3
+    problem = Problem(samples)
+    profiled, defaults = problem.errors(real_study["params"]), problem.errors(default_params("CPU"))
+    assert profiled.rms_log is not None and defaults.rms_log is not None
+    assert profiled.rms_log < defaults.rms_log, (profiled, defaults)
+
+
+def test_simulated_study_of_the_same_shape_predicts_with_the_profile(profiled):
+    work = profiled["work"]
+    doc = _job(work, "what-if", executor={"kind": "simulated"}, sampler={"kind": "grid", "seed": 0},
+               budget={"trials": 1, "repeat_top": 0}, slos=[{"metric": "p90_ttft_ms", "op": "<=", "value": 60000}],
+               space={"modes": ["aggregated"], "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [16],
+                                                         "max_num_batched_tokens": [2048]}})
+    (work / "what-if.yaml").write_text(yaml.safe_dump(doc))
+    r = advisor("tune", "what-if.yaml", cwd=work, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    database = db.connect(doc["storage"])
+    try:
+        label = database.profiles()[0].label
+        trial = db.queries.get_trial(database, "what-if", 0)
+    finally:
+        database.close()
+    assert f"model: {label}" in r.stdout
+    assert trial is not None and trial.measurements
+    assert {m.raw.get("params") for m in trial.measurements} == {label}
+    json.dumps([m.raw for m in trial.measurements])  # what the simulated levels carry is plain data
