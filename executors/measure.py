@@ -103,8 +103,13 @@ class _Search:
         free: the search starts between them and they do not count against ``max_levels``."""
         steps = self.knee_steps(known)
         load = next(steps, None)
+        first = True
         while load is not None:
-            self.keep(load, self.probe(load), "search")
+            m = self.probe(load)
+            if first and m.source == "measured":  # where a real search began, and why (the model, or the fixed levels)
+                m.raw["knee_start"] = "model" if self.plan.start and not known else "default"
+            first = False
+            self.keep(load, m, "search")
             load = next(steps, None)
 
     def knee_steps(self, known: list[Measurement] | None = None) -> Iterator[float]:

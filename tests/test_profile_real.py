@@ -135,11 +135,12 @@ def test_real_study_starts_its_knee_search_from_the_profile_and_says_so(real_stu
         database.close()
     assert f"model: {label}" in real_study["out"]
     assert trial is not None and trial.state == "complete"
-    searched = [m for m in trial.measurements if m.purpose in ("search", "knee")]
-    assert searched, [(m.concurrency, m.purpose) for m in trial.measurements]
+    started = [m for m in trial.measurements if "knee_start" in m.raw]
+    assert len(started) == 1, [(m.concurrency, m.purpose) for m in trial.measurements]
     assert real_study["start"] == 3.0  # the SLO was placed so
     assert real_study["start_defaults"] != real_study["start"]
-    assert searched[0].concurrency == 3  # where the profiled model put the knee, not the defaults' start
+    # the search began where the profiled model put the knee, not where the defaults would have
+    assert started[0].concurrency == 3 and started[0].raw["knee_start"] == "model"
 
 
 def test_profile_predicts_the_study_it_never_saw_better_than_the_defaults(real_study):
