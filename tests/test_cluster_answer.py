@@ -19,6 +19,7 @@ from advisor import api
 from advisor.cli import app
 from advisor.job import TuningJob, job_from_dict
 from advisor.objectives import score
+from db import queries
 from executors import place
 from executors.measure import MeasurePlan
 from executors.simulated import SimulatedExecutor, default_params
@@ -97,7 +98,13 @@ def test_the_rack_answer_is_three_copies_of_the_24_gpu_deployment(url: str, tmp_
     assert (f"whole cluster: 3 copies of trial 1's 24 GPU(s) fit 72 GPUs: {ans.served:,.0f} tok/s for the cluster "
             f"at the SLOs, {gain:+.0%} over the best per used GPU (trial 0, 1 × 48 GPUs, 24 idle: "
             f"{48 * per_gpu[0]:,.0f} tok/s)") in notes, notes
-    # export without --trial exports the answer
+    # the study list and export without --trial name the same deployment
+    database = db.connect(url)
+    try:
+        assert queries.get_study(database, STUDY).best_trial == 1  # type: ignore[union-attr]
+        assert queries.get_study(database, "per-used-gpu").best_trial == 0  # type: ignore[union-attr]
+    finally:
+        database.close()
     paths = api.export(url, STUDY, fmt="json", trial=None, out=tmp_path / "e", model="m")
     assert '"trial": 1' in paths[0].read_text()
 
