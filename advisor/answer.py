@@ -2,9 +2,11 @@
 
 A real study measures vLLM's defaults first, searches, then repeats its best deployments and the defaults; the
 answer is the deployment ``db.ranking.rank_deployments`` ranks first over all of them, the defaults included —
-so when no searched deployment beats the defaults, the answer *is* the defaults. Its numbers come from its
-operating point (``objectives.operating_point``: the level its objective was told from), never from another
-level of the same trial, so the table of ``advisor best``, its verdict, the progress bar, ``advisor export``
+so when no searched deployment beats the defaults, the answer *is* the defaults. Deployments are compared for
+the job's whole cluster unless ``objective.per: used_gpu``: what the copies of each that fit serve, idle GPUs
+serving nothing, so the answer says how many copies to run (``Answer.copies``, ``Answer.served``). Its numbers
+come from its operating point (``objectives.operating_point``: the level its objective was told from), never
+from another level of the same trial, so the table of ``advisor best``, its verdict, the progress bar, ``advisor export``
 without ``--trial`` and the dashboard's recommendation all speak of one (trial, level).
 """
 
@@ -12,18 +14,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.job import TuningJob
-from advisor.objectives import objective_names, operating_point
+from advisor.job import Per, TuningJob
+from advisor.objectives import cluster_gpus, cluster_served, copies, objective_names, operating_point
 from db import Database, Trial, queries
 from db.queries import RunRow, Runs, rank_deployments
 from search_spaces import Measurement
 
 
-def rank(job: TuningJob, trials: list[Trial]) -> list[Runs]:
-    """The study's feasible deployments by the job's first objective, the answer first."""
-    rows = [RunRow(t.number, t.state.value, t.objectives, t.violation, t.proposer, t.repeat_of, t.reason)
+def rank(job: TuningJob, trials: list[Trial], per: Per | None = None) -> list[Runs]:
+    """The study's feasible deployments by the job's first objective, the answer first (compared as ``per``
+    says, else as the job's ``objective.per`` does)."""
+    rows = [RunRow(t.number, t.state.value, t.objectives, t.violation, t.proposer, t.repeat_of, t.reason, t.gpus)
             for t in trials]
-    return rank_deployments(rows, objective_names(job)[0])
+    return rank_deployments(rows, objective_names(job)[0], cluster_gpus(job, per))
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,10 @@ class Answer:
     point: Measurement
     #: vLLM's defaults at their own operating point, when they met the SLOs.
     baseline_point: Measurement | None = None
+    #: Copies of the answer the job's cluster holds (run them all: the answer was chosen for the cluster unless
+    #: ``objective.per: used_gpu``), and what they serve together at the SLOs (``objectives.cluster_served``).
+    copies: int = 1
+    served: float | None = None
 
     @property
     def best(self) -> Runs:
@@ -86,4 +93,5 @@ def study_answer(database: Database, study: str, job: TuningJob) -> Answer | Non
     base = next((r for r in ranked if r.baseline), None)
     baseline_point = (point if base is ranked[0] else
                       _point(job, queries.get_trial(database, study, base.trial)) if base is not None else None)
-    return Answer(ranked, first, point, baseline_point)
+    return Answer(ranked, first, point, baseline_point, copies(job, ranked[0].gpus or job.cluster.total_gpus),
+                  cluster_served(job, objective_names(job)[0], ranked[0]))

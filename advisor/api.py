@@ -13,7 +13,7 @@ from advisor.answer import Answer, study_answer
 from advisor.errors import BadInput
 from advisor.exports import FORMATS, Evidence, ExportOptions, Rendered, evidence_source, render_export, write_export
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
-from advisor.objectives import objective_names, operating_point
+from advisor.objectives import objective_names, operating_point, served_unit
 from db import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import model_error, verdict_lines
@@ -266,6 +266,10 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         if ans is not None:
             who = " (vLLM's defaults, the best measured deployment)" if ans.is_baseline else ""
             rep.best_text = f"trial {ans.trial}{who} at {ans.point.label()}: {ans.first.config_text}"
+            if ans.copies > 1:  # the tiled layout: what to run on the whole cluster
+                rep.best_text += (f"; run {ans.copies} copies on the cluster's {job.cluster.total_gpus} GPUs" +
+                                  (f" ({ans.served:,.0f} {served_unit(objective_names(job)[0])} together at "
+                                   f"the SLOs)" if ans.served is not None else ""))
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
         rep.notes = verdict_lines(job, queries.list_trials(database, study))

@@ -80,6 +80,13 @@ class Scope(StrEnum):
     CLUSTER = "cluster"  # per GPU of the whole cluster: copies that fit, idle GPUs count as zero
 
 
+class Per(StrEnum):
+    """What the answer compares deployments by (``objective.per``; what the sampler is told is ``scope``)."""
+
+    CLUSTER = "cluster"  # what the copies that fit serve on the whole cluster (idle GPUs serve nothing)
+    USED_GPU = "used_gpu"  # throughput per GPU the deployment uses
+
+
 class Objective(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -88,6 +95,10 @@ class Objective(BaseModel):
     pareto_y: str = "p90_tokens_per_s_per_user"
     scope: Scope = Field(Scope.DEPLOYMENT, description="cluster: throughput counts every GPU of the cluster (the "
                          "deployment copied as often as it fits; the GPUs left over produce nothing).")
+    per: Per = Field(Per.CLUSTER, description="How the answer (advisor best, export without --trial, the "
+                     "dashboard) compares measured deployments: cluster: by what the copies that fit serve on the "
+                     "whole cluster (idle GPUs count); used_gpu: per GPU each deployment uses. The sampler is told "
+                     "what `scope` says either way.")
 
     @model_validator(mode="after")
     def _metrics(self) -> Objective:
@@ -96,6 +107,9 @@ class Objective(BaseModel):
         for name in (self.metric, self.pareto_y):
             if name not in HIGHER_IS_BETTER:
                 raise ValueError(f"objective metric {name!r} is not maximizable; allowed: {', '.join(sorted(HIGHER_IS_BETTER))}")
+        if self.scope is Scope.CLUSTER and self.per is Per.USED_GPU:
+            raise ValueError("objective.per: used_gpu contradicts objective.scope: cluster (the sampler is told "
+                             "per cluster GPU); allowed with scope cluster: per cluster")
         return self
 
 

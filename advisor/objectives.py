@@ -12,7 +12,9 @@ trial's *operating point* — so a trial's point on a Pareto chart is a point so
 ``max_under_slo``: value = ``metric`` at the operating point. ``pareto``: (``metric``, ``pareto_y``) at the same
 point; the study's front over every (trial, level) point comes from the database. With
 ``objective.scope: cluster`` throughput metrics count every GPU of the cluster: the deployment is copied as
-many times as it fits and idle GPUs produce nothing (an operator pays for them).
+many times as it fits and idle GPUs produce nothing (an operator pays for them). That changes what the sampler
+is told; the *answer* compares deployments for the cluster by default whatever the scope (``objective.per``,
+``cluster_gpus``), so seeded studies propose the same trials either way.
 
 Failed and invalid trials get the worst values and a violation of 1 — the sampler must learn they are bad,
 not forget them (peers that tell FAIL get the same candidate proposed again).
@@ -22,11 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.job import ObjectiveMode, Scope, TuningJob
+from advisor.job import ObjectiveMode, Per, Scope, TuningJob
+from db.queries import CLUSTER_SCALED, Runs, cluster_factor, copies as copies_in
 from search_spaces import Measurement, slo_violation
-
-#: Metrics that scale with the number of deployment copies (per-GPU throughputs and request throughput).
-CLUSTER_SCALED = {"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput"}
 
 #: Constraint value for candidates that broke a rule or failed to run.
 INFEASIBLE = 1.0
@@ -53,18 +53,39 @@ def objective_names(job: TuningJob) -> list[str]:
 
 def copies(job: TuningJob, gpus: int) -> int:
     """How many copies of a ``gpus``-GPU deployment the job's cluster holds."""
-    return max(job.cluster.total_gpus // max(gpus, 1), 0)
+    return copies_in(gpus, job.cluster.total_gpus)
+
+
+def cluster_gpus(job: TuningJob, per: Per | None = None) -> int | None:
+    """The cluster the answer ranks for (``db.ranking.rank_deployments``): the job's, when it compares per cluster
+    (``per``, else ``objective.per``) and the stored values are still per deployment (``scope: cluster`` stored
+    them for the cluster already)."""
+    o = job.objective
+    return job.cluster.total_gpus if (per or o.per) is Per.CLUSTER and o.scope is Scope.DEPLOYMENT else None
+
+
+def served_unit(name: str) -> str:
+    """The unit of ``cluster_served`` for objective ``name``."""
+    return "req/s" if name == "request_throughput" else "tok/s"
+
+
+def cluster_served(job: TuningJob, name: str, runs: Runs) -> float | None:
+    """What the whole cluster serves with as many copies of ``runs``' deployment as fit, at the SLOs: tok/s for
+    a per-GPU throughput, requests/s for ``request_throughput``; None for other metrics or an unknown size."""
+    total = job.cluster.total_gpus
+    if name not in CLUSTER_SCALED or not runs.gpus:
+        return None
+    per_cluster = runs.mean if job.objective.scope is Scope.CLUSTER else \
+        runs.per_used_gpu * cluster_factor(name, runs.gpus, total)
+    return per_cluster if name == "request_throughput" else per_cluster * total
 
 
 def scoped(job: TuningJob, name: str, m: Measurement) -> float | None:
     """``m.name`` as the objective counts it: per deployment, or per cluster (``objective.scope``)."""
     v = getattr(m, name)
-    if v is None or job.objective.scope is Scope.DEPLOYMENT or name not in CLUSTER_SCALED:
+    if v is None or job.objective.scope is Scope.DEPLOYMENT:
         return v
-    n = copies(job, m.gpus)
-    if name == "request_throughput":
-        return v * n
-    return v * n * m.gpus / job.cluster.total_gpus  # per GPU of the cluster, idle GPUs included
+    return v * cluster_factor(name, m.gpus, job.cluster.total_gpus)
 
 
 def operating_point(job: TuningJob, measurements: list[Measurement]) -> tuple[Measurement | None, float]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from advisor.answer import rank
 from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
-from advisor.job import TuningJob
-from advisor.objectives import copies, objective_names
+from advisor.job import Per, Scope, TuningJob
+from advisor.objectives import cluster_served, copies, objective_names, served_unit
 from db import Trial
 from db.queries import Runs
 from search_spaces import TrialState
@@ -34,7 +34,7 @@ def model_error(trials: list[Trial], job: TuningJob) -> tuple[float | None, int]
 
 
 def _runs_text(r: Runs) -> str:
-    return f"trial {r.trial}, {r.mean:,.1f} over {len(r.values)} run(s)"
+    return f"trial {r.trial}, {r.per_used_gpu:,.1f} over {len(r.values)} run(s)"
 
 
 def _margin(a: Runs, b: Runs) -> str:
@@ -55,9 +55,42 @@ def _defaults_line(best: Runs, rival: Runs | None) -> str:
     return f"vs vLLM's defaults ({_runs_text(rival)}): trial {best.trial} is {_margin(best, rival)}"
 
 
+#: The other way of comparing deployments, whose best the whole-cluster line weighs the answer against.
+_OTHER = {Per.CLUSTER: Per.USED_GPU, Per.USED_GPU: Per.CLUSTER}
+
+
+def _layout(job: TuningJob, r: Runs) -> str:
+    n, total = copies(job, r.gpus or 0), job.cluster.total_gpus
+    idle = total - n * (r.gpus or 0)
+    return f"{n} × {r.gpus} GPUs" + (f", {idle} idle" if idle else "")
+
+
+def _cluster_line(job: TuningJob, name: str, best: Runs, other: list[Runs]) -> str:
+    """How many copies of the answer to run on the job's cluster, what they serve, and — when the other way of
+    comparing (per used GPU, or per cluster) picks another deployment — what that one would serve instead."""
+    n, total = copies(job, best.gpus or 0), job.cluster.total_gpus
+    idle = total - n * (best.gpus or 0)
+    text = f"whole cluster: {n} cop{'y' if n == 1 else 'ies'} of trial {best.trial}'s {best.gpus} GPU(s) fit " \
+           f"{total} GPUs" + (f" ({idle} idle)" if idle else "")
+    served = cluster_served(job, name, best)
+    unit = served_unit(name)
+    if served is None:
+        return text
+    text += f": {served:,.0f} {unit} for the cluster at the SLOs"
+    alt = other[0] if other else None
+    alt_served = cluster_served(job, name, alt) if alt is not None and alt.trial != best.trial else None
+    if alt is None or alt_served is None or not alt_served:
+        return text
+    if job.objective.per is Per.CLUSTER:
+        return text + (f", {served / alt_served - 1:+.0%} over the best per used GPU (trial {alt.trial}, "
+                       f"{_layout(job, alt)}: {alt_served:,.0f} {unit})")
+    return text + (f"; per cluster, trial {alt.trial} ({_layout(job, alt)}) would serve {alt_served:,.0f} {unit}, "
+                   f"{alt_served / served - 1:+.0%} (objective.per: cluster)")
+
+
 def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     """The sentences under ``advisor best``, each of the answer's trial: spread, margin over vLLM's defaults
-    (or the defaults' over the search), ties, the whole cluster, the model's error."""
+    (or the defaults' over the search), ties, the whole cluster (how many copies to run), the model's error."""
     name = objective_names(job)[0]
     ranked = rank(job, trials)
     by_number = {t.number: t for t in trials}
@@ -65,7 +98,7 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     simulated = job.executor.kind.value == "simulated"  # the model (reserving GPUs or not): no spread, no baseline
     best = ranked[0] if ranked else None
     if best is not None:
-        vals = " / ".join(f"{v:,.1f}" for v in best.values)
+        vals = " / ".join(f"{v:,.1f}" for v in best.recorded)
         who = "vLLM's defaults, " if best.baseline else ""
         if simulated:
             pass
@@ -78,8 +111,8 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
         base = next((r for r in ranked if r.baseline), None)
         rival = next((r for r in ranked if not r.baseline), None) if best.baseline else base
         if len(ranked) > 1 and ranked[1] is not rival and best.ties(ranked[1]) and len(best.values) > 1:
-            lines.append(f"tie: trial {ranked[1].trial} ({ranked[1].mean:,.1f}) is within trial {best.trial}'s "
-                         f"run-to-run range ({best.low:,.1f}–{best.high:,.1f})")
+            lines.append(f"tie: trial {ranked[1].trial} ({ranked[1].per_used_gpu:,.1f}) is within trial "
+                         f"{best.trial}'s run-to-run range ({min(best.recorded):,.1f}–{max(best.recorded):,.1f})")
         if base is None and not simulated:
             bases = {t.number for t in trials if t.proposer == "baseline"}
             missed = [t for t in trials if t.number in bases or t.repeat_of in bases]
@@ -88,18 +121,9 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
                              f"run(s) (trial {', '.join(str(t.number) for t in missed)}) met the SLOs")
         if base is not None:
             lines.append(_defaults_line(best, rival))
-        gpus = by_number[best.trial].gpus if best.trial in by_number else None
-        if gpus:
-            n = copies(job, gpus)
-            total = job.cluster.total_gpus
-            idle = total - n * gpus
-            per_dep = best.mean * gpus if name in ("throughput_per_gpu", "output_throughput_per_gpu") else None
-            text = f"whole cluster: {n} cop{'y' if n == 1 else 'ies'} of trial {best.trial}'s {gpus} GPU(s) fit " \
-                   f"{total} GPUs"
-            text += f" ({idle} idle)" if idle else ""
-            if per_dep is not None and job.objective.scope.value == "deployment":
-                text += f": {n * per_dep:,.0f} tok/s for the cluster at the SLOs"
-            lines.append(text)
+        if best.gpus:
+            other = rank(job, trials, _OTHER[job.objective.per]) if job.objective.scope is Scope.DEPLOYMENT else []
+            lines.append(_cluster_line(job, name, best, other))
     err, n = model_error(trials, job)
     if err is not None:
         state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns go on"

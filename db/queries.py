@@ -24,7 +24,9 @@ from typing import Any
 from db.engine import Database
 from db.level_queries import best_under_slo, level_table, measurements, pareto_front
 from db.models import MEASUREMENT_COLUMNS
-from db.ranking import REUSED, RunRow, Runs, objective_maximized, pareto_mask, rank_deployments
+from db.ranking import (
+    CLUSTER_SCALED, REUSED, RunRow, Runs, cluster_factor, copies, objective_maximized, pareto_mask, rank_deployments,
+)
 from db.rows import Best, Level, UnknownStudy
 from db.trial_queries import (
     TRIAL_COLUMNS,
@@ -288,7 +290,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 
 __all__ = [
     "Best", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
-    "REUSED", "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "failures", "get_study", "get_trial", "history", "level_table",
+    "CLUSTER_SCALED", "REUSED", "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
     "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
     "parse_slos", "rank_deployments", "run_query", "trial_table",
 ]

@@ -5,7 +5,10 @@ holding levels as columns ranks them exactly as ``db.queries`` does: throughput 
 (``search_spaces.HIGHER_IS_BETTER``) are maximized, latencies (``*_ms``) minimized.
 
 The study's answer is ranked here once (``rank_deployments``), so that the study list's "best trial",
-``advisor best``, ``advisor export`` and the dashboard cannot name different deployments.
+``advisor best``, ``advisor export`` and the dashboard cannot name different deployments. Ranked for the cluster
+(``cluster_gpus``), a deployment is worth what the copies of it that fit serve, the GPUs left over serving
+nothing (``cluster_factor``): an operator pays for the whole cluster, so 3 copies of 24 GPUs beat 1 of 48 on 72
+GPUs even at a lower throughput per used GPU.
 """
 
 from __future__ import annotations
@@ -38,6 +41,25 @@ def first_objective(objs: Iterable[dict[str, Any] | None]) -> str | None:
     return None
 
 
+#: Metrics that scale with the number of copies of a deployment (per-GPU throughputs and request throughput).
+CLUSTER_SCALED = frozenset({"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput"})
+
+
+def copies(gpus: int, cluster_gpus: int) -> int:
+    """How many copies of a ``gpus``-GPU deployment a cluster of ``cluster_gpus`` GPUs holds."""
+    return max(cluster_gpus // max(gpus, 1), 0)
+
+
+def cluster_factor(name: str, gpus: int | None, cluster_gpus: int) -> float:
+    """What one unit of metric ``name`` of a ``gpus``-GPU deployment is worth for the whole cluster: per-GPU
+    throughputs become per GPU of the cluster (× copies × GPUs / cluster GPUs: idle GPUs produce nothing),
+    request throughput that of every copy (× copies); other metrics (and an unknown GPU count) are unchanged."""
+    if name not in CLUSTER_SCALED or not gpus:
+        return 1.0
+    n = copies(gpus, cluster_gpus)
+    return float(n) if name == "request_throughput" else n * gpus / cluster_gpus
+
+
 #: The start of a reused trial's reason (``advisor.tune``): the sampler proposed a configuration already measured,
 #: so the trial holds a copy of its values, not a run of its own.
 REUSED = "same configuration"
@@ -53,6 +75,7 @@ class RunRow(NamedTuple):
     proposer: str | None = None
     repeat_of: int | None = None
     reason: str | None = None
+    gpus: int | None = None
 
 
 @dataclass
@@ -63,6 +86,20 @@ class Runs:
     values: list[float] = field(default_factory=list)
     #: vLLM's defaults (the trial the tuner measured first, proposer "baseline").
     baseline: bool = False
+    #: GPUs the deployment uses, and ``cluster_factor`` of it: ``values`` are the objective × ``factor`` (1.0
+    #: unless ranked for the cluster), so spreads, ties and margins compare what the cluster would serve.
+    gpus: int | None = None
+    factor: float = 1.0
+
+    @property
+    def recorded(self) -> list[float]:
+        """The runs' values as the trials recorded them (per GPU the deployment uses, for a per-GPU metric)."""
+        return [v / self.factor for v in self.values] if self.factor else list(self.values)
+
+    @property
+    def per_used_gpu(self) -> float:
+        """The mean of ``recorded``."""
+        return self.mean / self.factor if self.factor else self.mean
 
     @property
     def mean(self) -> float:
@@ -86,9 +123,10 @@ class Runs:
         return self.low <= other.high and other.low <= self.high
 
 
-def deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
+def deployments(trials: Iterable[RunRow], name: str, cluster_gpus: int | None = None) -> list[Runs]:
     """Complete, feasible runs with a value of objective ``name``, grouped by deployment (a repeat joins the
-    trial it repeats; a reused trial is a copy, not a run), by first trial number."""
+    trial it repeats; a reused trial is a copy, not a run), by first trial number; with ``cluster_gpus``, each
+    value × its ``cluster_factor``."""
     out: dict[int, Runs] = {}
     for t in sorted(trials, key=lambda t: t.number):
         value = (t.objectives or {}).get(name)
@@ -98,19 +136,21 @@ def deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
             continue
         key = t.repeat_of if t.repeat_of is not None else t.number
         runs = out.setdefault(key, Runs(key))
-        runs.values.append(float(value))
+        factor = cluster_factor(name, t.gpus, cluster_gpus) if cluster_gpus else 1.0
+        runs.values.append(float(value) * factor)
         if t.repeat_of is None:
-            runs.baseline = t.proposer == "baseline"
+            runs.baseline, runs.gpus, runs.factor = t.proposer == "baseline", t.gpus, factor
     return sorted(out.values(), key=lambda r: r.trial)
 
 
-def rank_deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
-    """The study's deployments, its answer first: by the mean of their runs (ties → the lower trial number),
+def rank_deployments(trials: Iterable[RunRow], name: str, cluster_gpus: int | None = None) -> list[Runs]:
+    """The study's deployments, its answer first: by the mean of their runs (ties → the lower trial number;
+    with ``cluster_gpus``, by what the copies that fit serve on that cluster: ``cluster_factor``),
     except that vLLM's defaults lead unless some searched deployment *beats* them — every run of it better than
     every run of the defaults. A search that only ties the defaults (run ranges overlap) recommends nothing new:
     the answer is never a change the measurements cannot tell from no change."""
     sign = 1 if objective_maximized(name) else -1
-    ranked = sorted(deployments(trials, name), key=lambda r: (-sign * r.mean, r.trial))
+    ranked = sorted(deployments(trials, name, cluster_gpus), key=lambda r: (-sign * r.mean, r.trial))
     base = next((r for r in ranked if r.baseline), None)
     if base is None or ranked[0] is base:
         return ranked
@@ -118,13 +158,14 @@ def rank_deployments(trials: Iterable[RunRow], name: str) -> list[Runs]:
     return ranked if beats else [base, *(r for r in ranked if r is not base)]
 
 
-def best_of(trials: Sequence[RunRow]) -> tuple[str | None, float | None, int | None]:
-    """(objective, the answer's mean value, its first trial) of a study's trial rows (``rank_deployments``)."""
+def best_of(trials: Sequence[RunRow], cluster_gpus: int | None = None) -> tuple[str | None, float | None, int | None]:
+    """(objective, the answer's mean value as recorded, its first trial) of a study's trial rows
+    (``rank_deployments``, for a cluster of ``cluster_gpus`` when given)."""
     name = first_objective(t.objectives for t in trials)
     if name is None:
         return None, None, None
-    ranked = rank_deployments(trials, name)
-    return (name, ranked[0].mean, ranked[0].trial) if ranked else (name, None, None)
+    ranked = rank_deployments(trials, name, cluster_gpus)
+    return (name, ranked[0].per_used_gpu, ranked[0].trial) if ranked else (name, None, None)
 
 
 def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None], x: str = "throughput_per_gpu",

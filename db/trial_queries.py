@@ -26,6 +26,17 @@ Table = tuple[list[str], list[list[Any]]]
 # ---------------------------------------------------------------------------------------------- studies
 
 
+def ranked_for(job: dict[str, Any]) -> int | None:
+    """The cluster a stored job's answer is ranked for (``advisor.objectives.cluster_gpus`` of the stored
+    document, whose defaults are ``per: cluster``, ``scope: deployment``), so the study list names the
+    deployment ``advisor best`` does."""
+    o, c = job.get("objective") or {}, job.get("cluster") or {}
+    if o.get("per", "cluster") != "cluster" or o.get("scope", "deployment") != "deployment":
+        return None
+    nodes, per_node = c.get("nodes"), c.get("gpus_per_node")
+    return nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+
+
 def _studies(db: Database, name: str | None) -> list[Study]:
     with db._read() as s:
         q = select(StudyRow).order_by(StudyRow.name)
@@ -43,14 +54,14 @@ def _studies(db: Database, name: str | None) -> list[Study]:
         per_study: dict[int, list[RunRow]] = {i: [] for i in ids}
         for sid, *row in s.execute(
             select(TrialRow.study_id, TrialRow.number, TrialRow.state, TrialRow.objectives, TrialRow.violation,
-                   TrialRow.proposer, TrialRow.repeat_of, TrialRow.reason)
+                   TrialRow.proposer, TrialRow.repeat_of, TrialRow.reason, TrialRow.gpus)
             .where(TrialRow.study_id.in_(ids))
             .order_by(TrialRow.study_id, TrialRow.number)
         ):
             per_study[sid].append(RunRow(*row))
         out = []
         for r in rows:
-            objective, best, best_trial = best_of(per_study[r.id])
+            objective, best, best_trial = best_of(per_study[r.id], ranked_for(r.job or {}))
             out.append(
                 Study(
                     name=r.name, description=r.description, job=dict(r.job or {}), executor=r.executor,
