@@ -1,5 +1,7 @@
-"""The shape issue #17 asked for: lazy package imports, no import cycle between the job and the study, the
-performance model in parts of a readable size behind one public face, product modules named as products."""
+"""The shape issues #17 and #31 asked for: lazy package imports, no import cycle between the job and the study, the
+performance model written once behind one public face, product modules named as products. Modules are split by
+idea, not to fit a line count: the line-cap tests that were here went with issue #31 (a split made to pass them
+moved code "426 → 360 lines" without naming a new idea)."""
 
 from __future__ import annotations
 
@@ -45,12 +47,6 @@ def test_the_job_does_not_import_the_study():
     assert "advisor.job" in _imports(ROOT / "advisor" / "study.py")
 
 
-@pytest.mark.parametrize("part", ["perf_params", "perf_derived", "perf_step", "perf_deployments", "perf_levels",
-                                  "perf_measurement"])
-def test_model_parts_stay_readable(part):
-    assert len((ROOT / "executors" / f"{part}.py").read_text().splitlines()) <= 300
-
-
 def test_the_model_is_written_once():
     """Issue #29: one implementation over arrays of candidates, a single candidate a batch of one — no scalar twin
     of the step, level or measurement model to keep equal (there were ``perf_batch.py`` and ``perf_batch_step.py``
@@ -66,7 +62,6 @@ def test_the_model_is_written_once():
 def test_model_facade_is_thin_and_research_helpers_live_in_benchmarks():
     import executors.perf_model as pm
 
-    assert len((ROOT / "executors" / "perf_model.py").read_text().splitlines()) <= 60
     assert not hasattr(pm, "perturbed")
     assert (ROOT / "benchmarks" / "truths.py").exists()
 
@@ -77,14 +72,6 @@ def test_no_test_named_product_modules():
 
 
 _SPLIT_PACKAGES = ("db", "executors", "advisor", "search_spaces", "ui")
-
-
-@pytest.mark.parametrize("path", sorted(str(p.relative_to(ROOT)) for pkg in _SPLIT_PACKAGES
-                                        for p in (ROOT / pkg).glob("*.py")))
-def test_modules_stay_readable(path):
-    """Issue #17: no module over ~400 lines (db/, executors/ and advisor/ were split into parts named after what they
-    hold)."""
-    assert len((ROOT / path).read_text().splitlines()) <= 420, f"{path}: split it, or list the exception in docs"
 
 
 def _runtime_imports(path: Path) -> set[str]:
