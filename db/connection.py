@@ -155,9 +155,20 @@ def optuna_storage(url: str) -> Any:
         finally:
             lock_engine.dispose()
     if sqlite:
-        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))  # type: ignore[union-attr]
-        storage.engine.dispose()  # connections made before the listener get the settings on reconnect
+        event.listen(storage.engine, "connect", _optuna_sqlite_connection)
+        # Every transaction takes the write lock up front, reads too: Optuna's ``ask`` reads a WAITING (enqueued)
+        # trial and then marks it RUNNING, with ``FOR UPDATE``, which SQLite ignores: two workers could both pop
+        # one enqueued trial and run it under one number. Serialized, the second sees it RUNNING.
+        event.listen(storage.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        storage.engine.dispose()  # connections made before the listeners get the settings on reconnect
     return storage
+
+
+def _optuna_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    """Optuna's SQLite connections: WAL like ours, and pysqlite's own transaction handling off (the engine's
+    ``begin`` listener begins them)."""
+    dbapi_connection.isolation_level = None
+    sqlite_fast_sync(dbapi_connection)
 
 
 @functools.cache
