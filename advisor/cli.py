@@ -1,6 +1,7 @@
 """``advisor``: the headless front end. Every command either works or says in one line what is wrong
 (exit code 2), never a traceback. ``advisor tune`` exits 3 when it stopped because the cluster kept failing
-(the environment, not the job: fix it and run the same command again)."""
+(the environment, not the job: fix it and run the same command again), and when the database stayed unreachable
+past its retry window (``db.DatabaseOutage``: nothing is lost, run the same command again once it is back)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
 from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, check_study_name, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
-from db import redact_url
+from db import DatabaseOutage, redact_url
 from executors import Executor
 from search_spaces import TrialState
 from search_spaces.workload import routing_label
@@ -32,7 +33,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Find the best vLLM deployment of a MoE model: search, measure, store, export.")
 #: Tables stay readable when piped: Rich would otherwise fold every column to fit 80 characters.
 F = TypeVar("F", bound=Callable[..., Any])
-#: ``advisor tune`` stopped because the environment kept failing (not bad input: 2 is for that).
+#: ``advisor tune`` stopped because the environment kept failing, or the database stayed unreachable (not bad
+#: input: 2 is for that).
 EXIT_ENVIRONMENT = 3
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
@@ -44,7 +46,7 @@ def _storage(url: str | None) -> str:
 
 
 def friendly(fn: F) -> F:
-    """Bad input → one line on stderr and exit 2."""
+    """Bad input → one line on stderr and exit 2; a database outage past its retry window → one line, exit 3."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -53,6 +55,9 @@ def friendly(fn: F) -> F:
         except BadInput as e:
             err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except DatabaseOutage as e:
+            err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_ENVIRONMENT) from None
 
     return wrapper  # type: ignore[return-value]
 

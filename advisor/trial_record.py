@@ -20,6 +20,9 @@ CONFIG_KEY_ATTR = "advisor_config_key"
 #: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
 _CONSTRAINT_KEY = "constraints:slo"
 STATE_ATTR = "advisor_state"
+#: The config key a worker is about to run, written before it deploys (and before it re-checks the study): of two
+#: workers holding the same configuration, at least one sees the other's key (``advisor.tune._taken_elsewhere``).
+PICKED_ATTR = "advisor_picked_key"
 #: "baseline" or "repeat": a measured trial outside the search (not counted in ``budget.trials``).
 EXTRA_ATTR = "advisor_extra"
 REPEAT_OF_ATTR = "advisor_repeat_of"
@@ -112,6 +115,15 @@ def tell_repeat_again(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentC
     trial.set_user_attr(FAILURE_ATTR, "repeat")
     trial.set_user_attr("advisor_executed", False)
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+
+def tell_taken(study: optuna.Study, trial: optuna.Trial, other: int) -> None:
+    """A pick another worker is measuring (trial ``other``) right now: not run twice. Told FAIL (not judged, not
+    counted toward the budget, ignored by the samplers); nothing is recorded in our tables, since nothing ran."""
+    trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
+    trial.set_user_attr(FAILURE_ATTR, f"taken: trial {other} is measuring this configuration")
+    trial.set_user_attr("advisor_executed", False)
+    study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
 def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:

@@ -41,7 +41,7 @@ from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
-    extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again,
+    PICKED_ATTR, extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again, tell_taken,
 )
 
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
@@ -235,6 +235,12 @@ def _loop(ctx: _Context, budget: int) -> None:
                                                        wall_s=time.monotonic() - t0))
             continue
         key = cfg.key()
+        other = _taken_elsewhere(study, trial, key, seen)
+        if other is not None and key not in seen:  # another worker is measuring it right now
+            tell_taken(study, trial, other)
+            summary.taken_elsewhere += 1
+            stale += 1
+            continue
         if key in seen:
             prev = seen[key]
             outcome = Outcome(list(prev.values), constraint_of(prev), None)
@@ -279,6 +285,27 @@ def _loop(ctx: _Context, budget: int) -> None:
                 f"last: {run.reason}"
             )
             return
+
+
+def _taken_elsewhere(study: optuna.Study, trial: optuna.Trial, key: str,
+                     seen: dict[str, optuna.trial.FrozenTrial]) -> int | None:
+    """Re-check a pick against every worker's trials right before running it: several workers share a study and
+    two of them can take the same configuration (both model turns picking it, or the sampler's draw racing
+    another worker's). Our key is written first, then the study read: of two workers holding one
+    configuration, the later reader sees the other and yields (both may yield; neither runs it twice).
+    A configuration another worker has measured joins ``seen`` (its measurements stand); one another worker is
+    running returns that trial's number."""
+    trial.set_user_attr(PICKED_ATTR, key)
+    running = None
+    for t in study.get_trials(deepcopy=False):
+        if t.number == trial.number:
+            continue
+        if (t.state is optuna.trial.TrialState.COMPLETE and t.user_attrs.get(CONFIG_KEY_ATTR) == key
+                and t.user_attrs.get("advisor_executed") and key not in seen):
+            seen[key] = t
+        elif t.state is optuna.trial.TrialState.RUNNING and t.user_attrs.get(PICKED_ATTR) == key:
+            running = t.number
+    return running
 
 
 def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:

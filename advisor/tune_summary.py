@@ -34,6 +34,8 @@ class TuneSummary:
     #: Trials that failed twice for the environment this run (in neither ``executed`` nor ``failed``).
     environment_failed: int = 0
     repeats: int = 0
+    #: Picks another worker was measuring at that moment: told FAIL, not run twice (``advisor.tune._taken_elsewhere``).
+    taken_elsewhere: int = 0
     interrupted_found: int = 0
     baseline: int | None = None  # the trial measuring vLLM's defaults, when this run measured it
     repeated: list[int] = field(default_factory=list)  # trials measured again this run (their repeats' numbers)

@@ -17,6 +17,7 @@ password is hidden), ``engine`` (the ``Database`` and its writes), ``mapping`` (
 
 from db import queries
 from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url, optuna_storage
+from db.outage import DatabaseOutage
 from db.redaction import redact_url, scrub
 from db.queries import (
     NAMED_QUERIES,
@@ -52,7 +53,7 @@ from db.rows import (
 from search_spaces import IllegalTransition
 
 __all__ = [
-    "Best", "Database", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
+    "Best", "Database", "DatabaseOutage", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
     "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
     "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
     "list_studies", "list_trials", "measurements", "normalize_url", "optuna_storage", "pareto_front", "parse_slos", "queries",

@@ -8,6 +8,7 @@ up to ``SQLITE_BUSY_TIMEOUT_S``) and the file is in WAL mode.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
@@ -22,6 +23,7 @@ from sqlalchemy import Engine, create_engine, event, func, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool, StaticPool
 
+from db.outage import retry_methods
 from db.redaction import redact_url, scrub
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -137,7 +139,7 @@ def optuna_storage(url: str) -> Any:
     url = normalize_url(url)
     sqlite = url.startswith("sqlite")
     if sqlite:
-        storage = optuna.storages.RDBStorage(url)
+        storage = _retrying_storage_class()(url)
     else:
         # Optuna creates its tables on first use without a lock: workers starting together on a new database
         # would race (duplicate pg_type rows). Hold the migration lock while it does.
@@ -146,16 +148,43 @@ def optuna_storage(url: str) -> Any:
             with lock_engine.connect() as conn:
                 conn.execute(select(func.pg_advisory_lock(PG_MIGRATION_LOCK)))
                 try:
-                    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+                    storage = _retrying_storage_class()(url, engine_kwargs={"pool_pre_ping": True})
                 finally:
                     conn.execute(select(func.pg_advisory_unlock(PG_MIGRATION_LOCK)))
                     conn.commit()
         finally:
             lock_engine.dispose()
     if sqlite:
-        event.listen(storage.engine, "connect", lambda conn, _rec: sqlite_fast_sync(conn))  # type: ignore[union-attr]
-        storage.engine.dispose()  # connections made before the listener get the settings on reconnect
+        event.listen(storage.engine, "connect", _optuna_sqlite_connection)
+        # Every transaction takes the write lock up front, reads too: Optuna's ``ask`` reads a WAITING (enqueued)
+        # trial and then marks it RUNNING, with ``FOR UPDATE``, which SQLite ignores: two workers could both pop
+        # one enqueued trial and run it under one number. Serialized, the second sees it RUNNING.
+        event.listen(storage.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+        storage.engine.dispose()  # connections made before the listeners get the settings on reconnect
     return storage
+
+
+def _optuna_sqlite_connection(dbapi_connection: Any, _record: Any) -> None:
+    """Optuna's SQLite connections: WAL like ours, and pysqlite's own transaction handling off (the engine's
+    ``begin`` listener begins them)."""
+    dbapi_connection.isolation_level = None
+    sqlite_fast_sync(dbapi_connection)
+
+
+@functools.cache
+def _retrying_storage_class() -> type:
+    """Optuna's ``RDBStorage`` whose every storage call outlasts a short outage (``db.outage``), like our own
+    tables' (a subclass, so that Optuna still puts its cache in front of it)."""
+    import optuna
+
+    class RetryingRDBStorage(optuna.storages.RDBStorage):  # type: ignore[misc]
+        pass
+
+    public = [n for n, v in vars(optuna.storages.BaseStorage).items() if not n.startswith("_") and callable(v)]
+    # and what Optuna's cache (``_CachedStorage``) calls on its backend besides the public storage API
+    retry_methods(RetryingRDBStorage, sorted({*public, "_create_new_trial", "_set_trial_param", "_get_trials",
+                                              "_get_best_trial_id", "record_heartbeat", "_get_stale_trial_ids"}))
+    return RetryingRDBStorage
 
 
 def alembic_config() -> Config:

@@ -46,6 +46,7 @@ from db.mapping import (
     trial,
 )
 from db.models import ExportRow, HardwareProfileRow, StudyRow, TrialRow
+from db.outage import retry_methods
 from db.redaction import redact_url
 from db.rows import DatabaseUnavailable, HardwareProfile, Trial, UnknownTrial
 from search_spaces import DeploymentConfig, Measurement, TrialState, transition
@@ -404,3 +405,8 @@ def _profile(r: HardwareProfileRow) -> HardwareProfile:
     return HardwareProfile(id=r.id, created_at=r.created_at, gpu=r.gpu, gpu_count=r.gpu_count,
                            engine_version=r.engine_version, shape_key=r.shape_key, model_name=r.model_name,
                            shape=dict(r.shape), params=dict(r.params), report=dict(r.report), probes=list(r.probes))
+
+
+# Every call into our tables outlasts a short outage (``db.outage``): the writes and reads a tuner makes.
+retry_methods(Database, ["upsert_study", "start_trial", "record_invalid", "record_resources", "heartbeat",
+                         "finish_trial", "running_trials", "stale_trials", "record_export", "add_profile", "profiles"])
