@@ -334,7 +334,7 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                 time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
                 run = evaluate()
     except KeyboardInterrupt as e:
-        why = f"interrupted ({e})" if str(e) else "interrupted by the user (Ctrl-C)"
+        why = f"interrupted ({e})" if str(e) else "interrupted (Ctrl-C or SIGTERM)"
         record_interrupted(database, tid, getattr(e, "run", None), why)
         ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
