@@ -161,8 +161,9 @@ class Executor(ABC):
             # a stop (Ctrl-C, SIGTERM, a wall-clock limit) still ends the study, but what was measured before it is
             # the trial's: ``e.run`` carries those levels (their timings complete once teardown below has run)
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
+            res = deployment.resources if deployment else {}
             e.run = RunResult(list(getattr(e, "measurements", []) or []), timings,  # type: ignore[attr-defined]
-                              FailureKind.INTERRUPTED, "interrupted", resources=deployment.resources if deployment else {})
+                              FailureKind.INTERRUPTED, "interrupted", resources=res)
             raise
         except Exception as e:  # noqa: BLE001 — as Optuna does: an error in one trial is that trial's FAIL
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
