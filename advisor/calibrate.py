@@ -120,6 +120,10 @@ class Calibration:
 
 
 # ----------------------------------------------------------------------------------------------- data
+#: The trial states whose levels the fit uses.
+MEASURED_STATES = (TrialState.COMPLETE, TrialState.INTERRUPTED)
+
+
 def fitted_values(m: Measurement) -> dict[str, float]:
     """The values of one level that the fit compares (``METRICS``), where the level has them. Rate levels are
     left out: the fit compares the model at the level's concurrency, which a rate level does not set."""
@@ -130,16 +134,17 @@ def fitted_values(m: Measurement) -> dict[str, float]:
 
 def measured_samples(database: db.Database, study: str, job: TuningJob,
                      sources: Sequence[str] = ("measured",)) -> list[Sample]:
-    """COMPLETE trials whose levels come from ``sources`` — by default measured by ``vllm bench serve``, never
-    the model's own predictions (a test may pass ``("simulated",)`` to fit a known ground truth)."""
+    """COMPLETE trials, and trials stopped mid-search (INTERRUPTED: a level measured is a level measured), whose
+    levels come from ``sources`` — by default measured by ``vllm bench serve``, never the model's own predictions
+    (a test may pass ``("simulated",)`` to fit a known ground truth)."""
     by_trial: dict[int, dict[int, dict[str, float]]] = {}
-    for lv in queries.measurements(database, study, states=[TrialState.COMPLETE]):
+    for lv in queries.measurements(database, study, states=MEASURED_STATES):
         m = lv.measurement
         if m.source not in sources:
             continue
         if vals := fitted_values(m):
             by_trial.setdefault(lv.trial_number, {})[m.concurrency] = vals
-    configs = {t.number: t.config for t in queries.list_trials(database, study, states=[TrialState.COMPLETE])}
+    configs = {t.number: t.config for t in queries.list_trials(database, study, states=MEASURED_STATES)}
     return [Sample(study, n, cfg, job, lv) for n, lv in sorted(by_trial.items()) if (cfg := configs.get(n))]
 
 

@@ -52,7 +52,7 @@ def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
             first: RunResult | None = None) -> tuple[TrialState, Outcome]:
     """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
     in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
-    timings = {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
+    timings = _timings(run)
     retry = f"the first attempt failed for the environment ({one_line(first.reason)})" if first else None
     if run.ok and run.measurements:
         outcome = score(job, run.measurements)
@@ -70,6 +70,21 @@ def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
                           failure_kind=run.failure.value if run.failure else "no_measurements",
                           reason=reason, log_tail=run.log_tail or (first.log_tail if first else None))
     return TrialState.FAILED, outcome
+
+
+def record_interrupted(database: db.Database, tid: int, run: RunResult | None, why: str) -> None:
+    """Close a trial stopped mid-run (Ctrl-C, SIGTERM, a wall-clock limit) as INTERRUPTED with the levels ``run``
+    measured before the stop: a level measured is a level measured (calibration and the dashboard use it); no
+    objective is scored from a knee search cut short."""
+    levels = run.measurements if run is not None else []
+    kept = f"; {len(levels)} level(s) measured before it kept" if levels else ""
+    database.finish_trial(tid, TrialState.INTERRUPTED, measurements=levels,
+                          timings=_timings(run) if run is not None else None,
+                          failure_kind=FailureKind.INTERRUPTED.value, reason=f"{why}{kept}")
+
+
+def _timings(run: RunResult) -> dict[str, float]:
+    return {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,

@@ -41,7 +41,8 @@ from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
-    PICKED_ATTR, extras, frozen_trial, one_line, record, tell, tell_environment_failure, tell_repeat_again, tell_taken,
+    PICKED_ATTR, extras, frozen_trial, one_line, record, record_interrupted, tell, tell_environment_failure,
+    tell_repeat_again, tell_taken,
 )
 
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
@@ -360,8 +361,9 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                          f"placement in {ENVIRONMENT_RETRY_PAUSE_S:g} s"))
                 time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
                 run = evaluate()
-    except KeyboardInterrupt:
-        database.finish_trial(tid, TrialState.INTERRUPTED, reason="interrupted by the user (Ctrl-C)")
+    except KeyboardInterrupt as e:
+        why = f"interrupted ({e})" if str(e) else "interrupted (Ctrl-C or SIGTERM)"
+        record_interrupted(database, tid, getattr(e, "run", None), why)
         ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
         raise

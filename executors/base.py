@@ -157,7 +157,13 @@ class Executor(ABC):
             # levels measured before the failure stand (a crash at the third level keeps the first two)
             kept = list(getattr(e, "measurements", []) or [])
             return RunResult(kept, timings, e.kind, e.reason, e.log_tail, res)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
+            # a stop (Ctrl-C, SIGTERM, a wall-clock limit) still ends the study, but what was measured before it is
+            # the trial's: ``e.run`` carries those levels (their timings complete once teardown below has run)
+            timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
+            res = deployment.resources if deployment else {}
+            e.run = RunResult(list(getattr(e, "measurements", []) or []), timings,  # type: ignore[attr-defined]
+                              FailureKind.INTERRUPTED, "interrupted", resources=res)
             raise
         except Exception as e:  # noqa: BLE001 — as Optuna does: an error in one trial is that trial's FAIL
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)

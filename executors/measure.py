@@ -188,17 +188,17 @@ class _Search:
 def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan,
                   known: list[Measurement] | None = None) -> list[Measurement]:
     """The knee search (when the workload asks and an SLO can be broken by load), then the fixed levels not
-    yet measured; measured levels in the order they were measured (``known`` ones first). Exceptions from
-    ``probe`` propagate with the levels measured so far as ``.measurements`` (a crash at the fourth level
-    keeps three)."""
+    yet measured; measured levels in the order they were measured (``known`` ones first). A failure from
+    ``probe`` — or a stop (Ctrl-C, SIGTERM) in the middle of a level — propagates with the levels measured so far
+    as ``.measurements`` (a crash or a stop at the fourth level keeps three)."""
     s = _Search(probe, workload, plan)
     try:
         if workload.knee_search and plan.searchable:
             s.knee(known)
         for load in workload.load_levels:
             s.measure(s.snap(float(load)) if workload.load_by == "rate" else float(load), "fixed")
-    except DeploymentFailed as e:
-        e.measurements = list(s.levels.values())  # type: ignore[attr-defined]
+    except (DeploymentFailed, KeyboardInterrupt) as e:
+        e.measurements = list(s.levels.values())  # type: ignore[union-attr]
         raise
     return list(s.levels.values())
 

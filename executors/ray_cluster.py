@@ -10,32 +10,98 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import signal
+import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from executors import procs
 from executors.base import DeploymentFailed, FailureKind, PreflightFailed
 from search_spaces import ClusterSpec
 
 log = logging.getLogger(__name__)
 
 
-def init_ray(address: str | None, *, logical_gpus: int | None) -> bool:
+#: Seconds a private local Ray head may take to start (seen: ~10 s on 2 busy cores).
+HEAD_START_TIMEOUT_S = 120.0
+
+
+def init_ray(address: str | None, *, logical_gpus: int | None, run_dir: Path) -> procs.ManagedProcess | None:
     """Connect Ray to ``address``, or without one start a private local cluster of this machine's cores with
-    ``logical_gpus`` GPU slots (``None``: Ray detects the GPUs). True when we started that cluster (and so
-    shut it down)."""
+    ``logical_gpus`` GPU slots (``None``: Ray detects the GPUs) and connect to it. Returns that cluster's head
+    (``stop_head`` ends it), None when we only connected."""
     import ray
 
     # Ray's own INFO lines ("Connecting to existing Ray cluster…") would break the CLI's one-line answers
     kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-    if address:
-        ray.init(address=address, **kw)
-        return False
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
-    # address="local": always a new cluster of our own, never a stale ray_current_cluster file's
-    ray.init(address="local", num_cpus=os.cpu_count() or 1, num_gpus=logical_gpus, **kw)
-    return True
+    head = None
+    if not address:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster: `ray status` works
+        head, address = start_head(run_dir, logical_gpus=logical_gpus)
+    try:
+        with _signal_handlers_kept():
+            ray.init(address=address, **kw)
+    except BaseException:
+        if head is not None:
+            procs.stop(head, term_timeout=10)
+        raise
+    return head
+
+
+@contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Ray's core worker installs its own SIGTERM handler in the driver (it logs the signal and dies on the spot);
+    the tuner's — SIGTERM as Ctrl-C, so teardown runs — is put back after connecting."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+def start_head(run_dir: Path, *, logical_gpus: int | None) -> tuple[procs.ManagedProcess, str]:
+    """A private Ray head (GCS, raylet and every worker they fork) as a session of its own, so a signal to the
+    tuner's process group — ``timeout``, a scheduler's SIGTERM, Ctrl-C in a terminal — never reaches Ray
+    while the tuner tears its trial down through it (``ray.init(address="local")`` would fork them into the
+    tuner's group and session, tied to its life). Returns the head process and its address."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = procs.free_port()
+    argv = [str(ray_bin) if ray_bin.exists() else shutil.which("ray") or "ray", "start", "--head", "--block",
+            f"--port={port}", "--node-ip-address=127.0.0.1", f"--num-cpus={os.cpu_count() or 1}",
+            "--include-dashboard=false", "--disable-usage-stats"]
+    if logical_gpus is not None:
+        argv.append(f"--num-gpus={logical_gpus}")
+    head = procs.start(argv, name="ray-head", log_path=run_dir / f"ray-head-{os.getpid()}.log",
+                       env={"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")})
+    deadline = time.monotonic() + HEAD_START_TIMEOUT_S
+    while "Ray runtime started" not in head.tail(200):
+        if head.poll() is not None or time.monotonic() > deadline:
+            tail = head.tail(20)
+            procs.stop(head, term_timeout=10)
+            raise DeploymentFailed(FailureKind.ENVIRONMENT, f"the local Ray head did not start: "
+                                   f"{procs.error_line(tail) or tail[-300:]}", tail)
+        time.sleep(0.5)
+    return head, f"127.0.0.1:{port}"
+
+
+def stop_head(head: procs.ManagedProcess, term_timeout_s: float = 30.0) -> None:
+    """Stop a head ``start_head`` started: its group (GCS, raylet, …), TERM then KILL; then Ray's workers, which
+    run in process groups of their own inside the head's session and carry its mark (they exit by themselves
+    once the raylet is gone, seconds later)."""
+    procs.stop(head, term_timeout=term_timeout_s)
+    workers = procs.marked_processes([str(Path(head.log_path).resolve())])
+    if workers:
+        procs.stop_strays(pids=[m.pid for m in workers], term_timeout=5.0)
 
 
 def check_cluster(ray: Any, address: str, cluster: ClusterSpec, model_path: Path) -> list[str]:

@@ -1,8 +1,9 @@
 """The Ray executor: the deployment's processes started by Ray actors inside placement groups.
 
-``ray.init()`` starts a local cluster when no address is given (on a machine without GPUs it declares
-the cluster's GPU slots as logical GPUs, one CPU core each) or connects to ``ray_address``; the
-connection is kept across trials and ``close()`` shuts it down.
+Without an address a private local cluster is started (``ray start --head`` as a session of its own, so a
+signal to the tuner's process group never reaches Ray mid-teardown; on a machine without GPUs it declares the
+cluster's GPU slots as logical GPUs, one CPU core each), else it connects to ``ray_address``; the
+connection is kept across trials and ``close()`` disconnects and stops the private cluster.
 
 Per deployment:
 
@@ -40,12 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import bench
+from executors import bench, procs
 from executors.base import Deployment, DeploymentFailed, FailureKind
 from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
 from executors.ray_agent import NodeAgent
-from executors.ray_cluster import check_cluster, environment_failure, has_gpus, init_ray, ray_get, release
+from executors.ray_cluster import (
+    check_cluster, environment_failure, has_gpus, init_ray, ray_get, release, stop_head,
+)
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
 from executors.serving import server_unhealthy, start_failure, vllm_cache_root
 from executors.topology import Instance, Topology
@@ -93,7 +96,7 @@ class RayExecutor(VllmExecutor):
         self.ray_address = ray_address
         self.placement_timeout_s = placement_timeout_s
         self.port_base = port_base
-        self._started_ray = False
+        self._head: procs.ManagedProcess | None = None  # the private local cluster we started, if any
         self._agent_cls: Any = None
 
     # ---------------------------------------------------------------- Ray connection
@@ -109,8 +112,7 @@ class RayExecutor(VllmExecutor):
                 # no GPUs here (or the CPU build): the cluster's GPU slots become logical GPUs, one core each
                 assert topology is not None, "a private local cluster is sized by the first topology"
                 gpus = topology.cluster.total_gpus if self.platform.cpu_per_gpu_slot or not has_gpus() else None
-            if init_ray(address, logical_gpus=gpus):
-                self._started_ray = True
+            self._head = init_ray(address, logical_gpus=gpus, run_dir=self.run_dir)
         if self._agent_cls is None:
             self._agent_cls = ray.remote(max_concurrency=16)(NodeAgent)
         return ray
@@ -127,9 +129,11 @@ class RayExecutor(VllmExecutor):
     def close(self) -> None:
         import ray
 
-        if ray.is_initialized() and self._started_ray:
-            ray.shutdown()
-        self._started_ray = False
+        if self._head is not None:  # ours: disconnect, then stop its processes (a session of their own)
+            if ray.is_initialized():
+                ray.shutdown()
+            stop_head(self._head)
+        self._head = None
         self._agent_cls = None
 
     # ---------------------------------------------------------------- helpers
@@ -153,10 +157,10 @@ class RayExecutor(VllmExecutor):
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
             "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir), "expert_routing": str(self.expert_routing),
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
-            "ray_address": None if self._started_ray else self._address()})
+            "ray_address": None if self._head is not None else self._address()})
         pd = topology.config.mode is Mode.DISAGGREGATED
         # servers on several nodes, or a cluster we only connected to: each binds its own node's address
-        multi_node_cluster = topology.cluster.nodes > 1 or not self._started_ray
+        multi_node_cluster = topology.cluster.nodes > 1 or self._head is None
         try:
             # 1. placement groups and one agent per node shard (a shard per node: STRICT_SPREAD, never two on one)
             for inst in topology.instances:

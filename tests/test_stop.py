@@ -1,0 +1,69 @@
+"""A trial stopped in the middle of its levels (Ctrl-C, SIGTERM as Ctrl-C) keeps what it measured: the levels
+before the stop are stored with the trial marked interrupted, teardown ran, and calibration uses those levels.
+Fast: the model measures each level; the real stop (SIGTERM to `advisor tune`'s group) is tests/test_stop_real.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import db
+from advisor import tune as tune_mod
+from advisor.calibrate import measured_samples
+from advisor.job import job_from_dict
+from db import queries
+from executors.base import Deployment
+from executors.measure import MeasurePlan, search_levels
+from executors.simulated import SimulatedExecutor, default_params
+from search_spaces import Measurement, TrialState, Workload
+
+STOP_AT_LEVEL = 3
+
+
+class StoppedAtThirdLevel(SimulatedExecutor):
+    """The model's levels, one by one, with the stop landing while the third one runs."""
+
+    torn_down = 0
+
+    def measure(self, deployment: Deployment, workload: Workload,
+                plan: MeasurePlan | None = None) -> list[Measurement]:
+        model = super().measure
+        count = [0]
+
+        def probe(load: float) -> Measurement:
+            count[0] += 1
+            if count[0] == STOP_AT_LEVEL:
+                raise KeyboardInterrupt("terminated (SIGTERM)")
+            one = workload.model_copy(update={"knee_search": False, "load_levels": [int(load)]})
+            return model(deployment, one, plan)[0].model_copy(update={"source": "measured"})
+
+        return search_levels(probe, workload, plan or MeasurePlan())
+
+    def teardown(self, deployment: Deployment) -> None:
+        self.torn_down += 1
+
+
+def test_a_stop_mid_levels_keeps_the_levels_measured(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'stop.db'}"
+    job = job_from_dict({"name": "stop", "preset": "gb300-rack-dsv3", "sampler": {"kind": "random", "seed": 3},
+                         "budget": {"trials": 3},
+                         "workload": {"knee_search": False, "load_levels": [8, 16, 32, 64, 128]}})
+    ex = StoppedAtThirdLevel(job.model_profile(), default_params(job.cluster.gpu))
+    with pytest.raises(KeyboardInterrupt):
+        tune_mod.tune(job, storage=url, executor=ex)
+    assert ex.torn_down == 1
+    database = db.connect(url)
+    try:
+        trials = [queries.get_trial(database, "stop", t.number) for t in queries.list_trials(database, "stop")]
+        assert [t.state for t in trials] == [TrialState.INTERRUPTED]
+        t = trials[0]
+        assert t.failure_kind == "interrupted" and t.objectives is None
+        assert t.reason == "interrupted (terminated (SIGTERM)); 2 level(s) measured before it kept"
+        assert [m.concurrency for m in t.measurements] == [8, 16]
+        assert t.teardown_s is not None and t.measure_s is not None
+        samples = measured_samples(database, "stop", job)
+        assert [(s.number, sorted(s.measured)) for s in samples] == [(t.number, [8, 16])]
+    finally:
+        database.close()
