@@ -178,11 +178,12 @@ class ExecutorSpec(BaseModel):
     run_dir: str = "runs"
     perf_params: str | None = Field(None, description="A calibrated performance-model JSON (advisor calibrate): what "
                                    "the simulated executor predicts with and where a guided study's model starts.")
-    profile: Literal["auto", "off"] = Field("auto", description="Real executors: before the first trial, measure "
-                                            "the model's shape on the job's GPU kind (advisor profile) when no "
-                                            "stored profile of this vLLM matches, so the knee searches and the "
-                                            "guide start from the hardware rather than from defaults; off: start "
-                                            "from the stored profile, the parameter file or the defaults.")
+    profile: Literal["auto", "off"] = Field("auto", description="The local executor: before the first trial, "
+                                            "measure the model's shape on the job's GPU kind (advisor profile) "
+                                            "when no stored profile of this vLLM matches, so the knee searches "
+                                            "and the guide start from the hardware rather than from defaults "
+                                            "(with Ray, run advisor profile first); off: start from the stored "
+                                            "profile, the parameter file or the defaults.")
     reserve_gpus: bool = Field(False, description="Simulated executor: hold real Ray GPU reservations (ray_address) "
                                "for hold_s per trial — several tuner workers sharing one cluster.")
     hold_s: float = Field(2.0, ge=0, description="With reserve_gpus: how long a trial holds its GPUs.")

@@ -25,7 +25,7 @@ from advisor.executor_factory import make_executor
 from advisor.profile import ModelParams
 from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
 from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
-from advisor.job import SamplerKind, TuningJob, check_study_name
+from advisor.job import ExecutorKind, SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
@@ -154,7 +154,10 @@ def _model_params(job: TuningJob, database: db.Database, executor: Executor, sum
 
     version = executor.engine_version if real else None
     model = resolve_params(job, database, version)
-    if real and model.profile_id is None and not job.executor.perf_params and job.executor.profile == "auto":
+    # The local executor only: a Ray study's executor holds its Ray connection for the whole study, and the
+    # profile's own deployments would need a second one (run `advisor profile` first; the study then finds it).
+    if (real and job.executor.kind is ExecutorKind.LOCAL and model.profile_id is None and not job.executor.perf_params
+            and job.executor.profile == "auto"):
         made = run_profile(job, database)
         summary.profiled = made.profile.label
         model = resolve_params(job, database, version)
