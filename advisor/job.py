@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from advisor.errors import BadInput, describe_validation_error, shown
 from db.redaction import redact_url
@@ -167,6 +167,12 @@ class Timeouts(BaseModel):
 
 class ExecutorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _yaml_switch(cls, v: Any) -> Any:
+        """YAML 1.1 reads an unquoted ``off`` (and ``on``) as a boolean: ``profile: off`` means what it says."""
+        return {False: "off", True: "auto"}.get(v, v) if isinstance(v, bool) else v
 
     kind: ExecutorKind = ExecutorKind.SIMULATED
     platform: str = Field("auto", pattern=r"^(auto|cpu|gpu)$")

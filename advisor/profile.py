@@ -147,6 +147,9 @@ def default_depths(model: ModelProfile, gpu: str) -> tuple[int, int]:
 def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> ProfilePlan:
     """What a profile of ``job`` deploys and measures: vLLM's default batch sizes for the GPU kind on one GPU,
     prompt lengths around the workload's for prefill, the workload's prompt length for decode."""
+    if job.executor.kind is ExecutorKind.SIMULATED:
+        raise BadInput("executor.kind: a profile measures real vLLM; give local or ray (the simulated executor "
+                       "then uses the stored profile)")
     model, gpu = job.model_profile(), job.cluster.gpu
     ds = tuple(sorted(set(depths))) if depths else default_depths(model, gpu)
     if len(ds) < 2 or ds[0] < 1 or ds[-1] > model.num_layers:
@@ -268,11 +271,8 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
     was measured and fitted."""
     import json
 
-    if job.executor.kind is ExecutorKind.SIMULATED:
-        raise BadInput("executor.kind: a profile measures real vLLM; give local or ray (the simulated executor "
-                       "then uses the stored profile)")
     t0 = time.monotonic()
-    plan = plan_profile(job, depths)
+    plan = plan_profile(job, depths)  # bad input (a simulated job, depths) before anything is deployed
     cfg, tok_from = source_config(job)
     model = job.model_profile()
     root = job.resolve_path(job.executor.run_dir) / "profile-models"

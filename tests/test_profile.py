@@ -1,0 +1,116 @@
+"""The hardware profile's parts that need no vLLM: which parameters a study starts from, what a profile deploys
+(real widths at reduced depth, a tokenizer whose random prompts round-trip), and bad input. The real profile is
+tests/test_profile_real.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import db
+from advisor.job import job_from_dict, load_job
+from advisor.profile import default_depths, plan_profile, resolve_params
+from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
+from executors.perf_model import default_params
+from search_spaces import ModelProfile, model_preset
+
+
+def _store(database: db.Database, model: ModelProfile, gpu: str, version: str, mfu: float) -> db.HardwareProfile:
+    params = default_params(gpu).model_copy(update={"mfu_decode": mfu}).model_dump()
+    return database.add_profile(gpu=gpu, gpu_count=1, engine_version=version, shape_key=model.shape_key,
+                                model_name=model.name, shape=model.shape, params=params, report={}, probes=[])
+
+
+def test_a_study_starts_from_the_file_then_the_matching_profile_then_unmeasured_defaults(tmp_path):
+    database = db.connect(f"sqlite:///{tmp_path / 'r.db'}")
+    job = job_from_dict({"name": "j", "preset": "h200-qwen3-235b"})
+    assert resolve_params(job, database).source == "defaults for H200, unmeasured"
+    other = _store(database, model_preset("deepseek-v3"), "H200", "vllm 0.26.0", 0.11)  # another shape
+    b200 = _store(database, job.model_profile(), "B200", "vllm 0.26.0", 0.12)  # another GPU kind
+    assert resolve_params(job, database).profile_id is None and other.id and b200.id
+    old = _store(database, job.model_profile(), "H200", "vllm 0.25.0", 0.13)
+    new = _store(database, job.model_profile(), "H200", "vllm 0.26.0", 0.14)
+    got = resolve_params(job, database)  # a simulated study: the newest of this shape and kind
+    assert (got.profile_id, got.params.mfu_decode, got.source) == (new.id, 0.14, new.label)
+    assert resolve_params(job, database, "vllm 0.25.0").profile_id == old.id  # a real study: its vLLM's
+    assert resolve_params(job, database, "vllm 0.27.0").profile_id is None  # none measured with it
+    path = tmp_path / "p.json"
+    default_params("H200").model_copy(update={"mfu_decode": 0.2}).save(path)
+    filed = job_from_dict({"name": "j", "preset": "h200-qwen3-235b", "executor": {"perf_params": str(path)}})
+    assert resolve_params(filed, database).params.mfu_decode == 0.2  # a file the job names wins
+    database.close()
+
+
+def test_shape_key_ignores_depth_and_name_only():
+    m = model_preset("deepseek-v3")
+    assert m.model_copy(update={"num_layers": 4, "num_dense_layers": 1, "name": "x"}).shape_key == m.shape_key
+    assert m.model_copy(update={"n_routed_experts": 384}).shape_key != m.shape_key
+    assert m.model_copy(update={"weight_bytes": 2.0}).shape_key != m.shape_key
+
+
+@pytest.mark.parametrize("preset", ["deepseek-v3", "qwen3-moe-235b", "tiny-moe"])
+def test_reduced_depth_folders_keep_every_width(preset):
+    full = model_preset(preset)
+    cfg = hf_config(full)
+    for layers in (1, 3):
+        deep = ModelProfile.from_hf_dict(at_depth(cfg, layers), name="x")
+        assert deep.shape == full.shape and deep.num_layers == layers
+        assert deep.num_dense_layers == (min(full.num_dense_layers, 1) if layers > 1 else 0)
+    if full.weight_bytes == 1.0:
+        assert cfg["quantization_config"]["weight_block_size"] == [128, 128]
+
+
+def test_generated_tokenizer_round_trips_random_prompts(tmp_path):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(word_tokenizer(129280))
+    assert tok.get_vocab_size() == 129280
+    ids = [(777 + i) % 129280 for i in range(3, 4000)]  # vllm bench's random prompts: consecutive ids from an offset
+    assert tok.encode(tok.decode(ids)).ids == ids
+    cfg = at_depth(hf_config(model_preset("deepseek-v3")), 2)
+    folder = write_model_folder(cfg, tmp_path / "m")
+    stamp = (folder / ".model-folder.json").stat().st_mtime_ns
+    assert write_model_folder(cfg, tmp_path / "m") == folder  # idempotent: nothing rewritten
+    assert (folder / ".model-folder.json").stat().st_mtime_ns == stamp
+    assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 2
+
+
+def test_plan_fits_the_gpu_and_the_model_length():
+    qwen = job_from_dict({"name": "j", "preset": "h200-qwen3-235b", "executor": {"kind": "local"}})
+    shallow, deep = default_depths(qwen.model_profile(), "H200")
+    assert 1 <= shallow < deep <= 12
+    weights = deep * 3 * 4096 * 1536 * 128 * 2  # routed experts alone, BF16
+    assert weights < 0.5 * 141e9
+    plan = plan_profile(qwen)
+    assert {p.kind for p in plan.probes} == {"prefill", "decode"} and plan.levels == 2 * 7
+    seeds = {p.workload(False).seed for p in plan.probes}
+    assert len(seeds) == len(plan.probes)  # no two probes of a deployment share prompts
+
+
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    def run(doc: dict, *args: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "j.yaml").write_text(yaml.safe_dump(doc))
+        return subprocess.run([sys.executable, "-m", "advisor", "profile", "j.yaml", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    store = f"sqlite:///{tmp_path / 'r.db'}"
+    local = {"name": "p", "preset": "cpu-tiny-moe", "executor": {"kind": "local"}, "storage": store}
+    cases = [({"name": "p", "preset": "cpu-tiny-moe", "storage": store}, (), "executor.kind"),
+             (local, ("--depths", "a,b"), "--depths"), (local, ("--depths", "1"), "--depths"),
+             (local, ("--depths", "0,9"), "--depths")]
+    for doc, args, field in cases:
+        r = run(doc, *args)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and field in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_profile_off_in_yaml_means_off(tmp_path):
+    (tmp_path / "j.yaml").write_text("name: j\npreset: cpu-tiny-moe\nexecutor: {kind: local, profile: off}\n")
+    assert load_job(tmp_path / "j.yaml").executor.profile == "off"
+    (tmp_path / "j.yaml").write_text("name: j\npreset: cpu-tiny-moe\nexecutor: {kind: local, profile: on}\n")
+    assert load_job(tmp_path / "j.yaml").executor.profile == "auto"
