@@ -16,7 +16,10 @@ from advisor.valid_sampler import ValidSpaceSampler
 
 __all__ = ["make_sampler", "open_study", "storage_for"]
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+# Errors only: Optuna's warnings are about its own internals, and during a database outage it logs each failed
+# query ("Caught an error from sqlalchemy … Falling back to a slower alternative", several lines) ahead of the one
+# line the tuner prints (db.outage) — the user can act on that line, not on those.
+optuna.logging.set_verbosity(optuna.logging.ERROR)
 # ``multivariate``/``group`` are marked experimental; they are what makes TPE work on a conditional space.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
