@@ -19,7 +19,7 @@ same shape on the same GPU kind then starts from it without being told (``resolv
 
 What one GPU cannot measure (all-to-all, all-reduce, KV transfer between GPUs) keeps its documented default;
 on a node of several GPUs the profile adds a data-parallel + expert-parallel deployment of the shallow stack
-whose levels fit the communication terms (``comm_probe``), which runs where such a node exists.
+whose levels fit the communication terms (``comm_config``), which runs where such a node exists.
 """
 
 from __future__ import annotations
