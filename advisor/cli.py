@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from advisor import api
-from advisor.errors import BadInput, describe_validation_error, read_yaml_file
+from advisor.errors import BadInput, EnvironmentFailed, describe_validation_error, read_yaml_file
 from advisor.cli_output import RowFormat, RowFormatOpt, console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
@@ -46,7 +46,8 @@ def _storage(url: str | None) -> str:
 
 
 def friendly(fn: F) -> F:
-    """Bad input → one line on stderr and exit 2; a database outage past its retry window → one line, exit 3."""
+    """Bad input → one line on stderr and exit 2; a database outage past its retry window, or a profile whose
+    deployment failed → one line, exit 3."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -55,7 +56,7 @@ def friendly(fn: F) -> F:
         except BadInput as e:
             err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
-        except DatabaseOutage as e:
+        except (DatabaseOutage, EnvironmentFailed) as e:
             err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_ENVIRONMENT) from None
 

@@ -30,6 +30,14 @@ class BadInput(Exception):
         super().__init__(one_line(str(message)) or "bad input", *args)
 
 
+class EnvironmentFailed(Exception):
+    """The machine, not the input, failed (a deployment that died, a probe that could not run): one line on
+    stderr and exit 3, like a study stopped by repeated environment failures."""
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        super().__init__(one_line(str(message)) or "the environment failed", *args)
+
+
 def shown(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters (a 4 MB string or a 5,000-digit number is not repeated)."""
     try:

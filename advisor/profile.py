@@ -33,9 +33,10 @@ from typing import Any
 
 import db
 from advisor.calibrate import Calibration, Sample, calibrate, fitted_values
-from advisor.errors import BadInput
+from advisor.errors import BadInput, EnvironmentFailed
 from advisor.job import ExecutorKind, ModelRef, TuningJob
 from executors import place
+from executors.base import DeploymentFailed
 from executors.measure import MeasurePlan
 from executors.model_folder import at_depth, hf_config, write_model_folder
 from executors.perf_model import PerfParams, default_params
@@ -56,6 +57,12 @@ from search_spaces import (
 WEIGHT_SHARE = 0.4
 #: The deeper stack has at most this many layers: enough for the per-layer terms to dominate a step.
 MAX_DEPTH = 12
+#: KV cache a probe deployment reserves on a GPU, as a multiple of what its largest level holds at once (at least
+#: ``MIN_KV_GIB``). Left to itself vLLM gives the KV cache 92% of an H200 less its *estimate* of the CUDA graphs'
+#: memory; on the DeepSeek-V3-width FP8 stack that estimate was 4.2 GiB short of the 8.4 GiB captured, and the
+#: first prefill probe died of CUDA out-of-memory (H200, vLLM 0.26.0). A probe needs a few GiB of KV, not 100.
+KV_HEADROOM = 2.0
+MIN_KV_GIB = 2.0
 #: Parameters a profile may fit: compute, memory and overhead terms, and the API server's. Communication
 #: terms are fitted only from a several-GPU probe (``COMM_PARAMS``).
 STEP_PARAMS: tuple[str, ...] = (
@@ -200,6 +207,19 @@ def probe_job(job: TuningJob, folder: Path, workload: Workload, cluster: Cluster
                                   "cluster": cluster, "workload": workload})
 
 
+def with_probe_kv(job: TuningJob, tokens: int) -> TuningJob:
+    """``job`` whose ``vllm serve`` reserves KV cache for ``tokens`` tokens at once (``KV_HEADROOM``) on a GPU
+    platform, unless the user's ``extra_serve_args`` size the KV cache or the memory share themselves. The CPU
+    build sizes its KV cache by ``VLLM_CPU_KVCACHE_SPACE`` and is left alone."""
+    args = job.executor.extra_serve_args
+    if job.cluster.gpu == "CPU" or any(a.split("=")[0] in ("--kv-cache-memory-bytes", "--kv-cache-memory",
+                                                            "--gpu-memory-utilization") for a in args):
+        return job
+    need = max(MIN_KV_GIB * 2**30, KV_HEADROOM * tokens * job.model_profile().kv_bytes_per_token)
+    executor = job.executor.model_copy(update={"extra_serve_args": [*args, "--kv-cache-memory-bytes", str(int(need))]})
+    return job.model_copy(update={"executor": executor})
+
+
 def comm_config(job: TuningJob, plan: ProfilePlan) -> DeploymentConfig | None:
     """The several-GPU probe: data parallel with expert parallelism over two GPUs of one node (the all-to-all and
     the DP synchronisation one GPU cannot show); None where the node has one GPU or the GPUs are CPU slots (MoE
@@ -230,9 +250,11 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
     cluster = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=gpus)
     envelope = Workload(isl=LengthDist(mean=max(p.isl for p in probes)), osl=LengthDist(mean=max(p.osl for p in probes)),
                         load_levels=[1], knee_search=False)
-    executor = make_executor(probe_job(job, folder, envelope, cluster))
+    tokens = max(max(p.loads) * (p.isl + p.osl) for p in probes)
+    executor = make_executor(with_probe_kv(probe_job(job, folder, envelope, cluster), tokens))
     into.engine = executor.engine_version
     tag = f"L{depth}" + (f" x{gpus} GPUs" if gpus > 1 else "")
+    step = "deploying"
     try:
         if on_level:
             on_level(f"{tag}: deploying")
@@ -243,6 +265,7 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
             t0 = time.monotonic()
             for i, probe in enumerate(probes):
                 wl = probe.workload(warm=i == 0)
+                step = f"{probe.kind} probe ISL {probe.isl} OSL {probe.osl}"
                 levels = executor.measure(dep, wl, MeasurePlan())
                 measured = {m.concurrency: v for m in levels if (v := fitted_values(m))}
                 if measured:
@@ -260,6 +283,9 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
             into.measure_s.append(time.monotonic() - t0)
         finally:
             executor.teardown(dep)
+    except DeploymentFailed as e:  # the machine failed, not the input: one line, nothing stored
+        raise EnvironmentFailed(f"profile stopped at {tag}, {step}: {e.reason} (nothing stored; the "
+                                f"deployment's logs are under {job.resolve_path(job.executor.run_dir)})") from None
     finally:
         executor.close()
 

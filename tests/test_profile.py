@@ -114,3 +114,34 @@ def test_profile_off_in_yaml_means_off(tmp_path):
     assert load_job(tmp_path / "j.yaml").executor.profile == "off"
     (tmp_path / "j.yaml").write_text("name: j\npreset: cpu-tiny-moe\nexecutor: {kind: local, profile: on}\n")
     assert load_job(tmp_path / "j.yaml").executor.profile == "auto"
+
+
+def test_probe_deployments_reserve_the_kv_they_need_on_gpus_only():
+    from advisor.profile import MIN_KV_GIB, with_probe_kv
+    from tests.vllm_parser import parse_serve_args
+
+    gpu = job_from_dict({"name": "j", "preset": "h200-qwen3-235b", "executor": {"kind": "local"}})
+    sized = with_probe_kv(gpu, 256 * 2112).executor.extra_serve_args
+    assert sized[-2] == "--kv-cache-memory-bytes"
+    need = 256 * 2112 * gpu.model_profile().kv_bytes_per_token  # c=256 decode probes of 2,048 + 64 tokens
+    assert int(sized[-1]) == int(max(MIN_KV_GIB * 2**30, 2 * need))
+    assert parse_serve_args(["m", *sized]).kv_cache_memory_bytes == int(sized[-1])  # vLLM's own parser takes it
+    mine = gpu.model_copy(update={"executor": gpu.executor.model_copy(
+        update={"extra_serve_args": ["--gpu-memory-utilization=0.8"]})})
+    assert with_probe_kv(mine, 10**6).executor.extra_serve_args == ["--gpu-memory-utilization=0.8"]
+    cpu = job_from_dict({"name": "j", "preset": "cpu-tiny-moe", "executor": {"kind": "local"}})
+    assert with_probe_kv(cpu, 10**6) == cpu  # the CPU build sizes its KV by VLLM_CPU_KVCACHE_SPACE
+
+
+def test_a_deployment_that_dies_ends_the_profile_in_one_line_and_stores_nothing(tmp_path):
+    """A real local executor whose engine exits at once (the GPU run's CUDA out-of-memory ended in a traceback)."""
+    doc = {"name": "p", "preset": "cpu-tiny-moe", "storage": f"sqlite:///{tmp_path / 'r.db'}",
+           "executor": {"kind": "local", "engine_cmd": [sys.executable, "-c", "import sys; sys.exit(7)"],
+                        "run_dir": str(tmp_path / "runs"), "timeouts": {"health_s": 60}}}
+    (tmp_path / "j.yaml").write_text(yaml.safe_dump(doc))
+    r = subprocess.run([sys.executable, "-m", "advisor", "profile", "j.yaml"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert r.returncode == 3, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "profile stopped at L" in r.stderr and "deploying" in r.stderr and "nothing stored" in r.stderr
+    assert db.connect(doc["storage"]).profiles() == []

@@ -155,7 +155,7 @@ def cmd_compare(a: argparse.Namespace) -> None:
 
 def cmd_stack(a: argparse.Namespace) -> None:
     from advisor.executor_factory import make_executor
-    from advisor.profile import plan_profile, source_config
+    from advisor.profile import plan_profile, source_config, with_probe_kv
     from executors.model_folder import at_depth, write_model_folder
     from search_spaces import LengthDist, Workload
 
@@ -174,7 +174,7 @@ def cmd_stack(a: argparse.Namespace) -> None:
     pred = {name: {str(m.concurrency): values(m) for m in predict(topo, sjob.model_profile(), wl, params, loads)}
             for name, (params, _) in sets.items()}
     Path(a.out).write_text(json.dumps({"depth": a.depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
-    ex = make_executor(sjob)
+    ex = make_executor(with_probe_kv(sjob, max(loads) * (job.workload.isl.mean + job.workload.osl.mean)))
     try:
         run = ex.evaluate(topo, wl, plan=MeasurePlan())
     finally:
