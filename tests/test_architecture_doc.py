@@ -1,0 +1,87 @@
+"""docs/architecture.md names every product module, names none that is gone, and says every import between
+packages that the code makes.
+
+A module nobody can find on the architecture page is a module the next maintainer reads by accident; a page
+that names a moved module, or claims arrows the code does not keep, misleads them.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "architecture.md"
+PACKAGES = ("search_spaces", "executors", "db", "advisor", "ui")
+#: Alembic revisions are one idea together, the schema's history: the page names their folder.
+FOLDERS_NAMED_WHOLE = ("db/migrations/versions/",)
+#: The arrows the page's table allows between packages ("may import"), and the one it lists as pointing up.
+MAY_IMPORT = {
+    "search_spaces": set(),
+    "executors": {"search_spaces"},
+    "db": {"search_spaces"},
+    "advisor": {"search_spaces", "executors", "db"},
+    "ui": {"advisor", "db", "search_spaces"},
+}
+UPWARD = {("executors/perf_params.py", "advisor.errors")}
+
+
+def product_modules() -> list[str]:
+    return sorted(str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def unnamed(doc: str, modules: list[str]) -> list[str]:
+    """The modules the page does not name as ``path`` (or through a folder it names whole)."""
+    return [m for m in modules
+            if f"`{m}`" not in doc and not any(m.startswith(f) and f"`{f}`" in doc for f in FOLDERS_NAMED_WHOLE)]
+
+
+def named_but_missing(doc: str) -> list[str]:
+    """Paths of product files the page names that do not exist."""
+    pattern = r"`((?:%s)/[\w/.-]*\.py)`" % "|".join(PACKAGES)
+    return sorted({m for m in re.findall(pattern, doc) if not (ROOT / m).exists()})
+
+
+def test_every_product_module_is_named():
+    modules = product_modules()
+    assert len(modules) > 100  # the walk found the packages
+    assert unnamed(DOC.read_text(), modules) == []
+
+
+def test_a_missing_name_is_caught():
+    doc = DOC.read_text()
+    assert unnamed(doc.replace("`advisor/grid.py`", "grid"), product_modules()) == ["advisor/grid.py"]
+    assert named_but_missing(doc + " `executors/perf_batch.py`") == ["executors/perf_batch.py"]
+
+
+def test_every_named_module_exists():
+    assert named_but_missing(DOC.read_text()) == []
+
+
+def test_vllm_plugins_are_named_with_their_entry_points():
+    doc = DOC.read_text()
+    plugins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["vllm.general_plugins"]
+    assert "vllm.general_plugins" in doc
+    for name, target in plugins.items():
+        module = target.split(":")[0].replace(".", "/") + ".py"
+        assert name in doc and f"`{module}`" in doc, (name, module)
+
+
+def test_imports_between_packages_are_the_ones_the_page_allows():
+    """Runtime and type-only imports alike: an arrow the table does not allow is either a bug or a line here."""
+    doc = DOC.read_text()
+    found: set[tuple[str, str]] = set()
+    for module in product_modules():
+        pkg = module.split("/")[0]
+        for node in ast.walk(ast.parse((ROOT / module).read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                target = name.split(".")[0]
+                if target in PACKAGES and target != pkg and target not in MAY_IMPORT[pkg]:
+                    found.add((module, name))
+    assert found <= UPWARD, f"imports the page does not allow: {sorted(found - UPWARD)}"
+    for module, name in UPWARD & found:
+        assert f"`{module}`" in doc and f"`{name}`" in doc
