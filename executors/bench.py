@@ -66,15 +66,16 @@ class LevelSpec:
 
     @classmethod
     def for_load(cls, workload: Workload, load: float, *, attempt: int = 0, warmup: bool = False,
-                 requests_per_s: float | None = None) -> LevelSpec:
+                 requests_per_s: float | None = None, short: bool = False) -> LevelSpec:
         """The run for ``load`` (a concurrency, or req/s with ``load_by: rate``): attempt 1 is a close call's
-        second measurement, ``warmup`` the discarded run before a deployment's first level."""
+        second measurement, ``warmup`` the discarded run before a deployment's first level, ``short`` a level
+        that only brackets the knee (``Workload.bracket_prompts_per_concurrency``)."""
         rate = float(load) if workload.load_by == "rate" else None
         conc = workload.max_load_concurrency if rate is not None else int(load)
-        n = workload.num_warmups(load) if warmup else workload.num_prompts(load, requests_per_s)
+        n = workload.num_warmups(load) if warmup else workload.num_prompts(load, requests_per_s, short)
         stem = f"r{load:g}" if rate is not None else f"c{int(load)}"
-        name = f"warmup-{stem}" if warmup else stem + (f"-{attempt + 1}" if attempt else "")
-        return cls(conc, n, workload.level_seed(load, attempt, warmup), name, rate)
+        name = f"warmup-{stem}" if warmup else stem + ("-short" if short else "") + (f"-{attempt + 1}" if attempt else "")
+        return cls(conc, n, workload.level_seed(load, attempt, warmup, short), name, rate)
 
 
 def bench_args(

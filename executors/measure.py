@@ -59,8 +59,9 @@ def feasible(slos: tuple[SLO, ...] | list[SLO], m: Measurement) -> bool:
 # ------------------------------------------------------------------------------------------- the algorithm
 class _Search:
     def __init__(self, probe: Probe, workload: Workload, plan: MeasurePlan,
-                 judge: Callable[[Any], bool] | None = None) -> None:
-        self.probe, self.wl, self.plan = probe, workload, plan
+                 judge: Callable[[Any], bool] | None = None, short: Probe | None = None) -> None:
+        self.probe, self.wl, self.plan, self.short = probe, workload, plan, short
+        self.brief: set[float] = set()  # loads whose level is a short (bracketing) run
         self.judge = judge or (lambda m: feasible(plan.slos, m))  # does a level meet every SLO?
         self.integer = workload.load_by == "concurrency"
         self.low = 1.0 if self.integer else MIN_RATE
@@ -75,7 +76,13 @@ class _Search:
             self.keep(load, self.probe(load), purpose)
         return self.levels[load]
 
-    def keep(self, load: float, m: Measurement, purpose: str) -> None:
+    def keep(self, load: float, m: Measurement, purpose: str, short: bool = False) -> None:
+        if short:
+            self.brief.add(load)
+            m = m.model_copy(update={"flags": [*m.flags, "short"]})
+        elif load in self.brief:  # the full-length run of a load bracketed short: the short run's verdict stays
+            self.brief.discard(load)
+            m.raw["short_run"] = {"completed": self.levels[load].completed, "met_slos": self.judge(self.levels[load])}
         self.levels[load] = m if m.purpose == purpose else m.model_copy(update={"purpose": purpose})
 
     def default_start(self) -> float:
@@ -102,20 +109,27 @@ class _Search:
         """Search the knee. ``known`` levels (already measured, e.g. the model's fixed levels) bracket it for
         free: the search starts between them and they do not count against ``max_levels``."""
         steps = self.knee_steps(known)
-        load = next(steps, None)
+        ask = next(steps, None)
         first = True
-        while load is not None:
-            m = self.probe(load)
+        while ask is not None:
+            load, short = ask
+            m = self.short(load) if short and self.short else self.probe(load)
             if first and m.source == "measured":  # where a real search began, and why (the model, or the fixed levels)
                 m.raw["knee_start"] = "model" if self.plan.start and not known else "default"
             first = False
-            self.keep(load, m, "search")
-            load = next(steps, None)
+            self.keep(load, m, "search", short)
+            ask = next(steps, None)
 
-    def knee_steps(self, known: list[Measurement] | None = None) -> Iterator[float]:
-        """``knee`` as a generator: it yields each load it needs measured and goes on once the caller has
-        ``keep``-ed that load's measurement (``search_many`` runs many searches in lockstep this way)."""
+    def knee_steps(self, known: list[Measurement] | None = None) -> Iterator[tuple[float, bool]]:
+        """``knee`` as a generator: it yields each (load, short) it needs measured and goes on once the caller
+        has ``keep``-ed that load's measurement (``search_many`` runs many searches in lockstep this way).
+
+        With a ``short`` probe, the levels that step and bisect towards the knee are short runs; once the
+        bracket closes, its low end (the knee) and then its high end are measured at full length. A full run
+        that contradicts its short one reopens the search there (short runs again), so the knee is always a
+        full-length level and a full-length level above it failed (or the search hit a bound)."""
         ok = self.judge
+        brief = self.short is not None
         lo: float | None = None
         hi: float | None = None
         judged = [(m, ok(m)) for m in known or []]
@@ -133,22 +147,50 @@ class _Search:
             x = self.snap(self.plan.start if self.plan.start else self.default_start())
         elif not closed:
             x, k_up, k_down = self._next(lo, hi, None, 0, 0)
-        for _ in range(0 if closed or x is None else self.wl.max_levels):
+        full = 0  # full-length levels measured: at most max_levels, and short ones at most as many again
+        for _ in range(0 if closed or x is None else self.wl.max_levels * (2 if brief else 1)):
             assert x is not None
-            if x not in self.levels:
-                yield x
+            if x not in self.levels or (not brief and x in self.brief):
+                if not brief and full >= self.wl.max_levels:
+                    break
+                full += not brief
+                yield x, brief
             m = self.levels[x]
             if ok(m):
                 lo = x if lo is None else max(lo, x)
             else:
                 hi = x if hi is None else min(hi, x)
-            if lo is not None and hi is not None and lo < hi and hi <= self.within(lo):
-                closed = True
-                break
+            at_top = lo is not None and hi is None and lo >= self.wl.max_load
+            if (lo is not None and hi is not None and lo < hi and hi <= self.within(lo)) or at_top:
+                end = next((e for e in (lo, hi) if e is not None and e in self.brief), None)
+                if end is None or full >= self.wl.max_levels:
+                    closed = not at_top
+                    break
+                full += 1
+                yield end, False  # the bracket's end, at full length
+                x = end
+                if ok(self.levels[end]) == (end == lo):
+                    continue  # confirmed: the loop checks the other end
+                # The full run contradicts the short one: short runs misjudge this deployment. The rest of the
+                # search runs at full length, bracketing on full-length verdicts only.
+                brief = False
+                fulls = {v: ok(self.levels[v]) for v in self.levels if v not in self.brief}
+                lo = max((v for v, met in fulls.items() if met), default=None)
+                hi = min((v for v, met in fulls.items() if not met and (lo is None or v > lo)), default=None)
+                if lo is not None and hi is not None and hi <= self.within(lo):
+                    closed = True
+                    break
             nxt, k_up, k_down = self._next(lo, hi, x, k_up, k_down)
-            if nxt is None or nxt in self.levels:  # at a bound, or noise sent the search back: it ends there
-                break
+            if nxt is None or (nxt in self.levels and (brief or nxt not in self.brief)):
+                break  # at a bound, or noise sent the search back: it ends there
             x = nxt
+        if lo is not None and lo in self.brief:  # out of levels before the knee was confirmed at full length
+            if full < self.wl.max_levels:
+                yield lo, False
+            if lo in self.brief or not ok(self.levels[lo]):  # the highest full-length level meeting the SLOs
+                fulls = [v for v in self.levels if v not in self.brief and ok(self.levels[v])]
+                lo = max(fulls) if fulls else None
+            closed = False
         if lo is None:
             lowest = min(self.levels)
             self._flag(lowest, "no-level-meets-slo")
@@ -185,13 +227,14 @@ class _Search:
         self.levels[load] = m.model_copy(update={"flags": [*m.flags, flag]})
 
 
-def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan,
-                  known: list[Measurement] | None = None) -> list[Measurement]:
+def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan, known: list[Measurement] | None = None,
+                  short: Probe | None = None) -> list[Measurement]:
     """The knee search (when the workload asks and an SLO can be broken by load), then the fixed levels not
-    yet measured; measured levels in the order they were measured (``known`` ones first). A failure from
-    ``probe`` — or a stop (Ctrl-C, SIGTERM) in the middle of a level — propagates with the levels measured so far
-    as ``.measurements`` (a crash or a stop at the fourth level keeps three)."""
-    s = _Search(probe, workload, plan)
+    yet measured; measured levels in the order they were measured (``known`` ones first). ``short``: a cheaper
+    probe for the levels that only bracket the knee (``_Search.knee_steps``). A failure from ``probe`` — or a
+    stop (Ctrl-C, SIGTERM) in the middle of a level — propagates with the levels measured so far as
+    ``.measurements`` (a crash or a stop at the fourth level keeps three)."""
+    s = _Search(probe, workload, plan, short=short)
     try:
         if workload.knee_search and plan.searchable:
             s.knee(known)
@@ -215,10 +258,10 @@ def search_many(probe: Callable[[list[tuple[int, float]]], list[Any]], workload:
     if workload.knee_search and plan.searchable:
         for i, (s, k) in enumerate(zip(searches, known, strict=True)):
             steps = s.knee_steps(k)
-            load = next(steps, None)
-            if load is not None:
-                pending[i] = (steps, load)
-    while pending:
+            ask = next(steps, None)
+            if ask is not None:
+                pending[i] = (steps, ask[0])
+    while pending:  # no short probe here: every ask is full length
         asked = [(i, load) for i, (_, load) in pending.items()]
         for (i, load), m in zip(asked, probe(asked), strict=True):
             searches[i].keep(load, m, "search")
@@ -227,7 +270,7 @@ def search_many(probe: Callable[[list[tuple[int, float]]], list[Any]], workload:
             if nxt is None:
                 del pending[i]
             else:
-                pending[i] = (steps, nxt)
+                pending[i] = (steps, nxt[0])
     for raw_load in workload.load_levels:  # the fixed levels the searches did not measure, as search_levels does
         asked = []
         for i, s in enumerate(searches):
@@ -297,17 +340,17 @@ class LevelProbe:
     requests_per_s: float | None = None  # the last level's, to size the next one (``min_level_s``)
     expert_routing: str | None = None  # what the servers route with (``ExpertRouting`` text), stored per level
 
-    def __call__(self, load: float) -> Measurement:
+    def __call__(self, load: float, short: bool = False) -> Measurement:
         if not self.warm:
             self._warm_up(load)
-        spec = bench.LevelSpec.for_load(self.workload, load, requests_per_s=self.requests_per_s)
+        spec = bench.LevelSpec.for_load(self.workload, load, requests_per_s=self.requests_per_s, short=short)
         run = self._run(spec)
         m = self._measurement(spec, run)
         close = [s for s in self.plan.slos if s.close_call(m)]
         if close:
             log.info("%s: %s inside the interval; measuring the level again", m.label(), ", ".join(map(str, close)))
             again = self._run(bench.LevelSpec.for_load(self.workload, load, attempt=1,
-                                                       requests_per_s=self.requests_per_s))
+                                                       requests_per_s=self.requests_per_s, short=short))
             pooled = _Run(bench.pool_results(run.data, again.data),
                           _sum_deltas(run.deltas, again.deltas), _min(run.eplb, again.eplb), run.wall_s + again.wall_s)
             m = self._measurement(spec, pooled, extra_flags=["remeasured"])
@@ -315,6 +358,10 @@ class LevelProbe:
         if m.request_throughput:
             self.requests_per_s = m.request_throughput
         return m
+
+    def short(self, load: float) -> Measurement:
+        """A level that only brackets the knee: fewer prompts (``Workload.bracket_prompts_per_concurrency``)."""
+        return self(load, short=True)
 
     def _warm_up(self, load: float) -> None:
         self.warm = True
@@ -396,6 +443,7 @@ def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePla
     t0, warm0 = time.monotonic(), timings.warmup_s
     probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing)
     try:
-        return search_levels(probe, workload, plan)
+        return search_levels(probe, workload, plan, short=probe.short if workload.bracket_prompts_per_concurrency
+                             else None)
     finally:  # both add up over calls on one deployment (a second workload measured on the same servers)
         timings.measure_s += time.monotonic() - t0 - (timings.warmup_s - warm0)

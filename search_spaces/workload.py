@@ -155,6 +155,10 @@ class Workload(BaseModel):
     knee_tolerance: float = Field(0.15, gt=0, le=1.0, description="Knee search stops once the bracket's high end is "
                                   "within this share above its low end.")
     max_load: float = Field(4096, gt=0, le=MAX_LOAD, description="Knee search never measures above this load.")
+    bracket_prompts_per_concurrency: float = Field(
+        3.0, ge=0, description="Knee search on a real deployment: levels that only bracket the knee send this × "
+        "concurrency prompts (≥ half of min_prompts); the knee and the level above it are then measured at full "
+        "length. 0: every level at full length.")
     max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD,
                                       description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
@@ -199,13 +203,17 @@ class Workload(BaseModel):
         """Whether prompts share prefixes on purpose (then prefix-cache hits are the workload, not an artefact)."""
         return self.dataset is not Dataset.RANDOM or self.prefix_reuse > 0
 
-    def num_prompts(self, load: float, requests_per_s: float | None = None) -> int:
+    def num_prompts(self, load: float, requests_per_s: float | None = None, short: bool = False) -> int:
         """Requests of one level: ≥ ``min_prompts``, ≥ ``prompts_per_concurrency`` × load, and ≥ what the
-        deployment serves in ``min_level_s`` at ``requests_per_s`` (when known)."""
-        n = max(self.min_prompts, int(round(self.prompts_per_concurrency * load)))
-        if self.min_level_s and requests_per_s:
-            n = max(n, int(math.ceil(self.min_level_s * requests_per_s)))
-        return n
+        deployment serves in ``min_level_s`` at ``requests_per_s`` (when known). A ``short`` level (bracketing
+        only) uses ``bracket_prompts_per_concurrency`` and half of each floor, never more than a full level."""
+        per, floor, level_s = self.prompts_per_concurrency, self.min_prompts, self.min_level_s
+        if short:
+            per, floor, level_s = self.bracket_prompts_per_concurrency, (self.min_prompts + 1) // 2, level_s / 2
+        n = max(floor, int(round(per * load)))
+        if level_s and requests_per_s:
+            n = max(n, int(math.ceil(level_s * requests_per_s)))
+        return min(n, self.num_prompts(load, requests_per_s)) if short else n
 
     def num_warmups(self, load: float) -> int:
         """Warm-up requests before a deployment's first level (0: no warm-up)."""
@@ -213,12 +221,13 @@ class Workload(BaseModel):
             return 0
         return max(self.min_prompts, int(round(self.warmups_per_concurrency * load)))
 
-    def level_seed(self, load: float, attempt: int = 0, warmup: bool = False) -> int:
-        """The dataset seed of one level: distinct per load, attempt and warm-up (or the workload's seed for
-        every level when ``fresh_prompts`` is off)."""
+    def level_seed(self, load: float, attempt: int = 0, warmup: bool = False, short: bool = False) -> int:
+        """The dataset seed of one level: distinct per load, attempt, warm-up and short (bracketing) run — the
+        full-length run of a load after its short one must not find its prompts in the prefix cache — or the
+        workload's seed for every level when ``fresh_prompts`` is off."""
         if not self.fresh_prompts:
             return self.seed
-        tag = f"{self.seed}/{load:g}/{attempt}/{'w' if warmup else 'm'}".encode()
+        tag = f"{self.seed}/{load:g}/{attempt}/{'w' if warmup else 'm'}{'/s' if short else ''}".encode()
         return int.from_bytes(hashlib.sha256(tag).digest()[:4], "big") % (2**31 - 1)
 
 

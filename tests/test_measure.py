@@ -92,3 +92,52 @@ def test_values_come_from_one_level_and_scope_counts_the_cluster() -> None:
     cluster = job.model_copy(update={"objective": job.objective.model_copy(update={"scope": "cluster"})})
     assert scoped(cluster, "throughput_per_gpu", b) == pytest.approx(3000.0 * 64 / 72)  # 8 idle GPUs
     assert scoped(cluster, "p90_tokens_per_s_per_user", b) == 40.0
+
+
+def _two_probes(knee_short: float, knee_full: float, seen: list[tuple[float, bool]]):
+    """A full-length probe with knee ``knee_full`` and a short (bracketing) one that sees ``knee_short``."""
+    full, short = _probe(knee_full, []), _probe(knee_short, [])
+
+    def pick(is_short: bool):
+        def probe(load: float) -> Measurement:
+            seen.append((load, is_short))
+            return (short if is_short else full)(load)
+        return probe
+    return pick(False), pick(True)
+
+
+@pytest.mark.parametrize(("knee", "start"), [(50, 80), (50, 30), (500, 300), (7, 12), (120, 16), (263, 263)])
+def test_short_levels_bracket_and_only_the_bracket_ends_run_at_full_length(knee: int, start: int) -> None:
+    seen: list[tuple[float, bool]] = []
+    full, short = _two_probes(knee, knee, seen)
+    wl = Workload(load_levels=[], max_levels=6, knee_tolerance=0.15)
+    levels = search_levels(full, wl, MeasurePlan(SLOS, float(start)), short=short)
+    k = knee_of(levels)
+    assert k is not None and knee / 1.15 <= k.concurrency <= knee and "short" not in k.flags
+    assert (k.concurrency, False) in seen  # the knee is a full-length level ...
+    above = [m for m in levels if m.concurrency > k.concurrency and "short" not in m.flags]
+    assert above and (min(m.concurrency for m in above), False) in seen  # ... and so is the failure above it
+    assert sum(not s for _, s in seen) == 2  # nothing else at full length
+    assert all(s for load, s in seen if load not in (k.concurrency, min(m.concurrency for m in above)))
+    assert k.raw["short_run"]["met_slos"] is True
+
+
+@pytest.mark.parametrize(("knee_short", "knee_full"), [(60, 40), (30, 45), (100, 10)])
+def test_a_full_level_that_contradicts_its_short_run_reopens_the_search(knee_short: int, knee_full: int) -> None:
+    seen: list[tuple[float, bool]] = []
+    full, short = _two_probes(knee_short, knee_full, seen)
+    wl = Workload(load_levels=[], max_levels=6, knee_tolerance=0.15)
+    levels = search_levels(full, wl, MeasurePlan(SLOS, 50.0), short=short)
+    k = knee_of(levels)
+    assert k is not None and k.concurrency <= knee_full and "short" not in k.flags  # never above the full truth
+    assert (k.concurrency, False) in seen and sum(not s for _, s in seen) <= wl.max_levels
+    assert k.concurrency >= knee_full / 1.15 or "bracket-open" in k.flags
+
+
+def test_short_levels_draw_their_own_prompts_and_fewer_of_them() -> None:
+    wl = Workload(load_levels=[], prompts_per_concurrency=10, min_prompts=40, bracket_prompts_per_concurrency=3)
+    assert wl.num_prompts(64, short=True) == 192 < wl.num_prompts(64) == 640
+    assert wl.num_prompts(2, short=True) == 20 and wl.num_prompts(2) == 40  # half the floor
+    assert wl.level_seed(64, short=True) != wl.level_seed(64)
+    off = wl.model_copy(update={"bracket_prompts_per_concurrency": 0.0})
+    assert off.num_prompts(64, short=True) == 20  # 0 never reaches the real search (no short probe then)
