@@ -436,14 +436,17 @@ def _min(a: float | None, b: float | None) -> float | None:
 
 
 def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePlan, *, gpus: int,
-                       disaggregated: bool, timings: Timings, expert_routing: str | None = None) -> list[Measurement]:
+                       disaggregated: bool, timings: Timings, expert_routing: str | None = None,
+                       short_levels: bool = True) -> list[Measurement]:
     """Warm-up, knee search and fixed levels on one running deployment; ``timings`` gets the warm-up and
     measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it.
-    ``expert_routing``: what the executor started the servers with, stored with every level."""
+    ``expert_routing``: what the executor started the servers with, stored with every level. ``short_levels``:
+    bracket the knee with short levels (``Workload.bracket_prompts_per_concurrency``) — off on vLLM's CPU
+    build, where a level's seconds go to starting the client and the tiny model's steps, not to its requests."""
     t0, warm0 = time.monotonic(), timings.warmup_s
     probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing)
     try:
-        return search_levels(probe, workload, plan, short=probe.short if workload.bracket_prompts_per_concurrency
-                             else None)
+        short = short_levels and workload.bracket_prompts_per_concurrency > 0
+        return search_levels(probe, workload, plan, short=probe.short if short else None)
     finally:  # both add up over calls on one deployment (a second workload measured on the same servers)
         timings.measure_s += time.monotonic() - t0 - (timings.warmup_s - warm0)

@@ -88,7 +88,8 @@ class VllmExecutor(Executor):
         with self._levels(deployment, workload, deployment.handle.dir / "bench") as runner:
             return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
                                       disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
-                                      timings=deployment.timings, expert_routing=str(self.expert_routing))
+                                      timings=deployment.timings, expert_routing=str(self.expert_routing),
+                                      short_levels=not self.platform.cpu_per_gpu_slot)
 
     @abstractmethod
     def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> AbstractContextManager[LevelRunner]:
