@@ -233,7 +233,7 @@ def studies_frame(infos: list[StudyInfo]) -> pd.DataFrame:
     rows = [
         {
             "study": i.name, "state": i.state, "model": i.model, "cluster": i.cluster, "executor": i.executor,
-            "objective": i.objective_mode, "SLOs": ", ".join(map(str, i.slos)) or "–",
+            "objective": i.objective_mode, "SLOs": " · ".join(map(advice.slo_text, i.slos)) or "–",
             "done": f"{i.finished}/{i.budget}", "complete": i.count("complete"), "failed": i.count("failed"),
             "invalid": i.count("invalid"), "running": i.count("running"), "interrupted": i.count("interrupted"),
             "best": i.best, "best objective": i.best_objective, "best trial": i.best_trial, "updated": i.updated_at,
@@ -283,7 +283,7 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     """
     slos = _slos(url, name)
     metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos), "intervals",
-                                  "expert_routing"]))
+                                  "expert_routing", "purpose", "flags"]))
     cols, rows = queries.level_table(database(url), name, metrics)
     meets = [r.completed > 0 and all(s.met(r) for s in slos) for r in rows]  # SLO.met reads the row's columns
     df = pd.DataFrame(rows, columns=cols).rename(columns={"config_text": "config", "trial_gpus": "gpus"})
@@ -317,9 +317,11 @@ def chosen(url: str, name: str, stamp: Stamp) -> advice.Chosen | None:
         return None
     if a is None:
         return None
-    base = a.baseline
+    base, equal = a.baseline, a.equal_load
     return advice.Chosen(a.trial, a.point.concurrency, a.is_baseline, base.trial if base is not None else None,
-                         a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain)
+                         a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain,
+                         tuple(a.best.recorded), equal.concurrency if equal is not None else None,
+                         equal.defaults_trial if equal is not None else None)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
