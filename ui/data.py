@@ -342,7 +342,7 @@ def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, 
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
 _TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
                   "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
-                  "finished_at", "params", "proposer"]
+                  "finished_at", "params", "proposer", "repeat_of"]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -355,7 +355,9 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     t = dict(zip(cols, map(list, zip(*rows))))
     configs, texts = t["config"], t["config_text"]
     df = pd.DataFrame({
-        "trial": t["number"], "state": t["state"], "by": t["proposer"], "gpus": t["gpus"],
+        "trial": t["number"], "state": t["state"],
+        "by": [f"{p} of {r}" if r is not None else p for p, r in zip(t["proposer"], t["repeat_of"])],  # as the CLI
+        "gpus": t["gpus"],
         "deployment": [c.short() if c else (text or "") for c, text in zip(configs, texts)],
         "config": [text or "" for text in texts], "mode": [c.mode.value if c else None for c in configs],
     })
@@ -365,6 +367,7 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     rest = pd.DataFrame({
         "violation": violation, "feasible": violation.isna() | (violation <= 0), "failure_kind": t["failure_kind"],
         "reason": reason, "repeat_of": pd.to_numeric(reason.str.extract(_REPEAT_RE.pattern)[0], errors="coerce"),
+        "repeats": pd.array(t["repeat_of"], dtype="Int64"),  # the trial a repeat on a fresh deploy measures again
         **{k: pd.Series(t[k], dtype=float) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")},
         "worker": t["worker"], "started": t["started_at"], "finished": t["finished_at"],
     }, index=df.index)

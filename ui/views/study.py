@@ -203,7 +203,8 @@ def progress() -> None:
         st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
                    f"of which {repeats} repeat an earlier deployment (its measurements stand, not run again).")
     if live.budget:
-        st.progress(min(1.0, live.finished / live.budget), text=f"{live.finished} of {live.budget} trials")
+        st.progress(min(1.0, live.finished / live.budget),
+                    text=f"{live.finished} of {live.budget} trial{'' if live.budget == 1 else 's'}")
     if live.count("running"):
         st.dataframe(data.running(url, name, live.stamp), hide_index=True, width="stretch")
     tp = jobs.registry().get(name)
@@ -224,6 +225,12 @@ progress()
 
 
 # ---------------------------------------------------------------------------------------------- the tabs' parts
+#: vLLM's defaults: the baseline trial and its repeats on fresh deploys (labelled on the Pareto and Curves plots).
+base_first = set() if trials_df.empty else set(trials_df.loc[trials_df["by"] == "baseline", "trial"].astype(int))
+baseline_trials = base_first | (set() if trials_df.empty else
+                                set(trials_df.loc[trials_df["repeats"].isin(list(base_first)), "trial"].astype(int)))
+
+
 def axes() -> tuple[str, str]:
     """The Pareto plot's axes: the study's own, or two stored metrics the reader picks (kept per study)."""
     options = data.axis_options(levels, x, y)
@@ -260,7 +267,8 @@ def pareto() -> None:
     names = dict(zip(trials_df["config"], trials_df["deployment"], strict=True)) if not trials_df.empty else {}
     short_names = dict(zip(trials_df["trial"].astype(int), trials_df["deployment"], strict=True)) \
         if not trials_df.empty else {}
-    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names), key=K("pareto_chart"),
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials),
+                            key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
     for p in picked_points[:3]:
@@ -290,12 +298,13 @@ def curves() -> None:
         st.info("No load level has been measured yet.")
         return
     front = advice.front_by_deployment(plevels, px, py)
-    front_trials = [int(t) for t in front["trial"]][:8]
+    front_trials = list(dict.fromkeys([*(int(t) for t in front["trial"]), *sorted(base_first)]))[:8]
     chosen = st.multiselect("Highlight trials", sorted(points["trial"].unique().tolist()), default=front_trials,
-                            key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front")
+                            key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front, and vLLM's defaults")
     st.caption(f"{plots.label(py)} against {plots.label(px)}, one line per trial through its load levels "
                "(concurrency c at both ends and in the hover).")
-    st.plotly_chart(plots.curves_figure(plevels, px, py, chosen), key=K("curves_chart"), width="stretch")
+    st.plotly_chart(plots.curves_figure(plevels, px, py, chosen, baseline_trials), key=K("curves_chart"),
+                    width="stretch")
 
 
 # ------------------------------------------------------------------------------------ convergence, parameters
@@ -381,8 +390,9 @@ def trials_table() -> None:
                "SLOs (else its best level, *meets SLOs* unticked), with that level's concurrency and "
                f"{advice.short(y)} · select a row to open it"
                + (" · no phase timings: the simulated executor takes no time" if simulated else ""))
-    table = table.assign(**{"repeat of": table["repeat_of"].astype("Int64")})
-    cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", "repeat of", "violation",
+    table = table.assign(**{"same as": table["repeat_of"].astype("Int64")})  # a reused trial: no run of its own
+    reused = ["same as"] if table["same as"].notna().any() else []
+    cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", *reused, "violation",
             *timings, "reason"]
     shown = table[[c for c in cols if c in table]]
     picked_rows = st.dataframe(shown, hide_index=True, width="stretch", key=K("trials_table"),
