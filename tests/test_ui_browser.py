@@ -13,6 +13,7 @@ pictures in ``docs/img/`` (``study-page.png``, ``trial-page.png``, ``compare-stu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -100,15 +101,15 @@ def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`advisor dashboard` on a free port of 127.0.0.1; its base URL. Stopped by process group at the end."""
+@contextlib.contextmanager
+def _served(url: str, folder: Path) -> Iterator[str]:
+    """`advisor dashboard` on ``url`` and a free port of 127.0.0.1; its base URL. Stopped by process group at the
+    end."""
     port = _free_port()
-    folder = tmp_path_factory.mktemp("dashboard")
     log = folder / "dashboard.log"
     env = {**os.environ, "ADVISOR_UI_RUN_DIR": str(folder / "runs"), "ADVISOR_UI_REFRESH_S": "30"}
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", study_url,
+        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", url,
                                  "--host", "127.0.0.1", "--port", str(port)], cwd=folder, env=env,
                                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     server_group: int | None = None
@@ -133,6 +134,13 @@ def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         _stop_group(proc.pid, signal.SIGKILL, 5)
         _stop_group(server_group, signal.SIGKILL, 5)  # should the CLI have died before it could
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`advisor dashboard` on the simulated studies; its base URL."""
+    with _served(study_url, tmp_path_factory.mktemp("dashboard")) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -422,3 +430,133 @@ def test_compare_studies_shows_both_fronts(page: Any, dashboard: str) -> None:
 def test_no_request_left_the_machine(page: Any) -> None:
     """Run last in this module: every page the tests opened asked only the dashboard."""
     assert OUTSIDE == []
+
+
+# ---------------------------------------------------------------------------------------------- a real study
+KNEE_STUDY = "h200-knee-30b"
+KNEE_RAW = ROOT / "benchmarks" / "results" / "h200-knee" / "raw.tar.xz"
+
+
+@pytest.fixture(scope="module")
+def knee_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The committed real H200 knee study's database (1 × H200, knee search, vLLM's defaults measured at c ≥ 99
+    only), unpacked. Its stored job names the model folder by the device run's absolute path; where that is not
+    this checkout's, the copy is pointed at the same committed folder here (the job must validate to be read)."""
+    import sqlite3
+    import tarfile
+
+    _need_browser()
+    out = tmp_path_factory.mktemp("knee")
+    with tarfile.open(KNEE_RAW) as tar:
+        tar.extractall(out, members=[tar.getmember("raw/da-gpu/results.db")], filter="data")
+    path = out / "raw" / "da-gpu" / "results.db"
+    con = sqlite3.connect(path)
+    with con:
+        (text,) = con.execute("SELECT job FROM advisor_studies WHERE name = ?", (KNEE_STUDY,)).fetchone()
+        job = json.loads(text)
+        here = ROOT / "benchmarks" / "gpu" / "models" / Path(job["model"]["path"]).name
+        if not Path(job["model"]["path"]).exists():
+            job["model"]["path"] = str(here)
+            con.execute("UPDATE advisor_studies SET job = ? WHERE name = ?", (json.dumps(job), KNEE_STUDY))
+    con.close()
+    db.connect(f"sqlite:///{path}").close()  # at this code's schema, as any `advisor` command leaves it
+    return f"sqlite:///{path}"
+
+
+def _untouched(folder: Path, before: dict[Path, bytes]) -> None:
+    """Every file as it was, but SQLite's own sidecars of a WAL database a reader opened: an index (-shm) and
+    an empty log (-wal: nothing was written)."""
+    after = {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+    sidecars = {f for f in after.keys() - before.keys() if f.name.endswith(("-shm", "-wal"))}
+    assert {f: b for f, b in after.items() if f not in sidecars} == before
+    assert all(after[f] == b"" for f in sidecars if f.name.endswith("-wal"))
+
+
+@pytest.fixture(scope="module")
+def knee_page(knee_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """`advisor dashboard` (read-only) on the knee study's database and a browser page: (base URL, page)."""
+    sync_api = _need_browser()
+    with _served(knee_url, tmp_path_factory.mktemp("knee-dashboard")) as base, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+        try:
+            yield base, context.new_page()
+        finally:
+            context.close()
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def knee_files(knee_url: str) -> tuple[Path, dict[Path, bytes]]:
+    """The knee database's folder and its files before the dashboard opens it."""
+    folder = Path(knee_url.removeprefix("sqlite:///")).parent
+    return folder, {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def test_a_real_study_headline_tells_the_truth(knee_files: tuple[Path, dict[Path, bytes]],
+                                               knee_page: tuple[str, Any]) -> None:
+    """On the real H200 knee study: the headline, in the first screen, carries the knee, the interval, the
+    run-to-run spread and — the defaults having met the SLOs nowhere (measured at c ≥ 99 only) — both at the
+    load both were measured at, with an error box because the recommendation is worse there; the 1-GPU
+    topology is a small picture; a deep link asks nothing that 404s; the baseline is named on the plots;
+    a failing export says why and asks for the model; the database and its folder stay byte-identical."""
+    base, pg = knee_page
+    folder, before = knee_files
+    failed: list[str] = []
+    pg.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    pg.goto(f"{base}/study?study={KNEE_STUDY}")
+    _settle(pg, f"Study {KNEE_STUDY}")
+    _wait_plot(pg, "topology")
+    assert failed == []  # no /study/_stcore/health, no /study/_stcore/host-config
+
+    def top(text: str) -> float:
+        box = pg.get_by_text(text, exact=False).first.bounding_box()
+        assert box is not None, text
+        return box["y"]
+
+    text = _main_text(pg)
+    for fact in ("Knee: c=37", "95 % interval at c=37", "11,051–11,622 tok/s/GPU", "Run to run: 2 fresh deploys",
+                 "11,331 / 11,268 tok/s/GPU — spread 0.56%"):
+        assert fact in text, fact
+    warning = pg.locator("[data-testid=stAlertContentError]", has_text="At equal load vLLM's defaults do better")
+    assert warning.count() == 1
+    said = warning.inner_text()
+    assert "c=99" in said and "10,332 tok/s/GPU @ c=99, 14.2 tok/s/user" in said
+    assert "24,584 tok/s/GPU @ c=99, 28.6 tok/s/user" in said and "0.42×" in said
+    for fact in ("Knee: c=37", "Run to run:", "At equal load vLLM's defaults do better"):
+        assert top(fact) < 1000, fact  # the first screen, not 1,500 px below
+    assert "1 GPUs" not in text and not re.search(r"(?<![\d.])0% headroom", text)  # a margin never rounds to 0%
+    size = pg.evaluate("() => { const e = [...document.querySelectorAll('.js-plotly-plot')]"
+                       ".find(e => e.layout && e.layout.meta === 'topology'); const r = e.getBoundingClientRect();"
+                       " return [r.width, r.height]; }")
+    assert size[0] <= 400 and size[1] <= 400, size  # one GPU: a small picture
+
+    # the export cannot name a model the cluster loads (the job's is a folder of the device): said, and asked for
+    assert pg.locator(".st-key-rec_export_vllm button").count() == 0
+    reason = pg.locator("[data-testid=stAlertContentWarning]", has_text="To export trial 1").inner_text()
+    assert "is a folder on this machine" in reason.replace("\u2060", "")
+    box = pg.locator(".st-key-rec_export_model input")
+    box.fill("Qwen/Qwen3-30B-A3B")
+    box.press("Enter")
+    pg.locator(".st-key-rec_export_vllm button").first.wait_for(timeout=60_000)
+    with pg.expect_download(timeout=60_000) as info:
+        pg.locator(".st-key-rec_export_vllm button").first.click()
+    script = Path(info.value.path()).read_text()
+    assert script.startswith("#!") and "Qwen/Qwen3-30B-A3B" in script and "export failed" not in script
+
+    # the baseline named on the plots; trials on whole-number ticks
+    _wait_plot(pg, "history")
+    history = next(p for p in pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                          ".map(e => ({meta: e.layout.meta, dtick: e.layout.xaxis.dtick}))")
+                   if p["meta"] == "history")
+    assert history["dtick"] == 1
+    for tab, meta, name in (("Pareto front", "pareto", "vLLM's defaults (trial 0, 3)"),
+                            ("Curves", "curves", "trial 0 (vLLM's defaults)")):
+        pg.get_by_role("tab", name=tab).click()
+        _wait_plot(pg, meta)
+        names = pg.evaluate("m => [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.layout.meta === m)"
+                            ".flatMap(e => e.data.map(d => d.name))", meta)
+        assert name in names, names
+    _screenshot(pg, "study-h200-knee")
+    assert failed == []
+    _untouched(folder, before)  # read-only
