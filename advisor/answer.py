@@ -91,6 +91,9 @@ class Answer:
     served: float | None = None
     #: The answer and vLLM's defaults at a load both measured, when the defaults met the SLOs nowhere.
     equal_load: EqualLoad | None = None
+    #: Each run of the answer (its first trial, then its repeats on fresh deploys): (trial, the objective as
+    #: recorded, the concurrency of the run's own operating point).
+    runs: tuple[tuple[int, float, int], ...] = ()
 
     @property
     def best(self) -> Runs:
@@ -130,7 +133,8 @@ def _point(job: TuningJob, trial: Trial | None) -> Measurement | None:
 
 def study_answer(database: Database, study: str, job: TuningJob) -> Answer | None:
     """The study's answer (None while no complete trial met the SLOs)."""
-    ranked = rank(job, queries.list_trials(database, study))
+    trials = queries.list_trials(database, study)
+    ranked = rank(job, trials)
     if not ranked:
         return None
     first = queries.get_trial(database, study, ranked[0].trial)
@@ -142,9 +146,25 @@ def study_answer(database: Database, study: str, job: TuningJob) -> Answer | Non
                       _point(job, queries.get_trial(database, study, base.trial)) if base is not None else None)
     equal = None
     if base is None:  # the defaults met the SLOs nowhere: compare at a load both measured
-        defaults = next((t for t in queries.list_trials(database, study, states=["complete"])
-                         if t.proposer == "baseline"), None)
+        defaults = next((t for t in trials if t.proposer == "baseline" and t.state.value == "complete"), None)
         full = queries.get_trial(database, study, defaults.number) if defaults is not None else None
         equal = equal_load(point, list(first.measurements), full) if full is not None else None
     return Answer(ranked, first, point, baseline_point, copies(job, ranked[0].gpus or job.cluster.total_gpus),
-                  cluster_served(job, objective_names(job)[0], ranked[0]), equal)
+                  cluster_served(job, objective_names(job)[0], ranked[0]), equal,
+                  _runs(database, study, job, first, point, [t for t in trials if t.repeat_of == first.number]))
+
+
+def _runs(database: Database, study: str, job: TuningJob, first: Trial, point: Measurement,
+          repeats: list[Trial]) -> tuple[tuple[int, float, int], ...]:
+    """``Answer.runs``: the first trial and those repeats that count as runs (``db.ranking.deployments``:
+    complete, meeting the SLOs), each at its own operating point."""
+    name = objective_names(job)[0]
+    out = [(first.number, float((first.objectives or {})[name]), point.concurrency)]
+    for t in repeats:
+        value = (t.objectives or {}).get(name)
+        if t.state.value != "complete" or value is None or (t.violation is not None and t.violation > 0):
+            continue
+        own = _point(job, queries.get_trial(database, study, t.number))
+        if own is not None:
+            out.append((t.number, float(value), own.concurrency))
+    return tuple(out)

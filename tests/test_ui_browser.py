@@ -37,6 +37,7 @@ from advisor.exports import FORMATS
 from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import queries
+from tests import knee_study
 
 pytestmark = pytest.mark.browser
 
@@ -433,34 +434,14 @@ def test_no_request_left_the_machine(page: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- a real study
-KNEE_STUDY = "h200-knee-30b"
-KNEE_RAW = ROOT / "benchmarks" / "results" / "h200-knee" / "raw.tar.xz"
+KNEE_STUDY = knee_study.STUDY
 
 
 @pytest.fixture(scope="module")
 def knee_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The committed real H200 knee study's database (1 × H200, knee search, vLLM's defaults measured at c ≥ 99
-    only), unpacked. Its stored job names the model folder by the device run's absolute path; where that is not
-    this checkout's, the copy is pointed at the same committed folder here (the job must validate to be read)."""
-    import sqlite3
-    import tarfile
-
+    """The committed real H200 knee study's database (``tests.knee_study``)."""
     _need_browser()
-    out = tmp_path_factory.mktemp("knee")
-    with tarfile.open(KNEE_RAW) as tar:
-        tar.extractall(out, members=[tar.getmember("raw/da-gpu/results.db")], filter="data")
-    path = out / "raw" / "da-gpu" / "results.db"
-    con = sqlite3.connect(path)
-    with con:
-        (text,) = con.execute("SELECT job FROM advisor_studies WHERE name = ?", (KNEE_STUDY,)).fetchone()
-        job = json.loads(text)
-        here = ROOT / "benchmarks" / "gpu" / "models" / Path(job["model"]["path"]).name
-        if not Path(job["model"]["path"]).exists():
-            job["model"]["path"] = str(here)
-            con.execute("UPDATE advisor_studies SET job = ? WHERE name = ?", (json.dumps(job), KNEE_STUDY))
-    con.close()
-    db.connect(f"sqlite:///{path}").close()  # at this code's schema, as any `advisor` command leaves it
-    return f"sqlite:///{path}"
+    return knee_study.unpack(tmp_path_factory.mktemp("knee"))
 
 
 def _untouched(folder: Path, before: dict[Path, bytes]) -> None:
@@ -515,8 +496,8 @@ def test_a_real_study_headline_tells_the_truth(knee_files: tuple[Path, dict[Path
         return box["y"]
 
     text = _main_text(pg)
-    for fact in ("Knee: c=37", "95 % interval at c=37", "11,051–11,622 tok/s/GPU", "Run to run: 2 fresh deploys",
-                 "11,331 / 11,268 tok/s/GPU — spread 0.56%"):
+    for fact in ("Knee: c=37", "95 % interval", "11,051–11,622 tok/s/GPU @ c=37", "Run to run: 2 fresh deploys",
+                 "11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread 0.56%"):
         assert fact in text, fact
     warning = pg.locator("[data-testid=stAlertContentError]", has_text="At equal load vLLM's defaults do better")
     assert warning.count() == 1

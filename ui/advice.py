@@ -169,8 +169,9 @@ class Chosen:
     baseline_trial: int | None = None
     baseline_concurrency: int | None = None
     gain: float | None = None
-    #: The answer's runs as recorded (its first trial, then its repeats on fresh deploys): the run-to-run spread.
-    runs: tuple[float, ...] = ()
+    #: The answer's runs (``advisor.answer.Answer.runs``: trial, value as recorded, its operating point's
+    #: concurrency), its first trial first, then its repeats on fresh deploys: the run-to-run spread.
+    runs: tuple[tuple[int, float, int], ...] = ()
     #: Where vLLM's defaults met the SLOs nowhere: the load both they (trial ``equal_defaults_trial``) and the
     #: answer were measured at (``advisor.answer.EqualLoad``).
     equal_concurrency: int | None = None
@@ -193,8 +194,8 @@ class Recommendation:
     faster: OperatingPoint | None = None
     #: Distinct deployments on the (SLO-feasible) front.
     front_deployments: int = 0
-    #: The answer's runs as recorded (``Chosen.runs``).
-    runs: tuple[float, ...] = ()
+    #: The answer's runs (``Chosen.runs``).
+    runs: tuple[tuple[int, float, int], ...] = ()
     #: The answer and vLLM's defaults at a load both measured, where the defaults met the SLOs nowhere.
     equal_answer: OperatingPoint | None = None
     equal_defaults: OperatingPoint | None = None
@@ -360,23 +361,26 @@ def interval_text(point: OperatingPoint) -> str:
         pair = ivs.get(metric) if isinstance(ivs, dict) else None
         if pair and len(pair) == 2:
             unit = value_text(metric, pair[1]).split(" ", 1)[1] if " " in value_text(metric, pair[1]) else ""
-            parts.append(f"{num(pair[0])}–{num(pair[1])} {unit}".strip())
+            at = f" @ c={point.concurrency}" if metric == point.x_metric else ""
+            parts.append(f"{num(pair[0])}–{num(pair[1])} {unit}".strip() + at)
     if not parts:
         return ""
-    return f"**95 % interval** at c={point.concurrency} (bootstrap over its requests): {' · '.join(parts)}"
+    return f"**95 % interval** (bootstrap over the level's requests): {' · '.join(parts)}"
 
 
-def spread_text(runs: Sequence[float], metric: str) -> str:
-    """``Run to run: 2 fresh deploys, 11,331 / 11,268 tok/s/GPU — spread 0.6%`` (one run: no spread known)."""
+def spread_text(runs: Sequence[tuple[int, float, int]], metric: str) -> str:
+    """``Run to run: 2 fresh deploys (trial 1, 2), 11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread
+    0.56%`` (one run: no spread known)."""
     if not runs:
         return ""
-    values = " / ".join(num(v) for v in runs)
-    unit = SHORT.get(metric, short(metric))
+    values = " / ".join(f"{value_text(metric, v)} @ c={c}" for _, v, c in runs)
     if len(runs) == 1:
-        return f"**Run to run:** measured once ({values} {unit}): no spread known"
-    mean = sum(runs) / len(runs)
-    spread = (max(runs) - min(runs)) / mean if mean else 0.0
-    return f"**Run to run:** {len(runs)} fresh deploys, {values} {unit} — spread {percent(spread)}"
+        return f"**Run to run:** measured once (trial {runs[0][0]}: {values}): no spread known"
+    xs = [v for _, v, _ in runs]
+    mean = sum(xs) / len(xs)
+    spread = (max(xs) - min(xs)) / mean if mean else 0.0
+    trials = ", ".join(str(t) for t, _, _ in runs)
+    return f"**Run to run:** {len(runs)} fresh deploys (trial {trials}), {values} — spread {percent(spread)}"
 
 
 def trial_points(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

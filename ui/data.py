@@ -320,7 +320,7 @@ def chosen(url: str, name: str, stamp: Stamp) -> advice.Chosen | None:
     base, equal = a.baseline, a.equal_load
     return advice.Chosen(a.trial, a.point.concurrency, a.is_baseline, base.trial if base is not None else None,
                          a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain,
-                         tuple(a.best.recorded), equal.concurrency if equal is not None else None,
+                         a.runs, equal.concurrency if equal is not None else None,
                          equal.defaults_trial if equal is not None else None)
 
 
