@@ -24,7 +24,8 @@ from search_spaces import DeploymentConfig, Measurement, check, load_preset, pre
 
 __all__ = [
     "Answer", "BestReport", "ExportProblem", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate",
-    "executed_trials", "export", "export_problem", "job_of_study", "preset_rows", "profile", "query", "query_catalog", "rendered_export", "run_tune",
+    "executed_trials", "export", "export_problem", "job_of_study", "preset_rows", "profile", "query",
+    "query_catalog", "rendered_export", "run_tune",
     "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]

@@ -19,9 +19,9 @@ from advisor.answer import study_answer
 from advisor.job import job_from_dict
 from db import queries
 from tests import knee_study
+from tests.test_ui_apptest import _run, env  # noqa: F401 — env: the dashboard's settings, on this url
 from ui import advice, data, downloads, plots, trial_plots
 
-APP = str(Path(__file__).resolve().parent.parent / "ui" / "app.py")
 STUDY = knee_study.STUDY
 
 
@@ -30,23 +30,8 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     return knee_study.unpack(tmp_path_factory.mktemp("knee"))
 
 
-@pytest.fixture
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, url: str) -> Path:
-    monkeypatch.setenv("ADVISOR_STORAGE", url)
-    monkeypatch.delenv("ADVISOR_ALLOW_NEW_STUDIES", raising=False)
-    monkeypatch.setenv("ADVISOR_UI_RUN_DIR", str(tmp_path / "runs"))
-    return tmp_path
-
-
 def _study_page(**query: str) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page("views/study.py")
-    at.query_params["study"] = STUDY
-    for k, v in query.items():
-        at.query_params[k] = v
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
+    return _run("views/study.py", study=STUDY, **query)
 
 
 def test_the_answer_against_the_defaults_at_equal_load(url: str) -> None:

@@ -347,7 +347,8 @@ def knee_text(point: OperatingPoint, levels: pd.DataFrame) -> str:
     flags = [f for f in (point.metrics.get("flags") or []) if f in ("bracket-open", "knee-at-max-load")]
     why = "".join(f" ({f}: {LEVEL_FLAGS[f]})" for f in flags)
     if point.metrics.get("purpose") == "knee":
-        return f"**Knee: c={point.concurrency}**, the highest load at which every SLO held in the knee search{missed}{why}"
+        return (f"**Knee: c={point.concurrency}**, the highest load at which every SLO held in the knee "
+                f"search{missed}{why}")
     return (f"**Operating point: c={point.concurrency}**, the best of the trial's measured loads that meet every "
             f"SLO (no knee search found it){missed}{why}")
 

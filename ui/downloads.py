@@ -102,5 +102,6 @@ def buttons(url: str, study: str, number: int, *, prefix: str = "export",
         t = target(fmt)
         as_cli = f"advisor export {study} --trial {number} --format {fmt}" + (" --model MODEL" if model else "")
         col.download_button(TITLES.get(fmt, fmt) if titles else fmt, data=exporter(url, study, number, fmt, model),
-                            file_name=f"{study}-trial{number}-{t}", help=f"`{t}` — as `{as_cli}`", mime=MIME.get(Path(t).suffix, "text/plain"),
+                            file_name=f"{study}-trial{number}-{t}", help=f"`{t}` — as `{as_cli}`",
+                            mime=MIME.get(Path(t).suffix, "text/plain"),
                             key=f"{prefix}_{fmt}", on_click="ignore", icon=":material/download:")

@@ -135,7 +135,8 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
     base_trials = sorted({int(t) for t in baseline})
     base = pts[pts["trial"].isin(base_trials)]
     if not base.empty:
-        fig.add_trace(go.Scatter(x=_floats(base[x]), y=_floats(base[y]), mode="markers", name=baseline_name(base_trials),
+        fig.add_trace(go.Scatter(x=_floats(base[x]), y=_floats(base[y]), mode="markers",
+                                 name=baseline_name(base_trials),
                                  meta="baseline", marker={"color": "rgba(0,0,0,0)", "size": 15, "symbol": "diamond",
                                                           "line": {"color": "#2CA02C", "width": 2}},
                                  customdata=custom(base), hovertemplate=hover))

@@ -300,7 +300,8 @@ def curves() -> None:
     front = advice.front_by_deployment(plevels, px, py)
     front_trials = list(dict.fromkeys([*(int(t) for t in front["trial"]), *sorted(base_first)]))[:8]
     chosen = st.multiselect("Highlight trials", sorted(points["trial"].unique().tolist()), default=front_trials,
-                            key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front, and vLLM's defaults")
+                            key=K("curves_trials"),
+                            help="Default: one trial per deployment on the Pareto front, and vLLM's defaults")
     st.caption(f"{plots.label(py)} against {plots.label(px)}, one line per trial through its load levels "
                "(concurrency c at both ends and in the hover).")
     st.plotly_chart(plots.curves_figure(plevels, px, py, chosen, baseline_trials), key=K("curves_chart"),
