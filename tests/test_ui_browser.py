@@ -145,18 +145,26 @@ def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
-def page(dashboard: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def page(dashboard: str, browser: Any) -> Iterator[Any]:
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.on("request", lambda r: None if r.url.startswith(LOCAL) else OUTSIDE.append(r.url))
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module (Playwright's sync API runs one at a time)."""
     sync_api = _need_browser()
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
-        pg = context.new_page()
-        pg.on("request", lambda r: None if r.url.startswith(LOCAL) else OUTSIDE.append(r.url))
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            yield pg
+            yield chromium
         finally:
-            context.close()
-            browser.close()
+            chromium.close()
 
 
 #: Requests the browser made to anything but the dashboard (the page icon once came from fonts.gstatic.com).
@@ -454,17 +462,14 @@ def _untouched(folder: Path, before: dict[Path, bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def knee_page(knee_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+def knee_page(knee_url: str, browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
     """`advisor dashboard` (read-only) on the knee study's database and a browser page: (base URL, page)."""
-    sync_api = _need_browser()
-    with _served(knee_url, tmp_path_factory.mktemp("knee-dashboard")) as base, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    with _served(knee_url, tmp_path_factory.mktemp("knee-dashboard")) as base:
         context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
         try:
             yield base, context.new_page()
         finally:
             context.close()
-            browser.close()
 
 
 @pytest.fixture(scope="module")
