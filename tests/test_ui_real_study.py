@@ -80,6 +80,7 @@ def test_a_failing_export_says_why_and_asks_for_the_model(env: Path, url: str) -
     at.text_input(key="rec_export_model").set_value("Qwen/Qwen3-30B-A3B").run()
     assert not at.exception
     assert {b.label for b in at.get("download_button")} == {"Launch script", "Kubernetes", "Ray Serve", "JSON"}
+    assert not any("To export trial 1" in w.value for w in at.warning)  # given: no longer a warning
     script = downloads.exporter(url, STUDY, 1, "vllm", "Qwen/Qwen3-30B-A3B")()
     assert script.startswith(b"#!") and b"Qwen/Qwen3-30B-A3B" in script
 

@@ -77,8 +77,11 @@ def model_needed(url: str, study: str, number: int, prefix: str) -> tuple[str | 
     if not found.needs_model:
         st.error(f"Cannot export trial {number}: {md(found.reason)}", icon=":material/error:")
         return None, found
-    st.warning(f"To export trial {number}, name the model the cluster loads: {md(found.reason)}",
-               icon=":material/warning:")
+    if (st.session_state.get(f"{prefix}_model") or "").strip():  # given: said quietly
+        st.caption(f"The exports of trial {number} serve the model named below: {md(found.reason)}")
+    else:
+        st.warning(f"To export trial {number}, name the model the cluster loads: {md(found.reason)}",
+                   icon=":material/warning:")
     model = st.text_input("Model to serve (its hub id, org/name, or a path every node has — `--model` of "
                           "`advisor export`)", key=f"{prefix}_model", placeholder="e.g. Qwen/Qwen3-30B-A3B").strip()
     if not model:
