@@ -11,7 +11,8 @@ from typing import Any
 import db
 from advisor.answer import Answer, study_answer
 from advisor.errors import BadInput
-from advisor.exports import FORMATS, Evidence, ExportOptions, Rendered, evidence_source, render_export, write_export
+from advisor.exports import (FORMATS, Evidence, ExportOptions, ModelNeeded, Rendered, evidence_source, model_name,
+                             render_export, write_export)
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
 from db import redact_url
@@ -22,8 +23,9 @@ from executors import place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
 __all__ = [
-    "Answer", "BestReport", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate", "executed_trials",
-    "export", "job_of_study", "preset_rows", "profile", "query", "query_catalog", "rendered_export", "run_tune",
+    "Answer", "BestReport", "ExportProblem", "TrialReport", "TuneSummary", "answer", "best_report", "calibrate",
+    "executed_trials", "export", "export_problem", "job_of_study", "preset_rows", "profile", "query",
+    "query_catalog", "rendered_export", "run_tune",
     "simulate", "space_summary", "studies_table", "trials_table",
     "verdict_lines",
 ]
@@ -273,6 +275,9 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
         rep.notes = verdict_lines(job, queries.list_trials(database, study))
+        if ans is not None and ans.equal_load is not None:
+            line = ans.equal_load.text(ans.trial, objective_names(job)[0])
+            rep.notes += [f"vs vLLM's defaults {line}"] if line else []
         return rep
     finally:
         database.close()
@@ -343,6 +348,34 @@ def rendered_export(url: str, study: str, *, fmt: str, trial: int | None, model:
         return render_export(job, cfg, ev, f, model, options)
     finally:
         database.close()
+
+
+@dataclass(frozen=True)
+class ExportProblem:
+    """Why a trial cannot be exported as asked: the line ``advisor export`` would print, and whether what is
+    missing is the model every node loads (``--model``), which the asker can supply."""
+
+    reason: str
+    needs_model: bool = False
+
+
+def export_problem(url: str, study: str, *, trial: int, model: str | None = None) -> ExportProblem | None:
+    """What would stop ``rendered_export`` of ``trial`` (None: nothing), found without rendering anything, so a
+    page can say it — and ask for the model — before offering a download."""
+    try:
+        database = _open(url)
+    except BadInput as e:
+        return ExportProblem(str(e))
+    try:
+        job, _, _, _ = _export_subject(database, study, trial)
+        model_name(job, model)
+    except ModelNeeded as e:
+        return ExportProblem(str(e), needs_model=True)
+    except BadInput as e:
+        return ExportProblem(str(e))
+    finally:
+        database.close()
+    return None
 
 
 def simulate(job: TuningJob, cfg: DeploymentConfig) -> tuple[str, list[str], list[list[Any]]]:

@@ -30,14 +30,14 @@ def serve_dashboard(url: str, *, port: int, host: str, allow_new_studies: bool, 
     spec = importlib.util.find_spec("ui")
     if spec is None or not spec.submodule_search_locations or importlib.util.find_spec("streamlit") is None:
         raise BadInput("the dashboard is not installed (package ui and streamlit); run: pip install -e .")
-    app_py = Path(next(iter(spec.submodule_search_locations))) / "app.py"
+    server_py = Path(next(iter(spec.submodule_search_locations))) / "server.py"  # st.App serving ui/app.py
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no conflict
             s.bind((host, port))
     except OSError as e:
         raise BadInput(f"--port: cannot listen on {host}:{port} ({e.strerror or e}); pick another --port") from None
-    argv = [sys.executable, "-m", "streamlit", "run", str(app_py), "--server.address", host,
+    argv = [sys.executable, "-m", "streamlit", "run", str(server_py), "--server.address", host,
             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--server.fileWatcherType", "none", "--", *(["--allow-new-studies"] if allow_new_studies else [])]
     # The URL travels in the environment, not on the command line, where `ps` would show a password.

@@ -84,6 +84,10 @@ class ExportOptions:
     name: str | None = None  # prefix of the Kubernetes objects' names (default: the study's name)
 
 
+class ModelNeeded(BadInput):
+    """The export needs the model every node loads (``--model``): the job names none the cluster can load."""
+
+
 def model_name(job: TuningJob, override: str | None = None) -> str:
     """The model every node of the export's cluster can load: ``--model``, else the preset's hub id.
 
@@ -96,11 +100,11 @@ def model_name(job: TuningJob, override: str | None = None) -> str:
     if job.model.preset == "tiny-moe":
         return str(model_path_for(job))
     if job.model.path:
-        raise BadInput(f"--model: the job's model.path {job.resolve_path(job.model.path)} is a folder on this "
+        raise ModelNeeded(f"--model: the job's model.path {job.resolve_path(job.model.path)} is a folder on this "
                        "machine, not a model the cluster can load; pass --model with its hub id (org/name) or a "
                        "path that exists on every node")
     if job.model.preset not in HUB_IDS:
-        raise BadInput(f"--model: model preset {job.model.preset!r} has no hub id to export; pass --model with "
+        raise ModelNeeded(f"--model: model preset {job.model.preset!r} has no hub id to export; pass --model with "
                        "the model's hub id (org/name) or a path that exists on every node")
     return HUB_IDS[job.model.preset]
 

@@ -71,7 +71,7 @@ def _cluster_line(job: TuningJob, name: str, best: Runs, other: list[Runs]) -> s
     n, total = copies(job, best.gpus or 0), job.cluster.total_gpus
     idle = total - n * (best.gpus or 0)
     text = f"whole cluster: {n} cop{'y' if n == 1 else 'ies'} of trial {best.trial}'s {best.gpus} GPU(s) fit " \
-           f"{total} GPUs" + (f" ({idle} idle)" if idle else "")
+           f"{total} GPU{'' if total == 1 else 's'}" + (f" ({idle} idle)" if idle else "")
     served = cluster_served(job, name, best)
     unit = served_unit(name)
     if served is None:

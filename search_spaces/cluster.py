@@ -43,4 +43,5 @@ class ClusterSpec(BaseModel):
         return gpus <= max(self.spec.scaleup_domain, self.gpus_per_node)
 
     def describe(self) -> str:
-        return f"{self.nodes} × {self.gpus_per_node} {self.gpu} ({self.total_gpus} GPUs)"
+        gpus = f"{self.total_gpus} GPU{'' if self.total_gpus == 1 else 's'}"
+        return f"{self.nodes} × {self.gpus_per_node} {self.gpu} ({gpus})"

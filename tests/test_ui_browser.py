@@ -13,6 +13,7 @@ pictures in ``docs/img/`` (``study-page.png``, ``trial-page.png``, ``compare-stu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from advisor.exports import FORMATS
 from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import queries
+from tests import knee_study
 
 pytestmark = pytest.mark.browser
 
@@ -100,15 +102,15 @@ def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture(scope="module")
-def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`advisor dashboard` on a free port of 127.0.0.1; its base URL. Stopped by process group at the end."""
+@contextlib.contextmanager
+def _served(url: str, folder: Path) -> Iterator[str]:
+    """`advisor dashboard` on ``url`` and a free port of 127.0.0.1; its base URL. Stopped by process group at the
+    end."""
     port = _free_port()
-    folder = tmp_path_factory.mktemp("dashboard")
     log = folder / "dashboard.log"
     env = {**os.environ, "ADVISOR_UI_RUN_DIR": str(folder / "runs"), "ADVISOR_UI_REFRESH_S": "30"}
     with log.open("w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", study_url,
+        proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", url,
                                  "--host", "127.0.0.1", "--port", str(port)], cwd=folder, env=env,
                                 stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     server_group: int | None = None
@@ -136,18 +138,33 @@ def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 
 @pytest.fixture(scope="module")
-def page(dashboard: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def dashboard(study_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`advisor dashboard` on the simulated studies; its base URL."""
+    with _served(study_url, tmp_path_factory.mktemp("dashboard")) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def page(dashboard: str, browser: Any) -> Iterator[Any]:
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    pg.on("request", lambda r: None if r.url.startswith(LOCAL) else OUTSIDE.append(r.url))
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module (Playwright's sync API runs one at a time)."""
     sync_api = _need_browser()
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
-        pg = context.new_page()
-        pg.on("request", lambda r: None if r.url.startswith(LOCAL) else OUTSIDE.append(r.url))
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            yield pg
+            yield chromium
         finally:
-            context.close()
-            browser.close()
+            chromium.close()
 
 
 #: Requests the browser made to anything but the dashboard (the page icon once came from fonts.gstatic.com).
@@ -422,3 +439,110 @@ def test_compare_studies_shows_both_fronts(page: Any, dashboard: str) -> None:
 def test_no_request_left_the_machine(page: Any) -> None:
     """Run last in this module: every page the tests opened asked only the dashboard."""
     assert OUTSIDE == []
+
+
+# ---------------------------------------------------------------------------------------------- a real study
+KNEE_STUDY = knee_study.STUDY
+
+
+@pytest.fixture(scope="module")
+def knee_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The committed real H200 knee study's database (``tests.knee_study``)."""
+    _need_browser()
+    return knee_study.unpack(tmp_path_factory.mktemp("knee"))
+
+
+def _untouched(folder: Path, before: dict[Path, bytes]) -> None:
+    """Every file as it was, but SQLite's own sidecars of a WAL database a reader opened: an index (-shm) and
+    an empty log (-wal: nothing was written)."""
+    after = {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+    sidecars = {f for f in after.keys() - before.keys() if f.name.endswith(("-shm", "-wal"))}
+    assert {f: b for f, b in after.items() if f not in sidecars} == before
+    assert all(after[f] == b"" for f in sidecars if f.name.endswith("-wal"))
+
+
+@pytest.fixture(scope="module")
+def knee_page(knee_url: str, browser: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """`advisor dashboard` (read-only) on the knee study's database and a browser page: (base URL, page)."""
+    with _served(knee_url, tmp_path_factory.mktemp("knee-dashboard")) as base:
+        context = browser.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1000})
+        try:
+            yield base, context.new_page()
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="module")
+def knee_files(knee_url: str) -> tuple[Path, dict[Path, bytes]]:
+    """The knee database's folder and its files before the dashboard opens it."""
+    folder = Path(knee_url.removeprefix("sqlite:///")).parent
+    return folder, {f: f.read_bytes() for f in sorted(folder.rglob("*")) if f.is_file()}
+
+
+def test_a_real_study_headline_tells_the_truth(knee_files: tuple[Path, dict[Path, bytes]],
+                                               knee_page: tuple[str, Any]) -> None:
+    """On the real H200 knee study: the headline, in the first screen, carries the knee, the interval, the
+    run-to-run spread and — the defaults having met the SLOs nowhere (measured at c ≥ 99 only) — both at the
+    load both were measured at, with an error box because the recommendation is worse there; the 1-GPU
+    topology is a small picture; a deep link asks nothing that 404s; the baseline is named on the plots;
+    a failing export says why and asks for the model; the database and its folder stay byte-identical."""
+    base, pg = knee_page
+    folder, before = knee_files
+    failed: list[str] = []
+    pg.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    pg.goto(f"{base}/study?study={KNEE_STUDY}")
+    _settle(pg, f"Study {KNEE_STUDY}")
+    _wait_plot(pg, "topology")
+    assert failed == []  # no /study/_stcore/health, no /study/_stcore/host-config
+
+    def top(text: str) -> float:
+        box = pg.get_by_text(text, exact=False).first.bounding_box()
+        assert box is not None, text
+        return box["y"]
+
+    text = _main_text(pg)
+    for fact in ("Knee: c=37", "95 % interval", "11,051–11,622 tok/s/GPU @ c=37", "Run to run: 2 fresh deploys",
+                 "11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread 0.56%"):
+        assert fact in text, fact
+    warning = pg.locator("[data-testid=stAlertContentError]", has_text="At equal load vLLM's defaults do better")
+    assert warning.count() == 1
+    said = warning.inner_text()
+    assert "c=99" in said and "10,332 tok/s/GPU @ c=99, 14.2 tok/s/user" in said
+    assert "24,584 tok/s/GPU @ c=99, 28.6 tok/s/user" in said and "0.42×" in said
+    for fact in ("Knee: c=37", "Run to run:", "At equal load vLLM's defaults do better"):
+        assert top(fact) < 1000, fact  # the first screen, not 1,500 px below
+    assert "1 GPUs" not in text and not re.search(r"(?<![\d.])0% headroom", text)  # a margin never rounds to 0%
+    size = pg.evaluate("() => { const e = [...document.querySelectorAll('.js-plotly-plot')]"
+                       ".find(e => e.layout && e.layout.meta === 'topology'); const r = e.getBoundingClientRect();"
+                       " return [r.width, r.height]; }")
+    assert size[0] <= 400 and size[1] <= 400, size  # one GPU: a small picture
+
+    # the export cannot name a model the cluster loads (the job's is a folder of the device): said, and asked for
+    assert pg.locator(".st-key-rec_export_vllm button").count() == 0
+    reason = pg.locator("[data-testid=stAlertContentWarning]", has_text="To export trial 1").inner_text()
+    assert "is a folder on this machine" in reason.replace("\u2060", "")
+    box = pg.locator(".st-key-rec_export_model input")
+    box.fill("Qwen/Qwen3-30B-A3B")
+    box.press("Enter")
+    pg.locator(".st-key-rec_export_vllm button").first.wait_for(timeout=60_000)
+    with pg.expect_download(timeout=60_000) as info:
+        pg.locator(".st-key-rec_export_vllm button").first.click()
+    script = Path(info.value.path()).read_text()
+    assert script.startswith("#!") and "Qwen/Qwen3-30B-A3B" in script and "export failed" not in script
+
+    # the baseline named on the plots; trials on whole-number ticks
+    _wait_plot(pg, "history")
+    history = next(p for p in pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                                          ".map(e => ({meta: e.layout.meta, dtick: e.layout.xaxis.dtick}))")
+                   if p["meta"] == "history")
+    assert history["dtick"] == 1
+    for tab, meta, name in (("Pareto front", "pareto", "vLLM's defaults (trial 0, 3)"),
+                            ("Curves", "curves", "trial 0 (vLLM's defaults)")):
+        pg.get_by_role("tab", name=tab).click()
+        _wait_plot(pg, meta)
+        names = pg.evaluate("m => [...document.querySelectorAll('.js-plotly-plot')].filter(e => e.layout.meta === m)"
+                            ".flatMap(e => e.data.map(d => d.name))", meta)
+        assert name in names, names
+    _screenshot(pg, "study-h200-knee")
+    assert failed == []
+    _untouched(folder, before)  # read-only

@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from search_spaces.workload import routing_label
+from search_spaces.workload import LEVEL_FLAGS, routing_label
 
 #: Short names with units, for captions and table headers.
 SHORT = {
@@ -105,6 +105,18 @@ def slo_text(slo: Any) -> str:
     return f"{short(slo.metric)} {bound_text(slo)}"
 
 
+def plural(n: int, word: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``1 trial``, ``4 trials``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def percent(share: float) -> str:
+    """A share in percent with the digits that keep it from reading as 0 or 100: ``44%``, ``4.5%``, ``0.25%``."""
+    a = abs(share)
+    digits = 0 if a >= 0.1 or a == 0 else 1 if a >= 0.01 else 2
+    return f"{share:.{digits}%}"
+
+
 @dataclass(frozen=True)
 class OperatingPoint:
     """One trial at one load level."""
@@ -141,8 +153,8 @@ class Margin:
     def text(self) -> str:
         if self.measured is None:
             return f"{short(self.metric)}: not measured (bound {self.op} {value_text(self.metric, self.bound)})"
-        room = "" if self.headroom is None else (f" — {self.headroom:.0%} headroom" if self.headroom >= 0
-                                                 else f" — misses by {-self.headroom:.0%}")
+        room = "" if self.headroom is None else (f" — {percent(self.headroom)} headroom" if self.headroom >= 0
+                                                 else f" — misses by {percent(-self.headroom)}")
         return f"{short(self.metric)}: {bare(self.metric, self.measured)} {bound_text(self)}{room}"
 
 
@@ -157,6 +169,13 @@ class Chosen:
     baseline_trial: int | None = None
     baseline_concurrency: int | None = None
     gain: float | None = None
+    #: The answer's runs (``advisor.answer.Answer.runs``: trial, value as recorded, its operating point's
+    #: concurrency), its first trial first, then its repeats on fresh deploys: the run-to-run spread.
+    runs: tuple[tuple[int, float, int], ...] = ()
+    #: Where vLLM's defaults met the SLOs nowhere: the load both they (trial ``equal_defaults_trial``) and the
+    #: answer were measured at (``advisor.answer.EqualLoad``).
+    equal_concurrency: int | None = None
+    equal_defaults_trial: int | None = None
 
 
 @dataclass
@@ -175,6 +194,17 @@ class Recommendation:
     faster: OperatingPoint | None = None
     #: Distinct deployments on the (SLO-feasible) front.
     front_deployments: int = 0
+    #: The answer's runs (``Chosen.runs``).
+    runs: tuple[tuple[int, float, int], ...] = ()
+    #: The answer and vLLM's defaults at a load both measured, where the defaults met the SLOs nowhere.
+    equal_answer: OperatingPoint | None = None
+    equal_defaults: OperatingPoint | None = None
+
+    @property
+    def worse_than_defaults(self) -> bool:
+        """At the load both were measured at, the recommendation gives less ``x`` than vLLM's defaults."""
+        a, d = self.equal_answer, self.equal_defaults
+        return a is not None and d is not None and _better(a.x_metric) * (a.x - d.x) < 0
 
 
 def margins(point: OperatingPoint, slos: Sequence[Any]) -> list[Margin]:
@@ -192,7 +222,7 @@ def margins(point: OperatingPoint, slos: Sequence[Any]) -> list[Margin]:
 
 
 def _points(df: pd.DataFrame, x: str, y: str, by: dict[int, str] | None = None) -> list[OperatingPoint]:
-    keep = [c for c in df.columns if c not in ("config", "state", "meets_slo", "pareto", "intervals")]
+    keep = [c for c in df.columns if c not in ("config", "state", "meets_slo", "pareto")]
     out = []
     for r in df.to_dict("records"):
         out.append(OperatingPoint(
@@ -283,6 +313,15 @@ def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x
     base_trials = {t for t, p in by.items() if p == "baseline"}
     base_answer = (_level(ok, chosen.baseline_trial, chosen.baseline_concurrency) if chosen is not None
                    and not answer.empty else ok.iloc[0:0])
+    if chosen is not None and not answer.empty:
+        rec.runs = chosen.runs
+        if chosen.equal_concurrency is not None:  # every level, SLOs met or not: the defaults met them nowhere
+            both = levels.assign(deployment=levels["trial"].map(lambda t: deployment.get(int(t), "")))
+            mine = _level(both, chosen.trial, chosen.equal_concurrency)
+            theirs = _level(both, chosen.equal_defaults_trial, chosen.equal_concurrency)
+            if not mine.empty and not theirs.empty and mine[[x, y]].notna().all(axis=None) \
+                    and theirs[[x, y]].notna().all(axis=None):
+                rec.equal_answer, rec.equal_defaults = _points(mine, x, y, by)[0], _points(theirs, x, y, by)[0]
     if not base_answer.empty:  # the answer's own comparison: mean over mean of the runs, as `advisor best` says
         assert chosen is not None
         rec.baseline, rec.gain = _points(base_answer, x, y, by)[0], chosen.gain
@@ -296,6 +335,53 @@ def recommend(levels: pd.DataFrame, trials: pd.DataFrame, slos: Sequence[Any], x
             rec.baseline_note = (f"vLLM's defaults (baseline trial {', '.join(map(str, sorted(base_trials)))}) "
                                  f"reach no load level that {where}.")
     return rec
+
+
+def knee_text(point: OperatingPoint, levels: pd.DataFrame) -> str:
+    """Where the point sits on its trial's load curve: ``knee c=37 — … c=65 missed an SLO (bracket open: …)``
+    for the knee the search found, else that it is the best of the levels measured."""
+    mine = levels[levels["trial"] == point.trial] if not levels.empty else levels
+    above = mine[(mine["concurrency"] > point.concurrency) & ~mine["meets_slo"]] if not mine.empty else mine
+    missed = (f"; c={int(above['concurrency'].min())} missed an SLO" if not above.empty else
+              "; no higher load was measured")
+    flags = [f for f in (point.metrics.get("flags") or []) if f in ("bracket-open", "knee-at-max-load")]
+    why = "".join(f" ({f}: {LEVEL_FLAGS[f]})" for f in flags)
+    if point.metrics.get("purpose") == "knee":
+        return (f"**Knee: c={point.concurrency}**, the highest load at which every SLO held in the knee "
+                f"search{missed}{why}")
+    return (f"**Operating point: c={point.concurrency}**, the best of the trial's measured loads that meet every "
+            f"SLO (no knee search found it){missed}{why}")
+
+
+def interval_text(point: OperatingPoint) -> str:
+    """``95 % interval at c=37: 11,051–11,622 tok/s/GPU · 35.1–36.9 tok/s/user`` from the level's bootstrap
+    intervals; "" where the level carries none (the performance model's)."""
+    ivs = point.metrics.get("intervals")
+    parts = []
+    for metric in (point.x_metric, point.y_metric):
+        pair = ivs.get(metric) if isinstance(ivs, dict) else None
+        if pair and len(pair) == 2:
+            unit = value_text(metric, pair[1]).split(" ", 1)[1] if " " in value_text(metric, pair[1]) else ""
+            at = f" @ c={point.concurrency}" if metric == point.x_metric else ""
+            parts.append(f"{num(pair[0])}–{num(pair[1])} {unit}".strip() + at)
+    if not parts:
+        return ""
+    return f"**95 % interval** (bootstrap over the level's requests): {' · '.join(parts)}"
+
+
+def spread_text(runs: Sequence[tuple[int, float, int]], metric: str) -> str:
+    """``Run to run: 2 fresh deploys (trial 1, 2), 11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread
+    0.56%`` (one run: no spread known)."""
+    if not runs:
+        return ""
+    values = " / ".join(f"{value_text(metric, v)} @ c={c}" for _, v, c in runs)
+    if len(runs) == 1:
+        return f"**Run to run:** measured once (trial {runs[0][0]}: {values}): no spread known"
+    xs = [v for _, v, _ in runs]
+    mean = sum(xs) / len(xs)
+    spread = (max(xs) - min(xs)) / mean if mean else 0.0
+    trials = ", ".join(str(t) for t, _, _ in runs)
+    return f"**Run to run:** {len(runs)} fresh deploys (trial {trials}), {values} — spread {percent(spread)}"
 
 
 def trial_points(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The dashboard's entry point: ``advisor dashboard`` runs ``streamlit run ui/app.py``.
+"""The dashboard's pages: ``advisor dashboard`` runs ``streamlit run ui/server.py``, which serves this script.
 
 Pages are files under ``ui/views`` — not ``pages/``: a folder of that name beside the main script puts
 Streamlit into its old multipage mode, where a deep link runs the page without this script. This script

@@ -233,7 +233,7 @@ def studies_frame(infos: list[StudyInfo]) -> pd.DataFrame:
     rows = [
         {
             "study": i.name, "state": i.state, "model": i.model, "cluster": i.cluster, "executor": i.executor,
-            "objective": i.objective_mode, "SLOs": ", ".join(map(str, i.slos)) or "–",
+            "objective": i.objective_mode, "SLOs": " · ".join(map(advice.slo_text, i.slos)) or "–",
             "done": f"{i.finished}/{i.budget}", "complete": i.count("complete"), "failed": i.count("failed"),
             "invalid": i.count("invalid"), "running": i.count("running"), "interrupted": i.count("interrupted"),
             "best": i.best, "best objective": i.best_objective, "best trial": i.best_trial, "updated": i.updated_at,
@@ -283,7 +283,7 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     """
     slos = _slos(url, name)
     metrics = list(dict.fromkeys(["concurrency", *LEVEL_METRICS, x, y, *(s.metric for s in slos), "intervals",
-                                  "expert_routing"]))
+                                  "expert_routing", "purpose", "flags"]))
     cols, rows = queries.level_table(database(url), name, metrics)
     meets = [r.completed > 0 and all(s.met(r) for s in slos) for r in rows]  # SLO.met reads the row's columns
     df = pd.DataFrame(rows, columns=cols).rename(columns={"config_text": "config", "trial_gpus": "gpus"})
@@ -317,9 +317,11 @@ def chosen(url: str, name: str, stamp: Stamp) -> advice.Chosen | None:
         return None
     if a is None:
         return None
-    base = a.baseline
+    base, equal = a.baseline, a.equal_load
     return advice.Chosen(a.trial, a.point.concurrency, a.is_baseline, base.trial if base is not None else None,
-                         a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain)
+                         a.baseline_point.concurrency if a.baseline_point is not None else None, a.gain,
+                         a.runs, equal.concurrency if equal is not None else None,
+                         equal.defaults_trial if equal is not None else None)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -340,7 +342,7 @@ def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, 
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
 _TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
                   "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
-                  "finished_at", "params", "proposer"]
+                  "finished_at", "params", "proposer", "repeat_of"]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -353,7 +355,9 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     t = dict(zip(cols, map(list, zip(*rows))))
     configs, texts = t["config"], t["config_text"]
     df = pd.DataFrame({
-        "trial": t["number"], "state": t["state"], "by": t["proposer"], "gpus": t["gpus"],
+        "trial": t["number"], "state": t["state"],
+        "by": [f"{p} of {r}" if r is not None else p for p, r in zip(t["proposer"], t["repeat_of"])],  # as the CLI
+        "gpus": t["gpus"],
         "deployment": [c.short() if c else (text or "") for c, text in zip(configs, texts)],
         "config": [text or "" for text in texts], "mode": [c.mode.value if c else None for c in configs],
     })
@@ -363,6 +367,7 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     rest = pd.DataFrame({
         "violation": violation, "feasible": violation.isna() | (violation <= 0), "failure_kind": t["failure_kind"],
         "reason": reason, "repeat_of": pd.to_numeric(reason.str.extract(_REPEAT_RE.pattern)[0], errors="coerce"),
+        "repeats": pd.array(t["repeat_of"], dtype="Int64"),  # the trial a repeat on a fresh deploy measures again
         **{k: pd.Series(t[k], dtype=float) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")},
         "worker": t["worker"], "started": t["started_at"], "finished": t["finished_at"],
     }, index=df.index)

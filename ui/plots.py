@@ -87,13 +87,25 @@ def plottable(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- study page
 
 
+def baseline_name(trials: Iterable[int]) -> str:
+    """The legend's name for vLLM's defaults: ``vLLM's defaults (trial 0, 3)``."""
+    return f"vLLM's defaults (trial {', '.join(map(str, sorted(set(trials))))})"
+
+
+def trial_axis(trials: pd.Series) -> dict[str, Any]:
+    """An x axis of trial numbers: whole numbers only (no trial 0.5), about ten ticks."""
+    span = float(trials.max() - trials.min()) if len(trials) else 0.0
+    return {"title": "trial", "tick0": 0, "dtick": max(1, math.ceil(span / 10))}
+
+
 def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = (),
-                  names: Mapping[str, str] | None = None) -> go.Figure:
+                  names: Mapping[str, str] | None = None, baseline: Iterable[int] = ()) -> go.Figure:
     """Every trial × load level (x vs y), SLO bounds on these axes drawn as lines, the Pareto front on top.
 
     Points meeting every SLO are blue, others grey; hover shows the deployment in words — its short form from
     ``names`` (configuration text → ``DeploymentConfig.short()``) where given, which keeps the figure a quarter
-    of the size the browser has to take in.
+    of the size the browser has to take in. The levels of vLLM's defaults (``baseline`` trials) are ringed and
+    named in the legend (trace ``meta`` "baseline").
     """
     pts = plottable(levels, x, y)
     kind = _scatter(len(pts))
@@ -120,6 +132,14 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
         fig.add_trace(kind(x=_floats(part[x]), y=_floats(part[y]), mode="markers", name=name, meta="levels",
                            marker={"color": color, "size": 7, "opacity": 0.8}, customdata=custom(part),
                            hovertemplate=hover, error_x=error_bars(part, x), error_y=error_bars(part, y)))
+    base_trials = sorted({int(t) for t in baseline})
+    base = pts[pts["trial"].isin(base_trials)]
+    if not base.empty:
+        fig.add_trace(go.Scatter(x=_floats(base[x]), y=_floats(base[y]), mode="markers",
+                                 name=baseline_name(base_trials),
+                                 meta="baseline", marker={"color": "rgba(0,0,0,0)", "size": 15, "symbol": "diamond",
+                                                          "line": {"color": "#2CA02C", "width": 2}},
+                                 customdata=custom(base), hovertemplate=hover))
     front = pts[pts["pareto"]].sort_values(x)
     fig.add_trace(go.Scatter(x=_floats(front[x]), y=_floats(front[y]), mode="lines+markers", name="Pareto front",
                              meta="pareto", line={"color": FRONT, "width": 2, "shape": "hv"},
@@ -127,14 +147,14 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                              hovertemplate=hover))
     others = []
     for slo in slos:
-        text = f"SLO {slo.metric} {slo.op} {slo.value:g}"
+        text = f"SLO {advice.slo_text(slo)}"
         if slo.metric == x:
             fig.add_vline(x=slo.value, line={"dash": "dash", "color": "#555"}, annotation_text=text)
         elif slo.metric == y:
             fig.add_hline(y=slo.value, line={"dash": "dash", "color": "#555"}, annotation_text=text,
                           annotation_position="bottom right")
         else:
-            others.append(f"{slo.metric} {slo.op} {slo.value:g}")
+            others.append(advice.slo_text(slo))
     title = f"{len(pts)} trial × load-level points"
     if others:
         title += f" — also required: {', '.join(others)} (grey points miss one)"
@@ -157,9 +177,12 @@ def _wrap(text: str, width: int = 70) -> str:
     return "<br>".join(out)
 
 
-def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int] = ()) -> go.Figure:
+def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int] = (),
+                  baseline: Iterable[int] = ()) -> go.Figure:
     """Each deployment's curve across its load levels; highlighted trials in colour, the rest as grey lines
-    (one trace with gaps, so thousands of trials stay one trace)."""
+    (one trace with gaps, so thousands of trials stay one trace); vLLM's defaults (``baseline`` trials) named
+    so in the legend and dashed."""
+    base_trials = {int(t) for t in baseline}
     pts = plottable(levels, x, y).sort_values(["trial", "concurrency"])
     chosen = list(dict.fromkeys(int(t) for t in highlight))
     rest = pts[~pts["trial"].isin(chosen)]
@@ -178,7 +201,9 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
         # the concurrency is in the hover and on the curve's two ends only: labels on every point overlap
         ends = [f"c={c}" if k in (0, len(g) - 1) else "" for k, c in enumerate(g["concurrency"].astype(int))]
         fig.add_trace(go.Scatter(
-            x=_floats(g[x]), y=_floats(g[y]), mode="lines+markers+text", name=f"trial {t}", meta=int(t),
+            x=_floats(g[x]), y=_floats(g[y]), mode="lines+markers+text", meta=int(t),
+            name=f"trial {t} (vLLM's defaults)" if t in base_trials else f"trial {t}",
+            line={"dash": "dash"} if t in base_trials else None,
             text=ends, textposition="top right", textfont={"size": 10}, customdata=g["concurrency"].astype(int),
             error_x=error_bars(g, x), error_y=error_bars(g, y),
             hovertemplate=f"trial {t} @ c=%{{customdata}}<br>{_wrap(str(g['config'].iloc[0]))}<br>"
@@ -199,7 +224,7 @@ def history_figure(history: pd.DataFrame, objective: str) -> go.Figure:
     b = history[history["best"].notna()]
     fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name="best so far",
                              line={"color": FRONT, "shape": "hv"}))
-    fig.update_layout(meta="history", xaxis_title="trial", yaxis_title=label(objective), height=320,
+    fig.update_layout(meta="history", xaxis=trial_axis(history["trial"]), yaxis_title=label(objective), height=320,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
     return fig
 
@@ -295,6 +320,7 @@ def studies_history_figure(histories: Mapping[str, pd.DataFrame], objective: str
         b = h[h["best"].notna()]
         fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name=plain(name), meta=name,
                                  line={"shape": "hv", "width": 2}))
-    fig.update_layout(meta="studies_history", xaxis_title="trial", yaxis_title=f"best {label(objective)} so far",
+    trials = pd.concat([h["trial"] for h in histories.values()]) if histories else pd.Series(dtype=float)
+    fig.update_layout(meta="studies_history", xaxis=trial_axis(trials), yaxis_title=f"best {label(objective)} so far",
                       height=340, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
     return fig

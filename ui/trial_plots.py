@@ -17,6 +17,9 @@ ROLE_COLORS = {"prefill": "#4C78A8", "decode": "#F58518", "mixed": "#54A24B"}
 ROLE_SHADES = {"prefill": ["#4C78A8", "#9ECAE9"], "decode": ["#F58518", "#FFBF79"], "mixed": ["#54A24B", "#88D27A"]}
 IDLE = "#E6E6E6"
 ROUTER = "#B279A2"
+#: Pixels per GPU square (plus its gap) in the topology drawing, the widest it gets, the narrowest (its legend's
+#: room) and the legend's height.
+PX_PER_UNIT, MAX_PX, MIN_PX, LEGEND_PX = 44.0, 900.0, 360, 70
 
 
 def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -> go.Figure:
@@ -112,12 +115,16 @@ def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name,
                                  marker={"size": 12, "color": color, "symbol": "square"}))
     bottom = -(node_rows - 1) * (node_h + pad)
-    units_w, units_h = width + 0.6, top + 1.5 - bottom
+    x0, x1 = min(-0.3, rx0 - 0.2), max(width + 0.3, rx1 + 0.2)
+    y0, y1 = bottom - 0.3, top + 1.2
+    # drawn to scale: a GPU square is the same size whatever the deployment, until the drawing would be wider
+    # than MAX_PX (a 1-GPU deployment is a small picture, not a page-wide router box)
+    scale = min(PX_PER_UNIT, MAX_PX / (x1 - x0))
     fig.update_layout(
         meta="topology", shapes=shapes, annotations=annotations,
-        height=int(min(900, max(220, 1000 * units_h / units_w)) + 60),
-        xaxis={"visible": False, "range": [-0.3, width + 0.3]},
-        yaxis={"visible": False, "range": [bottom - 0.3, top + 1.2], "scaleanchor": "x"},
+        width=max(MIN_PX, int((x1 - x0) * scale) + 20), height=int((y1 - y0) * scale) + 20 + LEGEND_PX,
+        xaxis={"visible": False, "range": [x0, x1]},
+        yaxis={"visible": False, "range": [y0, y1], "scaleanchor": "x"},
         margin={"t": 10, "l": 10, "r": 10, "b": 10}, legend={"orientation": "h", "y": -0.02},
         plot_bgcolor="white",
     )

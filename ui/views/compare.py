@@ -56,7 +56,7 @@ for col, n in zip(cols, chosen, strict=True):
     r = by_trial.loc[n]
     with col:
         st.markdown(f"### Trial {n}")
-        st.caption(f"{r['state']} · {common.fmt(r['gpus'])} GPUs")
+        st.caption(f"{r['state']} · {advice.plural(int(r['gpus']), 'GPU') if pd.notna(r['gpus']) else '? GPUs'}")
         st.markdown(str(r["config"]))
         op = ops.get(n)
         st.markdown(f"**{advice.value_text(x, op[x])} @ c={int(op['concurrency'])}, "

@@ -20,7 +20,8 @@ shown = [i for i in infos
          and (not states or i.state in states)]
 
 running = sum(1 for i in infos if i.state == "running")
-st.caption(f"{len(infos)} studies in `{s.storage_for_display}`" + (f", {running} running" if running else ""))
+st.caption(f"{len(infos)} stud{'y' if len(infos) == 1 else 'ies'} in `{s.storage_for_display}`"
+           + (f", {running} running" if running else ""))
 if not shown:
     st.info("No study matches the filter.")
     st.stop()

@@ -44,7 +44,7 @@ trials_df, params_df = data.trials(url, name, info.stamp)
 
 # ---------------------------------------------------------------------------------------------- recommendation
 def point_line(p: advice.OperatingPoint) -> str:
-    gpus = f" on {p.gpus} GPUs" if p.gpus else ""
+    gpus = f" on {advice.plural(p.gpus, 'GPU')}" if p.gpus else ""
     return f"trial {p.trial}{gpus}: {p.text()} — {p.deployment}"
 
 
@@ -52,19 +52,55 @@ def topology(b: advice.OperatingPoint) -> None:
     t = data.trial(url, name, b.trial, info.stamp)
     if t is not None and t.topology:
         policy = t.config.router_policy if t.config else "?"
+        # drawn to the deployment's scale (its own width): one GPU is a small picture, not a page-wide box
         st.plotly_chart(trial_plots.topology_figure(t.topology, "router"), key=K("rec_topology"),
-                        width="stretch", config={"staticPlot": True})  # a glance; the trial page has hovers
-        st.caption(f"Where each instance runs: prefill blue, decode orange, mixed green; lines from the router "
-                   f"({policy}).")
+                        width="content", config={"staticPlot": True})  # a glance; the trial page has hovers
+        st.caption(f"Where each instance runs ({advice.plural(b.gpus, 'GPU') if b.gpus else '?'}): prefill blue, "
+                   f"decode orange, mixed green; lines from the router ({policy}).")
 
 
-def recommendation(rec: advice.Recommendation) -> None:
+def missed(p: advice.OperatingPoint) -> str:
+    """``misses P90 tok/s/user ≥ 30.0 (14.2)`` / ``meets every SLO`` at that point."""
+    misses = [m for m in advice.margins(p, info.slos) if m.headroom is not None and m.headroom < 0]
+    if not misses:
+        return "meets every SLO"
+    return "misses " + ", ".join(f"{advice.slo_text(m)} at {advice.bare(m.metric, m.measured)}" for m in misses)
+
+
+def equal_load(rec: advice.Recommendation) -> None:
+    """The recommendation against vLLM's defaults at the load both were measured at, where the defaults met the
+    SLOs nowhere (so no gain can be stated): said loudly when the recommendation is worse there."""
+    a, d = rec.equal_answer, rec.equal_defaults
+    assert a is not None and d is not None
+    theirs = sorted(int(c) for c in levels.loc[levels["trial"] == d.trial, "concurrency"])
+    ratio = a.x / d.x if d.x else None
+    body = (f"vLLM's defaults (baseline trial {d.trial}) met every SLO at none of their measured loads "
+            f"(c = {', '.join(map(str, theirs))}), so their knee is unknown and no gain over them can be stated. "
+            f"At **c={a.concurrency}**, the load both were measured at: trial {a.trial} made **{a.text()}** "
+            f"({missed(a)}); vLLM's defaults made **{d.text()}** ({missed(d)})"
+            + (f" — **{ratio:.2f}×** the defaults ({ratio - 1:+.0%})." if ratio is not None else "."))
+    if rec.worse_than_defaults:
+        st.error(f"**At equal load vLLM's defaults do better than this recommendation.** {body} Measure the "
+                 "defaults at lower loads (their knee) before preferring this deployment over them.",
+                 icon=":material/warning:")
+    else:
+        st.info(f"**At equal load this recommendation does better than vLLM's defaults.** {body}",
+                icon=":material/info:")
+
+
+def headline(rec: advice.Recommendation) -> None:
+    """What to run and how sure the numbers are: the operating point, its knee, its interval, the run-to-run
+    spread, and the comparison with vLLM's defaults — before anything else on the page."""
     b = rec.best
     st.markdown(f"#### Run trial {b.trial}{' (vLLM’s defaults)' if rec.defaults_best else ''}: {b.deployment}")
     total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
-    st.markdown(f"**{b.text()}** on **{b.gpus or '?'} GPUs**{total}", help=b.config)
-    st.markdown("\n".join(f"- {m.text()}" for m in rec.margins) or "- the study has no SLOs")
-    if rec.defaults_best:
+    st.markdown(f"**{b.text()}** on **{advice.plural(b.gpus, 'GPU') if b.gpus else '? GPUs'}**{total}",
+                help=b.config)
+    facts = [advice.knee_text(b, levels), advice.interval_text(b), advice.spread_text(rec.runs, x)]
+    st.markdown("\n".join(f"- {f}" for f in facts if f))
+    if rec.equal_answer is not None and rec.equal_defaults is not None:
+        equal_load(rec)
+    elif rec.defaults_best:
         st.markdown(f"**vLLM's defaults are the best measured deployment** (baseline trial {b.trial}): no searched "
                     "deployment beats them; the margin is below.")
     elif rec.gain is not None and rec.baseline is not None:
@@ -74,6 +110,12 @@ def recommendation(rec: advice.Recommendation) -> None:
         st.markdown(rec.baseline_note)
     else:
         st.caption("This study measured no baseline (vLLM's defaults), so no gain over it is stated.")
+
+
+def recommendation(rec: advice.Recommendation) -> None:
+    b = rec.best
+    st.markdown("**Margins to the SLOs**\n" + ("\n".join(f"- {m.text()}" for m in rec.margins)
+                                                or "- the study has no SLOs"))
     for line in advice.routing_lines(levels["expert_routing"] if "expert_routing" in levels else []):
         st.caption(f"{line}: {advice.ROUTING_NOTE}")
     alts = [("Cheaper in GPUs", rec.cheaper), ("Faster per user", rec.faster)]
@@ -88,9 +130,11 @@ def recommendation(rec: advice.Recommendation) -> None:
     common.trial_link(name, b.trial, f"Open trial {b.trial}")
 
 
-# The recommendation comes before the live progress, and its topology before its words: the page's answer
-# is what a reader looks for first, and the browser starts on its first chart while the rest arrives.
+# The recommendation comes before the live progress, its headline (point, knee, interval, spread, the defaults)
+# first: the page's answer is what a reader looks for first. The reader's operating point is asked below it
+# (drawn there, read first: the headline depends on it).
 st.subheader("Recommendation")
+head = st.container()
 y_slo = next((sl for sl in info.slos if sl.metric == y), None)
 c_op, c_note = st.columns([1, 3])
 op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_value=0.0,
@@ -98,14 +142,17 @@ op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_val
                          placeholder="the SLOs alone",
                          help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
 rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None, data.chosen(url, name, info.stamp))
-if rec.best is None:
-    st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
-else:
-    left, right = st.columns([3, 2])
-    with right:
-        topology(rec.best)
-    with left:
-        recommendation(rec)
+with head:
+    if rec.best is None:
+        st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
+    else:
+        left, right = st.columns([3, 2])
+        with left:
+            headline(rec)
+        with right:
+            topology(rec.best)
+if rec.best is not None:
+    recommendation(rec)
 c_note.caption("What `advisor best` answers: the deployment whose runs give the most "
                f"{advice.short(x)} at their operating points (vLLM's defaults unless a searched deployment beats "
                "them)" + (f", unless it gives a user less than {advice.num(op_y)} "
@@ -156,7 +203,8 @@ def progress() -> None:
         st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
                    f"of which {repeats} repeat an earlier deployment (its measurements stand, not run again).")
     if live.budget:
-        st.progress(min(1.0, live.finished / live.budget), text=f"{live.finished} of {live.budget} trials")
+        st.progress(min(1.0, live.finished / live.budget),
+                    text=f"{live.finished} of {live.budget} trial{'' if live.budget == 1 else 's'}")
     if live.count("running"):
         st.dataframe(data.running(url, name, live.stamp), hide_index=True, width="stretch")
     tp = jobs.registry().get(name)
@@ -177,6 +225,12 @@ progress()
 
 
 # ---------------------------------------------------------------------------------------------- the tabs' parts
+#: vLLM's defaults: the baseline trial and its repeats on fresh deploys (labelled on the Pareto and Curves plots).
+base_first = set() if trials_df.empty else set(trials_df.loc[trials_df["by"] == "baseline", "trial"].astype(int))
+baseline_trials = base_first | (set() if trials_df.empty else
+                                set(trials_df.loc[trials_df["repeats"].isin(list(base_first)), "trial"].astype(int)))
+
+
 def axes() -> tuple[str, str]:
     """The Pareto plot's axes: the study's own, or two stored metrics the reader picks (kept per study)."""
     options = data.axis_options(levels, x, y)
@@ -213,7 +267,8 @@ def pareto() -> None:
     names = dict(zip(trials_df["config"], trials_df["deployment"], strict=True)) if not trials_df.empty else {}
     short_names = dict(zip(trials_df["trial"].astype(int), trials_df["deployment"], strict=True)) \
         if not trials_df.empty else {}
-    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names), key=K("pareto_chart"),
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials),
+                            key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
     for p in picked_points[:3]:
@@ -243,12 +298,14 @@ def curves() -> None:
         st.info("No load level has been measured yet.")
         return
     front = advice.front_by_deployment(plevels, px, py)
-    front_trials = [int(t) for t in front["trial"]][:8]
+    front_trials = list(dict.fromkeys([*(int(t) for t in front["trial"]), *sorted(base_first)]))[:8]
     chosen = st.multiselect("Highlight trials", sorted(points["trial"].unique().tolist()), default=front_trials,
-                            key=K("curves_trials"), help="Default: one trial per deployment on the Pareto front")
+                            key=K("curves_trials"),
+                            help="Default: one trial per deployment on the Pareto front, and vLLM's defaults")
     st.caption(f"{plots.label(py)} against {plots.label(px)}, one line per trial through its load levels "
                "(concurrency c at both ends and in the hover).")
-    st.plotly_chart(plots.curves_figure(plevels, px, py, chosen), key=K("curves_chart"), width="stretch")
+    st.plotly_chart(plots.curves_figure(plevels, px, py, chosen, baseline_trials), key=K("curves_chart"),
+                    width="stretch")
 
 
 # ------------------------------------------------------------------------------------ convergence, parameters
@@ -334,8 +391,9 @@ def trials_table() -> None:
                "SLOs (else its best level, *meets SLOs* unticked), with that level's concurrency and "
                f"{advice.short(y)} · select a row to open it"
                + (" · no phase timings: the simulated executor takes no time" if simulated else ""))
-    table = table.assign(**{"repeat of": table["repeat_of"].astype("Int64")})
-    cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", "repeat of", "violation",
+    table = table.assign(**{"same as": table["repeat_of"].astype("Int64")})  # a reused trial: no run of its own
+    reused = ["same as"] if table["same as"].notna().any() else []
+    cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", *reused, "violation",
             *timings, "reason"]
     shown = table[[c for c in cols if c in table]]
     picked_rows = st.dataframe(shown, hide_index=True, width="stretch", key=K("trials_table"),

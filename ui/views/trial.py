@@ -33,7 +33,8 @@ if t is None:
 row = trials_df[trials_df["trial"] == number].iloc[0]
 
 st.title(f"Trial {number} of {common.md(name)}")
-st.markdown(f"**{t.state.value}** · {t.gpus or '?'} GPUs · {t.config_text or 'no configuration recorded'}")
+st.markdown(f"**{t.state.value}** · {advice.plural(t.gpus, 'GPU') if t.gpus else '? GPUs'} · "
+            f"{t.config_text or 'no configuration recorded'}")
 nav = st.columns(4)
 with nav[0]:
     st.page_link(common.STUDY_PAGE, label=f"Back to {name}", icon=":material/arrow_back:", query_params={"study": name})
