@@ -105,12 +105,16 @@ def main() -> None:
     ap.add_argument("--truth", choices=["exact", "perturbed"], default="perturbed")
     ap.add_argument("--spread", type=float, default=2.0)
     ap.add_argument("--samplers", default="grid,random,tpe,guided")
+    ap.add_argument("--scope", choices=["deployment", "cluster"], default="deployment",
+                    help="objective.scope: throughput per GPU the deployment uses, or per GPU of the whole cluster "
+                         "(copies that tile it; idle GPUs count as zero)")
     ap.add_argument("--out", type=Path, default=None, help="default: results/search_efficiency_<truth>.json")
     a = ap.parse_args()
     samplers = a.samplers.split(",")
     rows = []
     for name in a.presets.split(","):
-        job = job_from_dict({"name": f"bench-{name}", "preset": name, "objective": {"mode": "max_under_slo"}})
+        job = job_from_dict({"name": f"bench-{name}", "preset": name,
+                             "objective": {"mode": "max_under_slo", "scope": a.scope}})
         base = default_params(job.cluster.gpu)
         t0 = time.time()
         res: dict[str, list] = {k: [] for k in samplers}
@@ -144,7 +148,7 @@ def main() -> None:
               "  ".join(f"{k}/grid {v:.3f}" for k, v in vs_grid.items()) + f"  ({r['seconds']} s)", flush=True)
     out = a.out or RESULTS / f"search_efficiency_{a.truth}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"seeds": a.seeds, "max_trials": a.max_trials, "truth": a.truth,
+    out.write_text(json.dumps({"seeds": a.seeds, "max_trials": a.max_trials, "truth": a.truth, "scope": a.scope,
                                "spread": a.spread if a.truth == "perturbed" else None, "presets": rows}, indent=2,
                               default=lambda x: None if x == float("inf") else x))
     print(f"wrote {out}")
