@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -117,6 +118,25 @@ class Truth:
         return lambda load: predict_load(self.topo, self.model, self.wl, load, self.params)
 
 
+def costed(t: Truth, wl, short: bool, log: list[tuple[bool, float]], noise: float,
+           idx: int) -> Callable[[float], Measurement]:
+    """The truth as a probe that logs what each level costs: (short?, seconds of load = prompts / request
+    throughput). With ``noise`` > 0 each SLO metric is off by a seeded log-normal factor of sigma
+    noise / sqrt(prompts) — a level of fewer prompts judges the SLOs less surely."""
+    def probe(load: float) -> Measurement:
+        m = t.probe()(load)
+        n = wl.num_prompts(load, short=short)
+        log.append((short, n / m.request_throughput if m.request_throughput else 0.0))
+        if noise <= 0:
+            return m
+        rng = random.Random(f"noise-{idx}-{load:g}-{short}-{len(log)}")
+        f = math.exp(rng.gauss(0.0, noise / math.sqrt(n)))
+        upd = {s.metric: (getattr(m, s.metric) * f if s.op == "<=" else getattr(m, s.metric) / f)
+               for s in t.slos if getattr(m, s.metric, None) is not None and s.metric != "error_rate"}
+        return m.model_copy(update=upd)
+    return probe
+
+
 def true_knee(t: Truth, max_load: int) -> int | None:
     """Largest feasible concurrency, assuming feasibility is monotone: powers of two (and max_load), then
     bisection between the highest feasible point scanned and the next one up."""
@@ -164,14 +184,21 @@ def within(found: float | None, true: int | None, tol: float) -> bool | None:
 
 # ------------------------------------------------------------------------------------------- one run
 def run_one(job, cfg, idx: int, topo: Topology, start: float | None, scenario: str, seed: int | None,
-            params: PerfParams, verify: bool) -> dict[str, Any]:
+            params: PerfParams, verify: bool, noise: float = 0.0) -> dict[str, Any]:
     model, wl = job.model_profile(), job.workload
     wl0 = wl.model_copy(update={"load_levels": []})
     tol, max_load = wl.knee_tolerance, int(wl.max_load)
     t = Truth(topo, model, wl0, params, job.slos)
 
-    levels = search_levels(t.probe(), wl0, MeasurePlan(tuple(job.slos), start))
+    costs: list[tuple[bool, float]] = []
+    levels = search_levels(costed(t, wl0, False, costs, noise, idx), wl0, MeasurePlan(tuple(job.slos), start))
     knee = knee_of(levels)
+    short_costs: list[tuple[bool, float]] = []
+    short_levels = search_levels(costed(t, wl0, False, short_costs, noise, idx), wl0,
+                                 MeasurePlan(tuple(job.slos), start),
+                                 short=costed(t, wl0, True, short_costs, noise, idx))
+    sk = knee_of(short_levels)
+    s_found = float(sk.concurrency) if sk is not None else None
     found = float(knee.concurrency) if knee is not None else None
     flags = sorted({f for m in levels for f in m.flags})
     trajectory = [[m.load, slo_violation(list(job.slos), m) <= 0] for m in levels]
@@ -182,7 +209,10 @@ def run_one(job, cfg, idx: int, topo: Topology, start: float | None, scenario: s
         "gpus": cfg.total_gpus,
         "start": start, "true_knee": tk, "found_knee": found, "rel_error": rel(found, tk),
         "within_tol": within(found, tk, tol), "levels_used": len(levels), "flags": flags,
-        "trajectory": trajectory,
+        "trajectory": trajectory, "level_s": sum(c for _, c in costs),
+        "short_found_knee": s_found, "short_rel_error": rel(s_found, tk), "short_within_tol": within(s_found, tk, tol),
+        "short_full_levels": sum(not short for short, _ in short_costs),
+        "short_short_levels": sum(short for short, _ in short_costs), "short_level_s": sum(c for _, c in short_costs),
     }
     fixed_ok = [c for c in sorted(wl.load_levels) if t.ok(int(c))]
     fb = float(max(fixed_ok)) if fixed_ok else None
@@ -225,6 +255,17 @@ def summarize(rows: list[dict]) -> dict[str, Any]:
         "abs_err_max": max(err) if err else None,
         "levels_median": statistics.median(lv) if lv else None,
         "levels_max": max(lv) if lv else None,
+        "level_s_median": statistics.median(r["level_s"] for r in rows) if rows else None,
+        "short_within_tol_share": (sum(bool(r["short_within_tol"]) for r in with_knee) / len(with_knee)
+                                   if with_knee else None),
+        "short_abs_err_median": statistics.median(_abs_errs(rows, "short_rel_error", "short_found_knee"))
+        if with_knee else None,
+        "short_full_levels_median": statistics.median(r["short_full_levels"] for r in rows) if rows else None,
+        "short_full_levels_max": max(r["short_full_levels"] for r in rows) if rows else None,
+        "short_short_levels_median": statistics.median(r["short_short_levels"] for r in rows) if rows else None,
+        "short_level_s_median": statistics.median(r["short_level_s"] for r in rows) if rows else None,
+        "short_above_true": sum(r["short_found_knee"] is not None and r["true_knee"] is not None
+                                and r["short_found_knee"] > r["true_knee"] for r in rows),
         "missed_knee": sum(r["found_knee"] is None for r in with_knee),
         "found_above_true": sum(r["found_knee"] is not None and r["true_knee"] is not None
                                 and r["found_knee"] > r["true_knee"] for r in rows),
@@ -258,6 +299,22 @@ def print_table(summaries: list[dict], title: str) -> None:
               _f(s["fixed_within_tol_share"], ".0%"), _f(s["fixed_abs_err_median"], ".1%"),
               _f(s["fixed_abs_err_p90"], ".1%"), str(s["fixed_none_feasible"]),
               f"{s['verified']} ({s['scan_disagreements']} / {s['scan_holes']})"] for s in summaries]
+    cols2 = ("preset", "truth", "full levels med/max: before", "after (+ short med)", "in tol: before", "after",
+             "|err| med: before", "after", "above true: after", "level-seconds med: before", "after", "after / before")
+    cells2 = [[s["preset"], s["scenario"], f"{_f(s['levels_median'], 'g')}/{_f(s['levels_max'], 'g')}",
+               f"{_f(s['short_full_levels_median'], 'g')}/{_f(s['short_full_levels_max'], 'g')} "
+               f"(+{_f(s['short_short_levels_median'], 'g')})",
+               _f(s["within_tol_share"], ".0%"), _f(s["short_within_tol_share"], ".0%"),
+               _f(s["abs_err_median"], ".1%"), _f(s["short_abs_err_median"], ".1%"), str(s["short_above_true"]),
+               _f(s["level_s_median"], ".0f"), _f(s["short_level_s_median"], ".0f"),
+               _f(s["short_level_s_median"] / s["level_s_median"] if s["level_s_median"] else None, ".2f")]
+              for s in summaries]
+    _table(title, cols, cells)
+    _table("short bracketing levels (Workload.bracket_prompts_per_concurrency): before = every level full length",
+           cols2, cells2)
+
+
+def _table(title: str, cols: tuple[str, ...], cells: list[list[str]]) -> None:
     try:
         from rich.console import Console
         from rich.table import Table
@@ -287,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="linear-scan the true knee of every k-th candidate (0: never)")
     ap.add_argument("--max-enumerate", type=int, default=0,
                     help="sample from the first this many candidates of the grid (0: the whole grid)")
+    ap.add_argument("--noise", type=float, default=0.0,
+                    help="SLO metrics off by a log-normal factor of sigma NOISE/sqrt(prompts) per level (0: exact)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     t_all = time.time()
@@ -310,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             start = predicted_knee(topo, model, job.workload, plan, base)
             verify = a.verify_every > 0 and i % a.verify_every == 0
             for scenario, seed, params in truths:
-                prow.append(run_one(job, cfg, i, topo, start, scenario, seed, params, verify))
+                prow.append(run_one(job, cfg, i, topo, start, scenario, seed, params, verify, a.noise))
         for r in prow:
             r["preset"] = name
         rows += prow
