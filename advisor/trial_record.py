@@ -1,8 +1,9 @@
-"""How a trial's end reaches the two stores: our database (``record``) and Optuna (``tell``), and how a study
-is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
+"""How a trial's end reaches the two stores: our row first (``record``), then Optuna told from it (``tell_row``),
+and how a study is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
 
-Recording and telling are two transactions; ``tell_from_record`` is what a resuming tuner tells for a trial
-whose record was written by a tuner killed between them (``advisor.recovery``)."""
+Recording and telling are two transactions. The row is the truth: ``tell_row`` is the one writer of what Optuna
+holds for a measured trial, run by the tuner right after the row and by a resuming tuner for a trial whose row a
+tuner killed between the two wrote (``advisor.recovery``); telling again what was told changes nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import optuna
 import db
 from advisor.job import TuningJob
 from advisor.objectives import INFEASIBLE, Outcome, objective_names, score, worst
-from advisor.study import trial_by_number
 from executors import FailureKind, RunResult
 from search_spaces import DeploymentConfig, TrialState
 
@@ -52,39 +52,40 @@ def constraint_of(t: optuna.trial.FrozenTrial) -> float:
 
 
 def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
-            first: RunResult | None = None) -> tuple[TrialState, Outcome]:
-    """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
-    in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
+            first: RunResult | None = None) -> tuple[Outcome, db.Trial]:
+    """Store ``run`` and return its outcome and the row as stored; ``first`` is an earlier attempt of the same
+    trial the environment failed, whose reason stays in the trial's reason (and its log tail, when the retry left
+    none) — the one place a user looks."""
     timings = _timings(run)
     retry = f"the first attempt failed for the environment ({one_line(first.reason)})" if first else None
     if run.ok and run.measurements:
         outcome = score(job, run.measurements)
-        database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
-                              objectives=outcome.as_dict(job), violation=outcome.violation,
-                              reason=f"retried on a fresh placement: {retry}" if retry else None,
-                              log_tail=first.log_tail if first else None, executed=True)
-        return TrialState.COMPLETE, outcome
+        row = database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
+                                    objectives=outcome.as_dict(job), violation=outcome.violation,
+                                    reason=f"retried on a fresh placement: {retry}" if retry else None,
+                                    log_tail=first.log_tail if first else None, executed=True)
+        return outcome, row
     outcome = worst(job)
     reason = run.reason or "the executor returned no measurements"
     if retry:
         reason += f" (retried on a fresh placement: {retry})"
-    database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
-                          objectives=None, violation=INFEASIBLE,
-                          failure_kind=run.failure.value if run.failure else "no_measurements",
-                          reason=reason, log_tail=run.log_tail or (first.log_tail if first else None),
-                          executed=run.failure is not FailureKind.ENVIRONMENT)
-    return TrialState.FAILED, outcome
+    row = database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
+                                objectives=None, violation=INFEASIBLE,
+                                failure_kind=run.failure.value if run.failure else "no_measurements",
+                                reason=reason, log_tail=run.log_tail or (first.log_tail if first else None),
+                                executed=run.failure is not FailureKind.ENVIRONMENT)
+    return outcome, row
 
 
-def record_interrupted(database: db.Database, tid: int, run: RunResult | None, why: str) -> None:
+def record_interrupted(database: db.Database, tid: int, run: RunResult | None, why: str) -> db.Trial:
     """Close a trial stopped mid-run (Ctrl-C, SIGTERM, a wall-clock limit) as INTERRUPTED with the levels ``run``
     measured before the stop: a level measured is a level measured (calibration and the dashboard use it); no
     objective is scored from a knee search cut short."""
     levels = run.measurements if run is not None else []
     kept = f"; {len(levels)} level(s) measured before it kept" if levels else ""
-    database.finish_trial(tid, TrialState.INTERRUPTED, measurements=levels,
-                          timings=_timings(run) if run is not None else None,
-                          failure_kind=FailureKind.INTERRUPTED.value, reason=f"{why}{kept}")
+    return database.finish_trial(tid, TrialState.INTERRUPTED, measurements=levels,
+                                 timings=_timings(run) if run is not None else None,
+                                 failure_kind=FailureKind.INTERRUPTED.value, reason=f"{why}{kept}")
 
 
 def _timings(run: RunResult) -> dict[str, float]:
@@ -97,8 +98,8 @@ def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None,
     too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
     has no result, and Optuna's own views (optuna-dashboard) would show a COMPLETE one as a trial with values 0.
 
-    Told at most once: a resuming tuner may have told this trial from its record already
-    (``tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
+    Told at most once: a resuming tuner may have told this trial from its row already (``tell_row``); the values
+    it told are these, so the second tell is dropped, not raised."""
     try:
         trial.set_user_attr(STATE_ATTR, state.value)
         trial.set_user_attr(EXECUTED_ATTR, executed and state in (TrialState.COMPLETE, TrialState.FAILED))
@@ -151,11 +152,10 @@ def tell_taken(study: optuna.Study, trial: optuna.Trial, other: int) -> None:
     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
-def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:
-    """Tell Optuna what ``tell`` would have told for a trial the database has finished: the recorded objectives
-    in the job's objective order, the recorded violation, the same user attributes. A live worker about to tell
-    the same trial finds it told and drops its own (identical) tell."""
-    trial = trial_by_number(study, t.number)
+def tell_row(job: TuningJob, study: optuna.Study, trial: optuna.Trial, row: db.Trial) -> None:
+    """Tell Optuna what our finished row holds: the recorded objectives in the job's objective order, the recorded
+    violation, the user attributes. The tuner calls it right after the row; a resuming tuner for a row whose tell a
+    killed tuner never made (then a live worker about to tell the same trial finds it told and drops its own)."""
     try:
         if row.state is TrialState.FAILED and row.failure_kind == FailureKind.ENVIRONMENT.value:
             tell_environment_failure(study, trial)
@@ -171,7 +171,7 @@ def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.Frozen
             outcome = worst(job)
         tell(study, trial, row.config, outcome, row.state, executed=row.executed)
     except optuna.exceptions.UpdateFinishedTrialError:
-        log.info("trial %d was told by its own tuner meanwhile", t.number)
+        log.info("trial %d was told by its own tuner meanwhile", trial.number)
 
 
 def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:

@@ -42,8 +42,8 @@ from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXECUTED_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value,
-    constraint_of, PICKED_ATTR, extras, one_line, record, record_interrupted, tell, tell_environment_failure,
-    tell_repeat_again, tell_taken,
+    constraint_of, PICKED_ATTR, extras, one_line, record, record_interrupted, tell, tell_repeat_again, tell_row,
+    tell_taken,
 )
 
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
@@ -249,12 +249,12 @@ def _loop(ctx: _Context, budget: int) -> None:
             reason = f"same configuration as trial {prev.number}; its measurements stand"
             tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
                                        worker=ctx.worker, proposer=proposer, reused_from=prev.number)
-            database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
-                                  violation=outcome.violation, reason=reason)
+            row = database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
+                                        violation=outcome.violation, reason=reason)
             if key in told_again:  # told once already: the sampler must not learn the same point twice more
                 tell_repeat_again(study, trial, cfg)
             else:
-                tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+                tell_row(job, study, trial, row)
                 told_again.add(key)
             summary.repeats += 1
             stale += 1
@@ -365,18 +365,16 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                 run = evaluate()
     except KeyboardInterrupt as e:
         why = f"interrupted ({e})" if str(e) else "interrupted (Ctrl-C or SIGTERM)"
-        record_interrupted(database, tid, getattr(e, "run", None), why)
-        ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        tell_row(job, ctx.study, trial, record_interrupted(database, tid, getattr(e, "run", None), why))
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
         raise
-    state, outcome = record(job, database, tid, run, first)
+    outcome, row = record(job, database, tid, run, first)
+    state = row.state
+    tell_row(job, ctx.study, trial, row)  # our row first, then Optuna told from it
     note = None
     if _is_environment_failure(state, run):
-        tell_environment_failure(ctx.study, trial)
         note = (f"trial {trial.number}: environment failure again ({one_line(run.reason)}): recorded as "
                 "failed: environment; its configuration is not judged and the budget does not count it")
-    else:
-        tell(ctx.study, trial, cfg, outcome, state)
     if ctx.guide is not None and state is TrialState.COMPLETE:
         if predicted and outcome.feasible:
             ctx.guide.judge(predicted, outcome.as_dict(job))

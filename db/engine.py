@@ -318,8 +318,9 @@ class Database:
         reason: str | None = None,
         log_tail: str | None = None,
         executed: bool = False,
-    ) -> None:
-        """Close a RUNNING trial with its outcome and every load level's measurement, in one transaction.
+    ) -> Trial:
+        """Close a RUNNING trial with its outcome and every load level's measurement, in one transaction, and
+        return the row as stored (without its measurements): what Optuna is then told from.
         ``executed``: the trial deployed its configuration and its result judges it (``TrialRow.executed``).
 
         Raises ``IllegalTransition`` when the trial is not RUNNING (e.g. finished twice) and ``ValueError`` for
@@ -346,6 +347,7 @@ class Database:
             for m in levels:
                 s.add(measurement_row(trial_id, m))
                 s.flush()
+            return trial(row, row.study.name)
 
     def budget_used(self, study: str, *, in_flight: bool = False) -> int:
         """Trials of ``study`` the budget counts (``db.budget``); ``in_flight`` adds its search trials running now."""

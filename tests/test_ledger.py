@@ -131,3 +131,87 @@ def test_optunas_feasibility_and_best_trial_are_advisor_bests(tmp_path: Path) ->
     assert True in flags.values() and False in flags.values()  # a constrained study: both kinds
     best = api.best_report(url, "slo").rows[0][0]
     assert study.best_trial.number == best and rows[best].feasible
+
+
+class Crash(BaseException):
+    """A tuner killed at one point of its write path (not an ``Exception``: nothing in the loop catches it)."""
+
+
+#: The points between our row and Optuna's tell, in the order the writer passes them: after the row, after each
+#: user attribute, after the constraint (the tell itself is the end).
+CRASH_POINTS = ("row", "state", "executed", "config key", "constraint")
+
+
+def _agree(job, row: db.Trial, ft: optuna.trial.FrozenTrial) -> None:  # noqa: ANN001 — a TuningJob
+    """Optuna holds what our row says."""
+    from advisor.objectives import objective_names
+    from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
+
+    judged = row.state is TrialState.COMPLETE or (row.state is TrialState.FAILED
+                                                  and row.failure_kind != FailureKind.ENVIRONMENT.value)
+    want = optuna.trial.TrialState.COMPLETE if judged else optuna.trial.TrialState.FAIL
+    assert ft.state is want, (row.number, row.state, ft.state)
+    if not judged:
+        return
+    assert ft.user_attrs[STATE_ATTR] == row.state.value
+    assert ft.user_attrs[EXECUTED_ATTR] is row.executed
+    assert ft.user_attrs[CONFIG_KEY_ATTR] == row.config.key()
+    assert ft.system_attrs[OPTUNA_CONSTRAINTS_KEY] == [row.violation]
+    if row.state is TrialState.COMPLETE:
+        assert ft.values == [row.objectives[n] for n in objective_names(job)]
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_crash_between_row_and_tell_then_resume_leaves_row_and_optuna_equal(
+        point: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from advisor import trial_record
+
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    job = job_from_dict({"name": "crash", "preset": "gb300-rack-dsv3", "sampler": {"kind": "random", "seed": 5},
+                         "budget": {"trials": 4}, "space": SPACE, "executor": {"kind": "simulated"}})
+    armed: list[str] = []  # the Optuna writes made since the victim's row was written
+    finish, set_attr, set_constraint = db.Database.finish_trial, optuna.trial.Trial.set_user_attr, \
+        trial_record._set_constraint
+
+    def step(name: str) -> None:
+        if armed:
+            armed.append(name)
+            if name == point:
+                raise Crash(point)
+
+    def finish_trial(self, trial_id, state, **kw):  # noqa: ANN001, ANN202
+        out = finish(self, trial_id, state, **kw)
+        if kw.get("executed") and not armed and self.budget_used("crash") == 2:  # the second trial run
+            armed.append("armed")
+            step("row")
+        return out
+
+    def set_user_attr(self, key, value):  # noqa: ANN001, ANN202
+        set_attr(self, key, value)
+        step({trial_record.STATE_ATTR: "state", EXECUTED_ATTR: "executed",
+              trial_record.CONFIG_KEY_ATTR: "config key"}.get(key, key))
+
+    def constraint(*a):  # noqa: ANN002, ANN202
+        set_constraint(*a)
+        step("constraint")
+
+    monkeypatch.setattr(db.Database, "finish_trial", finish_trial)
+    monkeypatch.setattr(optuna.trial.Trial, "set_user_attr", set_user_attr)
+    monkeypatch.setattr(trial_record, "_set_constraint", constraint)
+    with pytest.raises(Crash):
+        tune_mod.tune(job, storage=url)
+    assert armed[-1] == point
+    monkeypatch.undo()
+    monkeypatch.setattr(tune_mod, "ENVIRONMENT_RETRY_PAUSE_S", 0.0)
+
+    summary = tune_mod.tune(job, storage=url)  # the resume: tells the victim from its row, then runs the rest
+    assert summary.interrupted_found == 0 and summary.stopped_because == "budget reached"
+    study = optuna.load_study(study_name="crash", storage=db.optuna_storage(url))
+    with db.connect(url) as d:
+        rows = queries.list_trials(d, "crash")
+        assert d.budget_used("crash") == 4
+    told = study.get_trials(deepcopy=False)
+    assert [t.number for t in told] == [r.number for r in rows]
+    for row, ft in zip(rows, told, strict=True):
+        _agree(job, row, ft)
+    assert sum(1 for t in told if t.user_attrs.get(EXECUTED_ATTR)) == 4
