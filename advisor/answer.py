@@ -24,7 +24,8 @@ from search_spaces import Measurement
 def rank(job: TuningJob, trials: list[Trial], per: Per | None = None) -> list[Runs]:
     """The study's feasible deployments by the job's first objective, the answer first (compared as ``per``
     says, else as the job's ``objective.per`` does)."""
-    rows = [RunRow(t.number, t.state.value, t.objectives, t.violation, t.proposer, t.repeat_of, t.reason, t.gpus)
+    rows = [RunRow(t.number, t.state.value, t.objectives, t.violation, t.proposer, t.repeat_of, t.reused_from, t.gpus,
+                   t.baseline)
             for t in trials]
     return rank_deployments(rows, objective_names(job)[0], cluster_gpus(job, per))
 

@@ -119,17 +119,14 @@ def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = No
 
 
 def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
-    """Trials already run in this study (0 for a new study or database), for the progress bar."""
+    """Trials of this study the budget counts (``db.budget``; 0 for a new study or database), for the progress bar."""
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
         return 0
     database = _open(url)
     try:
         name = check_study_name(study, "--study") if study is not None else job.name
-        if queries.get_study(database, name) is None:
-            return 0
-        return sum(1 for t in queries.list_trials(database, name) if t.state in ("complete", "failed")
-                   and not (t.reason or "").startswith("same configuration")
-                   and t.failure_kind != "environment")  # as ``tune._executed``: the budget counts configurations
+        s = queries.get_study(database, name)
+        return 0 if s is None else s.budget_used
     finally:
         database.close()
 

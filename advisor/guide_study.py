@@ -12,7 +12,7 @@ import db
 from advisor.executor_factory import model_params
 from advisor.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
 from advisor.job import SamplerKind, TuningJob
-from advisor.trial_record import CONFIG_KEY_ATTR, STATE_ATTR
+from advisor.trial_record import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
 from executors.perf_model import PerfParams
 from search_spaces import TrialState
 
@@ -55,7 +55,7 @@ def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, nam
     trials = study.get_trials(deepcopy=False)
     guide.turns = study_turns(trials)
     done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("advisor_executed") and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
+            and t.user_attrs.get(EXECUTED_ATTR) and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
     for number in done[-MAX_FIT_TRIALS:]:
         t = db.queries.get_trial(database, name, number)
         if t is not None and t.config is not None:

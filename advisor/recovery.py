@@ -12,7 +12,8 @@ import optuna
 
 import db
 from advisor.job import TuningJob
-from advisor.trial_record import tell_from_record
+from advisor.study import trial_by_number
+from advisor.trial_record import tell_row
 from executors.cleanup import cleanup_resources
 from search_spaces import TrialState
 
@@ -94,7 +95,7 @@ def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         row = db.queries.get_trial(database, name, t.number)
         if row is not None and row.state is not TrialState.RUNNING:
-            tell_from_record(job, study, t, row)
+            tell_row(job, study, trial_by_number(study, t.number), row)
             continue
         # asked but never recorded by a tuner that died at once: at once when the worker that asked is known
         # dead, else only once it is old (another worker's trial sits in this state for the milliseconds between

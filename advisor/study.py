@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import optuna
 
@@ -14,7 +15,11 @@ from db import redact_url, scrub
 from advisor.objectives import objective_names
 from advisor.valid_sampler import ValidSpaceSampler
 
-__all__ = ["make_sampler", "open_study", "storage_for"]
+__all__ = ["make_sampler", "open_study", "storage_for", "trial_by_number"]
+
+#: The storage each study was opened on: an ``optuna.Study`` keeps its own private, and a trial known only by its
+#: number (a resuming tuner telling what a killed one recorded) is reached through the storage's public methods.
+_STORAGES: weakref.WeakKeyDictionary[optuna.Study, optuna.storages.BaseStorage] = weakref.WeakKeyDictionary()
 
 # Errors only: Optuna's warnings are about its own internals, and during a database outage it logs each failed
 # query ("Caught an error from sqlalchemy … Falling back to a slower alternative", several lines) ahead of the one
@@ -71,4 +76,12 @@ def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:
         )
     if study.metric_names != objective_names(job):  # optuna-dashboard and the DB name the objectives
         study.set_metric_names(objective_names(job))
+    _STORAGES[study] = storage
     return study
+
+
+def trial_by_number(study: optuna.Study, number: int) -> optuna.Trial:
+    """Trial ``number`` of a study ``open_study`` opened, as an ``optuna.Trial`` (to set its attributes, tell it)."""
+    storage = _STORAGES[study]
+    sid = storage.get_study_id_from_name(study.study_name)
+    return optuna.Trial(study, storage.get_trial_id_from_study_id_trial_number(sid, number))

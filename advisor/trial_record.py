@@ -1,8 +1,9 @@
-"""How a trial's end reaches the two stores: our database (``record``) and Optuna (``tell``), and how a study
-is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
+"""How a trial's end reaches the two stores: our row first (``record``), then Optuna told from it (``tell_row``),
+and how a study is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
 
-Recording and telling are two transactions; ``tell_from_record`` is what a resuming tuner tells for a trial
-whose record was written by a tuner killed between them (``advisor.recovery``)."""
+Recording and telling are two transactions. The row is the truth: ``tell_row`` is the one writer of what Optuna
+holds for a measured trial, run by the tuner right after the row and by a resuming tuner for a trial whose row a
+tuner killed between the two wrote (``advisor.recovery``); telling again what was told changes nothing."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ from executors import FailureKind, RunResult
 from search_spaces import DeploymentConfig, TrialState
 
 CONFIG_KEY_ATTR = "advisor_config_key"
-#: Where ``Trial.set_constraint("slo", …)`` keeps the value (Optuna's system attribute).
-_CONSTRAINT_KEY = "constraints:slo"
+#: Where a trial's constraint values live for Optuna's tools: the system attribute that samplers'
+#: ``constraints_func`` writes (``optuna.samplers._base._CONSTRAINTS_KEY``), a list of floats, feasible when each
+#: is ≤ 0. optuna-dashboard reads only this key; Optuna's ``FrozenTrial.constraints`` (best trial, Pareto front,
+#: samplers, plots) reads it too. Ours holds one value: the SLO violation (``advisor.objectives.Outcome``).
+OPTUNA_CONSTRAINTS_KEY = "constraints"
 STATE_ATTR = "advisor_state"
+#: True on a trial whose deployment ran and whose result judges its configuration: the row's ``executed``.
+EXECUTED_ATTR = "advisor_executed"
 #: The config key a worker is about to run, written before it deploys (and before it re-checks the study): of two
 #: workers holding the same configuration, at least one sees the other's key (``advisor.tune._taken_elsewhere``).
 PICKED_ATTR = "advisor_picked_key"
@@ -40,47 +46,46 @@ def one_line(text: str | None, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def frozen_trial(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial:
-    return study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
-
-
 def constraint_of(t: optuna.trial.FrozenTrial) -> float:
-    return max((v for k, v in t.system_attrs.items() if k.startswith("constraints")), default=0.0)
+    """The trial's SLO violation as Optuna holds it (also from studies that stored it as ``constraints:slo``)."""
+    return max(t.constraints.values(), default=0.0)
 
 
 def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
-            first: RunResult | None = None) -> tuple[TrialState, Outcome]:
-    """Store ``run``; ``first`` is an earlier attempt of the same trial the environment failed, whose reason stays
-    in the trial's reason (and its log tail, when the retry left none) — the one place a user looks."""
+            first: RunResult | None = None) -> tuple[Outcome, db.Trial]:
+    """Store ``run`` and return its outcome and the row as stored; ``first`` is an earlier attempt of the same
+    trial the environment failed, whose reason stays in the trial's reason (and its log tail, when the retry left
+    none) — the one place a user looks."""
     timings = _timings(run)
     retry = f"the first attempt failed for the environment ({one_line(first.reason)})" if first else None
     if run.ok and run.measurements:
         outcome = score(job, run.measurements)
-        database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
-                              objectives=outcome.as_dict(job), violation=outcome.violation,
-                              reason=f"retried on a fresh placement: {retry}" if retry else None,
-                              log_tail=first.log_tail if first else None)
-        return TrialState.COMPLETE, outcome
+        row = database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, timings=timings,
+                                    objectives=outcome.as_dict(job), violation=outcome.violation,
+                                    reason=f"retried on a fresh placement: {retry}" if retry else None,
+                                    log_tail=first.log_tail if first else None, executed=True)
+        return outcome, row
     outcome = worst(job)
     reason = run.reason or "the executor returned no measurements"
     if retry:
         reason += f" (retried on a fresh placement: {retry})"
-    database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
-                          objectives=None, violation=INFEASIBLE,
-                          failure_kind=run.failure.value if run.failure else "no_measurements",
-                          reason=reason, log_tail=run.log_tail or (first.log_tail if first else None))
-    return TrialState.FAILED, outcome
+    row = database.finish_trial(tid, TrialState.FAILED, measurements=run.measurements, timings=timings,
+                                objectives=None, violation=INFEASIBLE,
+                                failure_kind=run.failure.value if run.failure else "no_measurements",
+                                reason=reason, log_tail=run.log_tail or (first.log_tail if first else None),
+                                executed=run.failure is not FailureKind.ENVIRONMENT)
+    return outcome, row
 
 
-def record_interrupted(database: db.Database, tid: int, run: RunResult | None, why: str) -> None:
+def record_interrupted(database: db.Database, tid: int, run: RunResult | None, why: str) -> db.Trial:
     """Close a trial stopped mid-run (Ctrl-C, SIGTERM, a wall-clock limit) as INTERRUPTED with the levels ``run``
     measured before the stop: a level measured is a level measured (calibration and the dashboard use it); no
     objective is scored from a knee search cut short."""
     levels = run.measurements if run is not None else []
     kept = f"; {len(levels)} level(s) measured before it kept" if levels else ""
-    database.finish_trial(tid, TrialState.INTERRUPTED, measurements=levels,
-                          timings=_timings(run) if run is not None else None,
-                          failure_kind=FailureKind.INTERRUPTED.value, reason=f"{why}{kept}")
+    return database.finish_trial(tid, TrialState.INTERRUPTED, measurements=levels,
+                                 timings=_timings(run) if run is not None else None,
+                                 failure_kind=FailureKind.INTERRUPTED.value, reason=f"{why}{kept}")
 
 
 def _timings(run: RunResult) -> dict[str, float]:
@@ -93,21 +98,27 @@ def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None,
     too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
     has no result, and Optuna's own views (optuna-dashboard) would show a COMPLETE one as a trial with values 0.
 
-    Told at most once: a resuming tuner may have told this trial from its record already
-    (``tell_from_record``); the values it told are these, so the second tell is dropped, not raised."""
+    Told at most once: a resuming tuner may have told this trial from its row already (``tell_row``); the values
+    it told are these, so the second tell is dropped, not raised."""
     try:
         trial.set_user_attr(STATE_ATTR, state.value)
-        trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+        trial.set_user_attr(EXECUTED_ATTR, executed and state in (TrialState.COMPLETE, TrialState.FAILED))
         if cfg is not None:
             trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
         if state is TrialState.INVALID:
             study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
-        if _CONSTRAINT_KEY not in study._storage.get_trial_system_attrs(trial._trial_id):  # set by a killed tuner
-            trial.set_constraint("slo", outcome.violation)
+        _set_constraint(study, trial, outcome.violation)  # the same value again after a killed tuner: harmless
         study.tell(trial, outcome.values, skip_if_finished=True)
     except optuna.exceptions.UpdateFinishedTrialError:
         log.info("trial %d was already told (by a resuming tuner)", trial.number)
+
+
+def _set_constraint(study: optuna.Study, trial: optuna.Trial, violation: float) -> None:
+    storage = trial.storage  # the study's storage, through its public methods
+    tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
+                                                          trial.number)
+    storage.set_trial_system_attr(tid, OPTUNA_CONSTRAINTS_KEY, [float(violation)])
 
 
 def tell_environment_failure(study: optuna.Study, trial: optuna.Trial) -> None:
@@ -115,7 +126,7 @@ def tell_environment_failure(study: optuna.Study, trial: optuna.Trial) -> None:
     it again. No config key either (``_taken`` and the dedup read it as "measured")."""
     try:
         trial.set_user_attr(STATE_ATTR, TrialState.FAILED.value)
-        trial.set_user_attr("advisor_executed", False)
+        trial.set_user_attr(EXECUTED_ATTR, False)
         trial.set_user_attr(FAILURE_ATTR, FailureKind.ENVIRONMENT.value)
         study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     except optuna.exceptions.UpdateFinishedTrialError:
@@ -128,7 +139,7 @@ def tell_repeat_again(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentC
     trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
     trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
     trial.set_user_attr(FAILURE_ATTR, "repeat")
-    trial.set_user_attr("advisor_executed", False)
+    trial.set_user_attr(EXECUTED_ATTR, False)
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
 
@@ -137,15 +148,14 @@ def tell_taken(study: optuna.Study, trial: optuna.Trial, other: int) -> None:
     counted toward the budget, ignored by the samplers); nothing is recorded in our tables, since nothing ran."""
     trial.set_user_attr(STATE_ATTR, TrialState.COMPLETE.value)
     trial.set_user_attr(FAILURE_ATTR, f"taken: trial {other} is measuring this configuration")
-    trial.set_user_attr("advisor_executed", False)
+    trial.set_user_attr(EXECUTED_ATTR, False)
     study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
 
 
-def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.FrozenTrial, row: db.Trial) -> None:
-    """Tell Optuna what ``tell`` would have told for a trial the database has finished: the recorded objectives
-    in the job's objective order, the recorded violation, the same user attributes. A live worker about to tell
-    the same trial finds it told and drops its own (identical) tell."""
-    trial = optuna.Trial(study, t._trial_id)
+def tell_row(job: TuningJob, study: optuna.Study, trial: optuna.Trial, row: db.Trial) -> None:
+    """Tell Optuna what our finished row holds: the recorded objectives in the job's objective order, the recorded
+    violation, the user attributes. The tuner calls it right after the row; a resuming tuner for a row whose tell a
+    killed tuner never made (then a live worker about to tell the same trial finds it told and drops its own)."""
     try:
         if row.state is TrialState.FAILED and row.failure_kind == FailureKind.ENVIRONMENT.value:
             tell_environment_failure(study, trial)
@@ -159,10 +169,9 @@ def tell_from_record(job: TuningJob, study: optuna.Study, t: optuna.trial.Frozen
             outcome = Outcome(values, row.violation if row.violation is not None else 0.0, None)
         else:  # FAILED or INVALID: what ``record``/``record_invalid`` were told with
             outcome = worst(job)
-        reused = (row.reason or "").startswith("same configuration")
-        tell(study, trial, row.config, outcome, row.state, executed=not reused)
+        tell(study, trial, row.config, outcome, row.state, executed=row.executed)
     except optuna.exceptions.UpdateFinishedTrialError:
-        log.info("trial %d was told by its own tuner meanwhile", t.number)
+        log.info("trial %d was told by its own tuner meanwhile", trial.number)
 
 
 def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
@@ -173,5 +182,5 @@ def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
 def best_value(trials: list[optuna.trial.FrozenTrial]) -> float | None:
     """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
     vals = [t.values[0] for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get("advisor_executed") and t.values and constraint_of(t) <= 0]
+            and t.user_attrs.get(EXECUTED_ATTR) and t.values and constraint_of(t) <= 0]
     return max(vals) if vals else None

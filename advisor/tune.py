@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import optuna
 
@@ -40,9 +41,9 @@ from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
-    CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value, constraint_of,
-    PICKED_ATTR, extras, frozen_trial, one_line, record, record_interrupted, tell, tell_environment_failure,
-    tell_repeat_again, tell_taken,
+    CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXECUTED_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value,
+    constraint_of, PICKED_ATTR, extras, one_line, record, record_interrupted, tell, tell_repeat_again, tell_row,
+    tell_taken,
 )
 
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
@@ -102,19 +103,16 @@ def tune(
             executor.close()
 
 
-def _executed(study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None) -> int:
-    """Trials that ran (or are running, in any worker): the study's budget counts them, so several
-    workers sharing a study stop together instead of each running a whole budget.
+class _Measured(NamedTuple):
+    """A configuration measured in this study: the trial that ran it and what Optuna was told."""
 
-    The budget is configurations measured: a trial the environment failed twice is not one (its
-    ``advisor_executed`` is false, as is that of a reused measurement); ``ENVIRONMENT_FAILURES_TO_STOP`` in a
-    row stop the study instead. ``api.executed_trials`` counts the same from the database."""
-    trials = study.get_trials(deepcopy=False) if trials is None else trials
-    done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    ran = sum(1 for t in trials if t.state in done
-              and t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR))
-    return ran + sum(1 for t in trials if t.state is optuna.trial.TrialState.RUNNING
-                     and not t.user_attrs.get(EXTRA_ATTR))
+    number: int
+    values: list[float]
+    violation: float
+
+    @classmethod
+    def of(cls, t: optuna.trial.FrozenTrial) -> _Measured:
+        return cls(t.number, list(t.values), constraint_of(t))
 
 
 @dataclass
@@ -172,9 +170,9 @@ def _loop(ctx: _Context, budget: int) -> None:
     job, study, database, name, summary = ctx.job, ctx.study, ctx.database, ctx.name, ctx.summary
     model, cluster, wl = job.model_profile(), job.cluster, job.workload
     seen = {
-        t.user_attrs[CONFIG_KEY_ATTR]: t
+        t.user_attrs[CONFIG_KEY_ATTR]: _Measured.of(t)
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get("advisor_executed")
+        if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get(EXECUTED_ATTR)
     }
     told_again: set[str] = set()  # measured configurations proposed again and told once with their values
     grid = grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
@@ -187,7 +185,7 @@ def _loop(ctx: _Context, budget: int) -> None:
     consecutive_failures = environment_failures = 0
     while True:
         trials = study.get_trials(deepcopy=False)
-        if (executed := _executed(study, trials)) >= budget:
+        if (executed := database.budget_used(name, in_flight=True)) >= budget:  # several workers: stop together
             return
         if ctx.out_of_time():
             summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
@@ -247,16 +245,16 @@ def _loop(ctx: _Context, budget: int) -> None:
             continue
         if key in seen:
             prev = seen[key]
-            outcome = Outcome(list(prev.values), constraint_of(prev), None)
+            outcome = Outcome(list(prev.values), prev.violation, None)
             reason = f"same configuration as trial {prev.number}; its measurements stand"
             tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
-                                       worker=ctx.worker, proposer=proposer)
-            database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
-                                  violation=outcome.violation, reason=reason)
+                                       worker=ctx.worker, proposer=proposer, reused_from=prev.number)
+            row = database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
+                                        violation=outcome.violation, reason=reason)
             if key in told_again:  # told once already: the sampler must not learn the same point twice more
                 tell_repeat_again(study, trial, cfg)
             else:
-                tell(study, trial, cfg, outcome, TrialState.COMPLETE, executed=False)
+                tell_row(job, study, trial, row)
                 told_again.add(key)
             summary.repeats += 1
             stale += 1
@@ -278,7 +276,7 @@ def _loop(ctx: _Context, budget: int) -> None:
         stale = 0
         summary.executed += 1
         if state is TrialState.COMPLETE:
-            seen[key] = frozen_trial(study, trial.number)
+            seen[key] = _Measured(trial.number, list(outcome.values), outcome.violation)
             consecutive_failures = 0
         else:
             summary.failed += 1
@@ -292,7 +290,7 @@ def _loop(ctx: _Context, budget: int) -> None:
 
 
 def _taken_elsewhere(study: optuna.Study, trial: optuna.Trial, key: str,
-                     seen: dict[str, optuna.trial.FrozenTrial]) -> int | None:
+                     seen: dict[str, _Measured]) -> int | None:
     """Re-check a pick against every worker's trials right before running it: several workers share a study and
     two of them can take the same configuration (both model turns picking it, or the sampler's draw racing
     another worker's). Our key is written first, then the study read: of two workers holding one
@@ -305,8 +303,8 @@ def _taken_elsewhere(study: optuna.Study, trial: optuna.Trial, key: str,
         if t.number == trial.number:
             continue
         if (t.state is optuna.trial.TrialState.COMPLETE and t.user_attrs.get(CONFIG_KEY_ATTR) == key
-                and t.user_attrs.get("advisor_executed") and key not in seen):
-            seen[key] = t
+                and t.user_attrs.get(EXECUTED_ATTR) and key not in seen):
+            seen[key] = _Measured.of(t)
         elif t.state is optuna.trial.TrialState.RUNNING and t.user_attrs.get(PICKED_ATTR) == key:
             running = t.number
     return running
@@ -345,7 +343,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     if start is not None:
         plan = MeasurePlan(plan.slos, start)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
-                               worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of)
+                               worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of,
+                               baseline=extra == "baseline")
     first: RunResult | None = None  # the attempt the environment failed, when there was one
 
     def evaluate() -> RunResult:
@@ -366,18 +365,16 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                 run = evaluate()
     except KeyboardInterrupt as e:
         why = f"interrupted ({e})" if str(e) else "interrupted (Ctrl-C or SIGTERM)"
-        record_interrupted(database, tid, getattr(e, "run", None), why)
-        ctx.study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        tell_row(job, ctx.study, trial, record_interrupted(database, tid, getattr(e, "run", None), why))
         ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
         raise
-    state, outcome = record(job, database, tid, run, first)
+    outcome, row = record(job, database, tid, run, first)
+    state = row.state
+    tell_row(job, ctx.study, trial, row)  # our row first, then Optuna told from it
     note = None
     if _is_environment_failure(state, run):
-        tell_environment_failure(ctx.study, trial)
         note = (f"trial {trial.number}: environment failure again ({one_line(run.reason)}): recorded as "
                 "failed: environment; its configuration is not judged and the budget does not count it")
-    else:
-        tell(ctx.study, trial, cfg, outcome, state)
     if ctx.guide is not None and state is TrialState.COMPLETE:
         if predicted and outcome.feasible:
             ctx.guide.judge(predicted, outcome.as_dict(job))
@@ -417,7 +414,7 @@ def _repeats(ctx: _Context) -> None:
     study, job = ctx.study, ctx.job
     done = {t.user_attrs.get(REPEAT_OF_ATTR) for t in extras(study, "repeat")}
     search = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-              if t.user_attrs.get("advisor_executed") and not t.user_attrs.get(EXTRA_ATTR)
+              if t.user_attrs.get(EXECUTED_ATTR) and not t.user_attrs.get(EXTRA_ATTR)
               and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value and constraint_of(t) <= 0]
     top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
     todo = [t for t in [*top, *extras(study, "baseline")] if t.number not in done]
@@ -447,5 +444,5 @@ def _report(summary: TuneSummary, cb: Callable[[TrialReport], None] | None, r: T
         cb(r)
 
 
-# CONFIG_KEY_ATTR and STATE_ATTR: what a trial carries on the Optuna side (``advisor.trial_record``)
-__all__ = ["BadInput", "CONFIG_KEY_ATTR", "STATE_ATTR", "TrialReport", "TuneSummary", "tune"]
+# CONFIG_KEY_ATTR, EXECUTED_ATTR and STATE_ATTR: what a trial carries on the Optuna side (``advisor.trial_record``)
+__all__ = ["BadInput", "CONFIG_KEY_ATTR", "EXECUTED_ATTR", "STATE_ATTR", "TrialReport", "TuneSummary", "tune"]

@@ -114,7 +114,7 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
             lines.append(f"tie: trial {ranked[1].trial} ({ranked[1].per_used_gpu:,.1f}) is within trial "
                          f"{best.trial}'s run-to-run range ({min(best.recorded):,.1f}–{max(best.recorded):,.1f})")
         if base is None and not simulated:
-            bases = {t.number for t in trials if t.proposer == "baseline"}
+            bases = {t.number for t in trials if t.baseline}
             missed = [t for t in trials if t.number in bases or t.repeat_of in bases]
             if missed:
                 lines.append(f"vs vLLM's defaults: no gain can be stated — no level of the baseline's {len(missed)} "

@@ -43,7 +43,7 @@ import optuna
 import db
 from advisor.job import TuningJob, job_from_dict
 from advisor.objectives import INFEASIBLE, objective_names, score, worst
-from advisor.tune import CONFIG_KEY_ATTR, STATE_ATTR
+from advisor.tune import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
 from executors import place
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import TrialState, check
@@ -125,7 +125,7 @@ def _tell(study: optuna.Study, trial: optuna.Trial, key: str, values: list[float
           state: TrialState, executed: bool = True) -> None:
     """What the tuner records on the Optuna side (``advisor.tune._tell``), so importance sees the same."""
     trial.set_user_attr(STATE_ATTR, state.value)
-    trial.set_user_attr("advisor_executed", executed and state in (TrialState.COMPLETE, TrialState.FAILED))
+    trial.set_user_attr(EXECUTED_ATTR, executed and state in (TrialState.COMPLETE, TrialState.FAILED))
     trial.set_user_attr(CONFIG_KEY_ATTR, key)
     trial.set_constraint("slo", violation)
     study.tell(trial, values)

@@ -25,6 +25,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
+from db.budget import budget_used
 from db.connection import (
     SQLITE_BUSY_TIMEOUT_S,
     SUPPORTED_BACKENDS,
@@ -196,9 +197,14 @@ class Database:
         proposer: str | None = None,
         predicted: Mapping[str, float | None] | None = None,
         repeat_of: int | None = None,
+        reused_from: int | None = None,
+        baseline: bool = False,
     ) -> int:
         """Record trial ``number`` as RUNNING and return its id. Starting a trial that is already RUNNING returns
-        its id (and refreshes its heartbeat); one that has finished raises ``IllegalTransition``."""
+        its id (and refreshes its heartbeat); one that has finished raises ``IllegalTransition``.
+
+        What the trial is, is said here, once: a repeat of trial ``repeat_of``, a reuse of trial
+        ``reused_from``'s measurements, or vLLM's defaults (``baseline``); ``db.budget`` counts from these."""
         with self._write() as s:
             sid = study_id(s, study)
             now = self._now(s)
@@ -217,6 +223,8 @@ class Database:
                     proposer=clip(proposer, 16),
                     predicted=check_objectives(predicted),
                     repeat_of=repeat_of,
+                    reused_from=reused_from,
+                    baseline=baseline,
                     started_at=now,
                     heartbeat_at=now,
                 )
@@ -309,8 +317,11 @@ class Database:
         failure_kind: str | None = None,
         reason: str | None = None,
         log_tail: str | None = None,
-    ) -> None:
-        """Close a RUNNING trial with its outcome and every load level's measurement, in one transaction.
+        executed: bool = False,
+    ) -> Trial:
+        """Close a RUNNING trial with its outcome and every load level's measurement, in one transaction, and
+        return the row as stored (without its measurements): what Optuna is then told from.
+        ``executed``: the trial deployed its configuration and its result judges it (``TrialRow.executed``).
 
         Raises ``IllegalTransition`` when the trial is not RUNNING (e.g. finished twice) and ``ValueError`` for
         two measurements of one concurrency or an unknown timing key; nothing is written then.
@@ -329,12 +340,20 @@ class Database:
             row.failure_kind = clip(failure_kind, 64)
             row.reason = text(reason)
             row.log_tail = text(log_tail, LOG_TAIL_MAX_CHARS)
+            row.executed = executed
             for k, v in times.items():
                 setattr(row, k, v)
             s.flush()
             for m in levels:
                 s.add(measurement_row(trial_id, m))
                 s.flush()
+            return trial(row, row.study.name)
+
+    def budget_used(self, study: str, *, in_flight: bool = False) -> int:
+        """Trials of ``study`` the budget counts (``db.budget``); ``in_flight`` adds its search trials running now."""
+        with self._read() as s:
+            sid = study_id(s, study)
+            return budget_used(s, [sid], in_flight=in_flight)[sid]
 
     def running_trials(self, study: str) -> list[Trial]:
         """Every RUNNING trial of ``study``, by number (stale or not)."""
@@ -409,4 +428,4 @@ def _profile(r: HardwareProfileRow) -> HardwareProfile:
 
 # Every call into our tables outlasts a short outage (``db.outage``): the writes and reads a tuner makes.
 retry_methods(Database, ["upsert_study", "start_trial", "record_invalid", "record_resources", "heartbeat",
-                         "finish_trial", "running_trials", "stale_trials", "record_export", "add_profile", "profiles"])
+                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile", "profiles"])

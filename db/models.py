@@ -26,6 +26,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.sql.expression import false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 #: Constraint names are spelled out so migrations can refer to them on every backend.
@@ -126,6 +127,13 @@ class TrialRow(Base):
     predicted: Mapped[dict[str, Any] | None] = mapped_column(_json())
     #: Since 0003: a repeat's original trial number (``budget.repeat_top``); NULL otherwise.
     repeat_of: Mapped[int | None] = mapped_column(Integer)
+    #: Since 0006: this trial deployed its configuration and its result judges it (complete or failed; not an
+    #: environment failure, an interrupted run, an invalid candidate or a reused measurement).
+    executed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    #: Since 0006: the trial whose measurements this one reuses (the same configuration proposed again; nothing ran).
+    reused_from: Mapped[int | None] = mapped_column(Integer)
+    #: Since 0006: vLLM's defaults, measured once before the search (its repeats carry ``repeat_of`` instead).
+    baseline: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     started_at: Mapped[datetime] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 

@@ -25,7 +25,7 @@ from db.engine import Database
 from db.level_queries import best_under_slo, level_table, measurements, pareto_front
 from db.models import MEASUREMENT_COLUMNS
 from db.ranking import (
-    CLUSTER_SCALED, REUSED, RunRow, Runs, cluster_factor, copies, objective_maximized, pareto_mask, rank_deployments,
+    CLUSTER_SCALED, RunRow, Runs, cluster_factor, copies, objective_maximized, pareto_mask, rank_deployments,
 )
 from db.rows import Best, Level, UnknownStudy
 from db.trial_queries import (
@@ -190,12 +190,13 @@ def _q_trials(db: Database, study: str, states: str) -> Table:
     for t in trials:
         objs += [k for k in (t.objectives or {}) if k not in objs]
     cols = ["trial", "state", "gpus", "config", *objs, "violation", "failure_kind", "reason",
-            "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "proposer", "repeat_of",
-            *[f"predicted_{k}" for k in objs], "started_at", "finished_at"]
+            "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "proposer", "repeat_of", "executed",
+            "reused_from", "baseline", *[f"predicted_{k}" for k in objs], "started_at", "finished_at"]
     rows = [
         [t.number, t.state, t.gpus, t.config_text, *[(t.objectives or {}).get(k) for k in objs], t.violation,
          t.failure_kind, t.reason, t.deploy_s, t.warmup_s, t.measure_s, t.teardown_s, t.worker, t.proposer,
-         t.repeat_of, *[(t.predicted or {}).get(k) for k in objs], t.started_at, t.finished_at]
+         t.repeat_of, t.executed, t.reused_from, t.baseline, *[(t.predicted or {}).get(k) for k in objs],
+         t.started_at, t.finished_at]
         for t in trials
     ]
     return cols, [[_cell(v) for v in r] for r in rows]
@@ -290,7 +291,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 
 __all__ = [
     "Best", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
-    "CLUSTER_SCALED", "REUSED", "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
+    "CLUSTER_SCALED", "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
     "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
     "parse_slos", "rank_deployments", "run_query", "trial_table",
 ]

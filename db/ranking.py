@@ -60,11 +60,6 @@ def cluster_factor(name: str, gpus: int | None, cluster_gpus: int) -> float:
     return float(n) if name == "request_throughput" else n * gpus / cluster_gpus
 
 
-#: The start of a reused trial's reason (``advisor.tune``): the sampler proposed a configuration already measured,
-#: so the trial holds a copy of its values, not a run of its own.
-REUSED = "same configuration"
-
-
 class RunRow(NamedTuple):
     """What ranking needs of one trial row."""
 
@@ -74,8 +69,10 @@ class RunRow(NamedTuple):
     violation: float | None
     proposer: str | None = None
     repeat_of: int | None = None
-    reason: str | None = None
+    #: A reused trial holds a copy of another trial's values, not a run of its own.
+    reused_from: int | None = None
     gpus: int | None = None
+    baseline: bool = False
 
 
 @dataclass
@@ -84,7 +81,7 @@ class Runs:
 
     trial: int
     values: list[float] = field(default_factory=list)
-    #: vLLM's defaults (the trial the tuner measured first, proposer "baseline").
+    #: vLLM's defaults (the trial the tuner measured first: ``baseline``).
     baseline: bool = False
     #: GPUs the deployment uses, and ``cluster_factor`` of it: ``values`` are the objective × ``factor`` (1.0
     #: unless ranked for the cluster), so spreads, ties and margins compare what the cluster would serve.
@@ -132,14 +129,14 @@ def deployments(trials: Iterable[RunRow], name: str, cluster_gpus: int | None = 
         value = (t.objectives or {}).get(name)
         if t.state != TrialState.COMPLETE.value or value is None or (t.violation is not None and t.violation > 0):
             continue
-        if (t.reason or "").startswith(REUSED):
+        if t.reused_from is not None:
             continue
         key = t.repeat_of if t.repeat_of is not None else t.number
         runs = out.setdefault(key, Runs(key))
         factor = cluster_factor(name, t.gpus, cluster_gpus) if cluster_gpus else 1.0
         runs.values.append(float(value) * factor)
         if t.repeat_of is None:
-            runs.baseline, runs.gpus, runs.factor = t.proposer == "baseline", t.gpus, factor
+            runs.baseline, runs.gpus, runs.factor = t.baseline, t.gpus, factor
     return sorted(out.values(), key=lambda r: r.trial)
 
 

@@ -70,6 +70,12 @@ class Trial:
     predicted: dict[str, float | None] | None = None
     #: A repeat's original trial (``budget.repeat_top``).
     repeat_of: int | None = None
+    #: The trial deployed its configuration and its result judges it (``db.models.TrialRow.executed``).
+    executed: bool = False
+    #: The trial whose measurements this one reuses (its configuration was proposed again; nothing ran).
+    reused_from: int | None = None
+    #: vLLM's defaults, measured before the search.
+    baseline: bool = False
     #: Filled by ``get_trial`` (ordered by concurrency); empty from the list queries.
     measurements: tuple[Measurement, ...] = ()
     exports: tuple[Export, ...] = ()
@@ -103,6 +109,10 @@ class Study:
     #: The study's answer (``db.ranking.rank_deployments``): the mean of its runs, and its first trial.
     best: float | None = None
     best_trial: int | None = None
+    #: Trials the budget counts (``db.budget``): what "N of ``budget.trials``" says.
+    budget_used: int = 0
+    #: Trials that reused another trial's measurements (``Trial.reused_from``).
+    reused: int = 0
 
     @property
     def trials(self) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from db.budget import budget_used
 from db.engine import Database
 from db.mapping import config, export, measurement, study_id, trial
 from db.models import ExportRow, MeasurementRow, StudyRow, TrialRow
@@ -54,11 +55,12 @@ def _studies(db: Database, name: str | None) -> list[Study]:
         per_study: dict[int, list[RunRow]] = {i: [] for i in ids}
         for sid, *row in s.execute(
             select(TrialRow.study_id, TrialRow.number, TrialRow.state, TrialRow.objectives, TrialRow.violation,
-                   TrialRow.proposer, TrialRow.repeat_of, TrialRow.reason, TrialRow.gpus)
+                   TrialRow.proposer, TrialRow.repeat_of, TrialRow.reused_from, TrialRow.gpus, TrialRow.baseline)
             .where(TrialRow.study_id.in_(ids))
             .order_by(TrialRow.study_id, TrialRow.number)
         ):
             per_study[sid].append(RunRow(*row))
+        used = budget_used(s, ids)
         out = []
         for r in rows:
             objective, best, best_trial = best_of(per_study[r.id], ranked_for(r.job or {}))
@@ -67,7 +69,8 @@ def _studies(db: Database, name: str | None) -> list[Study]:
                     name=r.name, description=r.description, job=dict(r.job or {}), executor=r.executor,
                     engine_version=r.engine_version, hardware=r.hardware, optuna_study_name=r.optuna_study_name,
                     created_at=r.created_at, updated_at=r.updated_at, counts=counts[r.id],
-                    best_objective=objective, best=best, best_trial=best_trial,
+                    best_objective=objective, best=best, best_trial=best_trial, budget_used=used[r.id],
+                    reused=sum(1 for t in per_study[r.id] if t.reused_from is not None),
                 )
             )
         return out

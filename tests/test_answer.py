@@ -65,9 +65,10 @@ def _study(url: str, name: str, trials: list[tuple[str, int | None, list[Level]]
             ms = _levels(cfg.total_gpus, levels)
             outcome = score(job, ms)
             tid = database.start_trial(name, number, params={}, config=cfg, topology=topo.to_dict(),
-                                       proposer=proposer, repeat_of=repeat_of, predicted={X: 15_000.0})
+                                       proposer=proposer, repeat_of=repeat_of, predicted={X: 15_000.0},
+                                       baseline=number in base)
             database.finish_trial(tid, TrialState.COMPLETE, measurements=ms, objectives=outcome.as_dict(job),
-                                  violation=outcome.violation)
+                                  violation=outcome.violation, executed=True)
     finally:
         database.close()
     return job
@@ -195,7 +196,7 @@ def test_rank_deployments_keeps_the_defaults_unless_beaten() -> None:
     from db.queries import RunRow, rank_deployments
 
     def rows(*runs: tuple[int, str, float, int | None]) -> list[RunRow]:
-        return [RunRow(n, "complete", {"m": v}, 0.0, by, rep) for n, by, v, rep in runs]
+        return [RunRow(n, "complete", {"m": v}, 0.0, by, rep, baseline=by == "baseline") for n, by, v, rep in runs]
 
     # a search trial beats the defaults: every run above every run of theirs
     beaten = rows((0, "baseline", 100.0, None), (1, "sampler", 120.0, None), (2, "repeat", 118.0, 1),
@@ -206,7 +207,7 @@ def test_rank_deployments_keeps_the_defaults_unless_beaten() -> None:
     assert [r.trial for r in rank_deployments(tied, "m")] == [0, 1]
     # a latency objective: less is better; reused trials, infeasible and failed ones are not runs
     lat = [*rows((0, "baseline", 50.0, None), (1, "sampler", 40.0, None)),
-           RunRow(2, "complete", {"m_ms": 1.0}, 0.0, "sampler", None, "same configuration as trial 1; …"),
+           RunRow(2, "complete", {"m_ms": 1.0}, 0.0, "sampler", None, reused_from=1),
            RunRow(3, "complete", {"m_ms": 1.0}, 0.5, "sampler"), RunRow(4, "failed", {"m_ms": 1.0}, 1.0, "sampler")]
     lat = [r._replace(objectives={"m_ms": (r.objectives or {}).get("m", (r.objectives or {}).get("m_ms"))})
            for r in lat]

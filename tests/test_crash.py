@@ -29,6 +29,11 @@ from db import queries
 from search_spaces import TrialState
 
 
+def _budget_used(url: str, study: str) -> int:
+    with db.connect(url) as d:
+        return d.budget_used(study)
+
+
 def _trials(url: str, study: str = "crash") -> list[db.Trial]:
     database = db.connect(url)
     try:
@@ -124,15 +129,15 @@ def test_sigkill_between_record_and_tell_then_resume(kind: str, after: int, tmp_
     if kind == "complete":  # told from the record: its values, its violation, as ``tell`` would have
         assert told.state is optuna.trial.TrialState.COMPLETE
         assert told.values == [recorded.objectives[n] for n in objective_names(job)]
-        assert told.system_attrs["constraints:slo"] == recorded.violation
-        assert told.user_attrs["advisor_executed"] is True
+        assert told.constraints == {"0": recorded.violation}
+        assert told.user_attrs[trial_record.EXECUTED_ATTR] is True
         assert told.user_attrs[trial_record.CONFIG_KEY_ATTR] == recorded.config.key()
         assert summary.executed == 5 - after  # the measured trial counted once, not run again
     else:  # an environment failure: FAIL, not counted, so the whole budget runs after it
         assert told.state is optuna.trial.TrialState.FAIL
         assert told.user_attrs[trial_record.FAILURE_ATTR] == "environment"
         assert summary.executed == 5
-    assert tune_mod._executed(study) == 5
+    assert _budget_used(url, "crash") == 5
     trials = _trials(url)
     measured = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.FAILED)
                 and t.failure_kind != "environment" and not (t.reason or "").startswith("same configuration")]
@@ -178,7 +183,7 @@ def test_sigkill_between_ask_and_record_then_resume_leaves_no_running_trial(tmp_
     study = optuna.load_study(study_name="asked", storage=db.optuna_storage(url))
     assert not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     assert study.trials[running[0].number].state is optuna.trial.TrialState.FAIL
-    assert summary.stopped_because == "budget reached" and tune_mod._executed(study) == 5
+    assert summary.stopped_because == "budget reached" and _budget_used(url, "asked") == 5
     measured = [t for t in _trials(url, "asked") if t.state in (TrialState.COMPLETE, TrialState.FAILED)
                 and not (t.reason or "").startswith("same configuration")]
     assert len(measured) == 5  # the budget exact: not one short, nothing beyond it

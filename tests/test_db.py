@@ -200,7 +200,7 @@ def test_connect_migrates_once_and_again_is_a_no_op(url: str) -> None:
                 "advisor_alembic_version"} <= names
         assert "alembic_version" not in names  # Optuna's version table stays Optuna's
         with d._read() as s:
-            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0005"]
+            assert s.execute(text("SELECT version_num FROM advisor_alembic_version")).scalars().all() == ["0006"]
 
 
 def test_migrations_downgrade_and_upgrade_again(url: str) -> None:
@@ -241,6 +241,41 @@ def test_upgrade_to_0002_keeps_earlier_trials_and_records_who_proposed(url: str)
         d.record_invalid("s", 1, params={}, reason="rule: x", proposer="sampler")
         d.start_trial("s", 2, params={}, proposer="grid")
         assert [t.proposer for t in db.queries.list_trials(d, "s")] == [None, "sampler", "grid"]
+
+
+def test_upgrade_to_0006_reads_the_old_reasons_once_into_columns(url: str) -> None:
+    """Rows written before 0006 said "reused" only in their reason and "baseline" only as the proposer; the
+    upgrade fills ``reused_from``, ``baseline`` and ``executed`` from them, and the budget counts from the columns."""
+    from alembic import command
+
+    from db.connection import alembic_config
+
+    with connect(url) as d:
+        d.upsert_study("s", {})
+        old = [  # (number, state, proposer, failure_kind, reason) as tuners before 0006 recorded them
+            (0, TrialState.COMPLETE, "baseline", None, None),
+            (1, TrialState.COMPLETE, "sampler", None, None),
+            (2, TrialState.FAILED, "sampler", "oom", "CUDA out of memory"),
+            (3, TrialState.FAILED, "sampler", "environment", "node lost (retried on a fresh placement: …)"),
+            (4, TrialState.COMPLETE, "sampler", None, "same configuration as trial 1; its measurements stand"),
+            (5, TrialState.INTERRUPTED, "model", "interrupted", "interrupted (Ctrl-C or SIGTERM)"),
+            (6, TrialState.COMPLETE, "model", None, "retried on a fresh placement: same configuration as before"),
+        ]
+        for number, state, proposer, kind, reason in old:
+            tid = d.start_trial("s", number, params={}, proposer=proposer)
+            d.finish_trial(tid, state, failure_kind=kind, reason=reason)
+        d.start_trial("s", 7, params={}, proposer="repeat", repeat_of=1)
+        cfg = alembic_config()
+        with d._engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0005")
+    with connect(url) as d:  # upgrades to head again
+        got = {t.number: (t.executed, t.reused_from, t.baseline) for t in db.queries.list_trials(d, "s")}
+        assert got == {0: (True, None, True), 1: (True, None, False), 2: (True, None, False), 3: (False, None, False),
+                       4: (False, 1, False), 5: (False, None, False), 6: (True, None, False), 7: (False, None, False)}
+        assert d.budget_used("s") == 3  # trials 1, 2 and 6: not the baseline, the environment, the reuse
+        assert d.budget_used("s", in_flight=True) == 3  # the running trial is a repeat: outside the search
+        assert db.queries.get_study(d, "s").budget_used == 3
 
 
 def test_models_and_migrations_agree(url: str) -> None:

@@ -108,20 +108,19 @@ def _check_whole(url: str, name: str) -> None:
     """The budget exact, nothing RUNNING on either side, and each Optuna trial recorded once in our tables."""
     study = optuna.load_study(study_name=name, storage=db.optuna_storage(url))
     assert not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    assert tune_mod._executed(study) == BUDGET
     database = db.connect(url)
     try:
+        assert database.budget_used(name) == BUDGET
         ours = [queries.get_trial(database, name, t.number) for t in queries.list_trials(database, name)]
     finally:
         database.close()
     numbers = [t.number for t in ours]
     assert len(numbers) == len(set(numbers))
     assert not [t for t in ours if t.state is TrialState.RUNNING]
-    measured = [t for t in ours if t.state in (TrialState.COMPLETE, TrialState.FAILED)
-                and not (t.reason or "").startswith("same configuration")]
+    measured = [t for t in ours if t.state in (TrialState.COMPLETE, TrialState.FAILED) and t.reused_from is None]
     assert len(measured) == BUDGET, len(measured)  # nothing lost, nothing run twice
     for t in study.get_trials(deepcopy=False):  # every trial Optuna knows as run is one of ours
-        if t.user_attrs.get("advisor_executed"):
+        if t.user_attrs.get(tune_mod.EXECUTED_ATTR):
             assert t.number in set(numbers), t.number
 
 

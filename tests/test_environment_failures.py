@@ -111,7 +111,7 @@ def test_an_environment_failure_is_retried_once_and_the_retry_counts(tmp_path: P
     told = {t.number: t for t in _optuna(url, "env")}
     for t in measured:
         o = told[t.number]
-        assert o.state is optuna.trial.TrialState.COMPLETE and o.user_attrs["advisor_executed"] is True
+        assert o.state is optuna.trial.TrialState.COMPLETE and o.user_attrs[trial_record.EXECUTED_ATTR] is True
         assert o.user_attrs[trial_record.ENVIRONMENT_RETRY_ATTR] == PORT_TAKEN
         assert o.values == [t.objectives[n] for n in objective_names(job)]
 
@@ -132,7 +132,7 @@ def test_failing_twice_is_told_fail_not_counted_and_three_in_a_row_stop_the_stud
     told = _optuna(url, "env")
     assert [t.state for t in told] == [optuna.trial.TrialState.FAIL] * 3  # not COMPLETE-infeasible
     for t in told:
-        assert t.user_attrs[trial_record.FAILURE_ATTR] == "environment" and t.user_attrs["advisor_executed"] is False
+        assert t.user_attrs[trial_record.FAILURE_ATTR] == "environment" and t.user_attrs[trial_record.EXECUTED_ATTR] is False
         assert trial_record.CONFIG_KEY_ATTR not in t.user_attrs  # not "measured": may be proposed again
         assert not any(k.startswith("constraints") for k in t.system_attrs)
     assert api.executed_trials(job, url, None) == 0
@@ -175,7 +175,7 @@ def test_a_second_tell_of_a_trial_told_from_its_record_is_dropped(tmp_path: Path
         told = study.trials[0]
         assert told.state is optuna.trial.TrialState.COMPLETE and told.values == [100.0] * len(names)
         assert told.user_attrs[trial_record.CONFIG_KEY_ATTR] == cfg.key()
-        assert told.system_attrs["constraints:slo"] == 0.0
+        assert told.system_attrs[trial_record.OPTUNA_CONSTRAINTS_KEY] == [0.0]
         trial_record.tell(study, trial, cfg, tune_mod.Outcome([100.0] * len(names), 0.0, None), TrialState.COMPLETE)
         assert study.trials[0].values == [100.0] * len(names)
     finally:

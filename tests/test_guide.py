@@ -19,7 +19,7 @@ from advisor.guide import PROPOSER_ATTR, ModelGuide
 from advisor.guide_rank import exhaustive
 from advisor.job import job_from_dict
 from advisor.study import open_study
-from advisor.tune import CONFIG_KEY_ATTR, tune
+from advisor.tune import CONFIG_KEY_ATTR, EXECUTED_ATTR, tune
 from benchmarks.truths import perturbed
 from db import queries
 from executors import place
@@ -39,7 +39,7 @@ def _truth(job, seed: int = 0) -> SimulatedExecutor:
 
 def _proposers(url: str, name: str, job) -> list[str]:
     study = open_study(job, url, name)
-    done = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("advisor_executed")]
+    done = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(EXECUTED_ATTR)]
     return [t.user_attrs.get(PROPOSER_ATTR, "sampler") for t in sorted(done, key=lambda t: t.number)]
 
 

@@ -37,6 +37,7 @@ import pytest
 import db
 from advisor.job import job_from_dict
 from advisor.study import open_study
+from advisor.tune import EXECUTED_ATTR
 from db import queries
 from executors import procs
 from search_spaces import PREFIX_REUSE_LIMIT, TrialState
@@ -214,7 +215,7 @@ def test_pareto_values_are_one_measured_level(study) -> None:
     assert optuna_study.metric_names == [x, y]
     levels = {(t.number, getattr(m, x), getattr(m, y)) for t in study["trials"] for m in t.measurements}
     for ft in optuna_study.get_trials(deepcopy=False):
-        if ft.user_attrs.get("advisor_executed") and ft.values and ft.values[0] > 0:
+        if ft.user_attrs.get(EXECUTED_ATTR) and ft.values and ft.values[0] > 0:
             assert (ft.number, ft.values[0], ft.values[1]) in levels, ft.values
     database = db.connect(study["url"])
     try:

@@ -21,7 +21,7 @@ import db
 from advisor.errors import BadInput
 from advisor.exports import FORMATS
 from advisor.job import TuningJob, job_from_dict
-from advisor.tune import tune
+from advisor.tune import EXECUTED_ATTR, STATE_ATTR, tune
 from db import queries
 from search_spaces import Measurement, TrialState
 from ui import advice, common, data, importance, jobs, plots, tables, trial_plots
@@ -44,7 +44,7 @@ def _fill(url: str) -> None:
     try:
         tid = database.start_trial(STUDY, FAILED_TRIAL, params={"mode": "aggregated"})
         database.finish_trial(tid, TrialState.FAILED, failure_kind="deploy_failed", reason="engine died: CUDA OOM",
-                              log_tail="loading weights\nRuntimeError: CUDA error: out of memory\n")
+                              log_tail="loading weights\nRuntimeError: CUDA error: out of memory\n", executed=True)
         add_baseline(database, job, BASELINE_TRIAL)
     finally:
         database.close()
@@ -64,9 +64,10 @@ def add_baseline(database: db.Database, job: TuningJob, number: int) -> None:
     topo = place(cfg, job.cluster)
     run = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)).evaluate(topo, job.workload)
     outcome = score(job, run.measurements)
-    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer="baseline")
+    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer="baseline",
+                               baseline=True)
     database.finish_trial(tid, TrialState.COMPLETE, measurements=run.measurements, objectives=outcome.as_dict(job),
-                          violation=outcome.violation)
+                          violation=outcome.violation, executed=True)
 
 
 ROUTED = "ui-at-routed"
@@ -85,9 +86,10 @@ def _record(database: db.Database, job: TuningJob, number: int, cfg, proposer: s
     run = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)).evaluate(topo, job.workload)
     levels = [m.model_copy(update={"expert_routing": routing}) for m in run.measurements]
     outcome = score(job, levels)
-    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer=proposer)
+    tid = database.start_trial(job.name, number, params={}, config=cfg, topology=topo.to_dict(), proposer=proposer,
+                               baseline=proposer == "baseline")
     database.finish_trial(tid, TrialState.COMPLETE, measurements=levels, objectives=outcome.as_dict(job),
-                          violation=outcome.violation)
+                          violation=outcome.violation, executed=True)
 
 
 def _fill_routed(url: str) -> None:
@@ -208,7 +210,7 @@ def test_studies_page_lists_the_study_and_filters(env: Path, url: str) -> None:
     assert row["best trial"] == best.trial_number
     assert row["best under the SLOs"] == (f"{advice.num(best.throughput_per_gpu)} tok/s/GPU @ c={best.concurrency}, "
                                           f"{advice.num(best.p90_tokens_per_s_per_user)} tok/s/user")
-    assert row["state"] == "finished" and row["done"] == "10/8"  # 8 tuned + the failed and baseline trials added
+    assert row["state"] == "finished" and row["done"] == "9/8"  # 8 tuned + the failed one added; not the baseline
     at.text_input(key="studies_filter").input("no-such-study").run()
     assert not at.exception
     assert any("No study matches" in i.value for i in at.info)
@@ -537,7 +539,7 @@ def test_importance_ranks_what_reaches_a_high_objective(env: Path, url: str) -> 
     imp = importance.importance(url, info.optuna_study_name, -1)  # a bucket of its own: computed here
     stored = optuna.load_study(study_name=info.optuna_study_name, storage=db.normalize_url(url))
     measured = [t for t in stored.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-                if t.user_attrs.get("advisor_executed") and t.user_attrs.get("advisor_state") == "complete"]
+                if t.user_attrs.get(EXECUTED_ATTR) and t.user_attrs.get(STATE_ATTR) == "complete"]
     scratch = optuna.create_study(directions=stored.directions)
     scratch.add_trials(measured)
     want = optuna.importance.get_param_importances(scratch, target=lambda t: -t.values[0])

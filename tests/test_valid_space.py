@@ -19,7 +19,7 @@ from advisor.guide_sample import params_shape
 from advisor.job import job_from_dict
 from advisor.space_report import space_report
 from advisor.study import open_study
-from advisor.tune import tune
+from advisor.tune import EXECUTED_ATTR, tune
 from advisor.valid_sampler import ValidSpaceSampler
 from advisor.progress import STALE_PROPOSALS
 from search_spaces import check, preset_names
@@ -157,7 +157,7 @@ def test_a_space_too_large_to_enumerate_still_progresses(tmp_path: Path, monkeyp
     assert len(trials) < 4 + 4 * STALE_PROPOSALS  # never more than a streak of repeats per new one
     # repeats told at most once each with values; later ones FAIL (the sampler does not learn them again)
     repeat_told = Counter(params_key(t.params) for t in trials
-                          if t.state is optuna.trial.TrialState.COMPLETE and not t.user_attrs.get("advisor_executed"))
+                          if t.state is optuna.trial.TrialState.COMPLETE and not t.user_attrs.get(EXECUTED_ATTR))
     assert all(n == 1 for n in repeat_told.values())
     more = tune(job, storage=url, trials=6)  # all 4 measured: the random draws find nothing, the study ends
     assert more.executed == 0 and more.exhausted
@@ -200,5 +200,5 @@ def test_model_turns_are_counted_per_study_across_workers(tmp_path: Path) -> Non
     tune(job, storage=url, on_trial=worker_a)
     trials = open_study(job, url, "w").get_trials(deepcopy=False)
     turns = sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))
-    assert sum(1 for t in trials if t.user_attrs.get("advisor_executed")) == 14
+    assert sum(1 for t in trials if t.user_attrs.get(EXECUTED_ATTR)) == 14
     assert 2 <= turns <= 4

@@ -12,7 +12,6 @@ A SQLite file that does not exist is reported as "no database yet" and is not cr
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -30,8 +29,6 @@ from db import queries
 from ui import advice
 from search_spaces import SLO_METRICS
 
-#: A repeat's reason, as ``advisor.tune`` writes it: ``same configuration as trial 12; its measurements stand``.
-_REPEAT_RE = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
 TTL_S = 300
 #: Seconds the per-study summary (which carries the stamp) may be reused.
@@ -95,8 +92,11 @@ class StudyInfo:
     def count(self, state: str) -> int:
         return self.counts.get(state, 0)
 
-    #: Trials that ran (complete or failed), repeats of an earlier configuration left out: what the budget counts.
+    #: What the budget counts (``db.budget``): search trials that ran; the baseline, repeats, reused
+    #: measurements, environment failures, invalid and interrupted trials left out.
     executed: int = 0
+    #: Complete trials that reused an earlier trial's measurements (recorded, not run again).
+    reused: int = 0
 
     @property
     def finished(self) -> int:
@@ -187,19 +187,7 @@ def _describe_text(text: str) -> dict[str, Any]:
     return out
 
 
-def _repeats(url: str, name: str) -> int:
-    """Complete trials that repeated an earlier configuration (recorded without running): one column of the
-    complete trials, so that listing many studies does not build each one's trial table."""
-    _, rows = queries.trial_table(database(url), name, ["reason"], states=["complete"])
-    return sum(1 for (reason,) in rows if reason and _REPEAT_RE.match(reason))
-
-
-def _executed(url: str, s: db.Study) -> int:
-    """Complete + failed trials that were run: what the budget counts."""
-    return s.done + s.failed - (_repeats(url, s.name) if s.done else 0)
-
-
-def _info(s: db.Study, executed: int) -> StudyInfo:
+def _info(s: db.Study) -> StudyInfo:
     j = _describe_job(s.job)
     objectives = [j["x"]] if j["mode"] == "max_under_slo" else [j["x"], j["y"]]
     return StudyInfo(
@@ -208,7 +196,7 @@ def _info(s: db.Study, executed: int) -> StudyInfo:
         y_metric=j["y"], objectives=objectives, slos=j["slos"], budget=j["budget"], counts=dict(s.counts),
         best=s.best, best_objective=s.best_objective, best_trial=s.best_trial, optuna_study_name=s.optuna_study_name,
         engine_version=s.engine_version, updated_at=s.updated_at, job_problem=j["problem"],
-        stamp=tuple(sorted(s.counts.items())), executed=executed,
+        stamp=tuple(sorted(s.counts.items())), executed=s.budget_used, reused=s.reused,
     )
 
 
@@ -217,7 +205,7 @@ def studies(url: str) -> list[StudyInfo]:
     """Every study with its job summary and progress (``[]`` for a database not created yet)."""
     if not exists(url):
         return []
-    return [_info(s, _executed(url, s)) for s in queries.list_studies(database(url))]
+    return [_info(s) for s in queries.list_studies(database(url))]
 
 
 @st.cache_data(ttl=STAMP_TTL_S, show_spinner=False)
@@ -225,7 +213,7 @@ def study(url: str, name: str) -> StudyInfo | None:
     if not exists(url):
         return None
     s = queries.get_study(database(url), name)
-    return _info(s, _executed(url, s)) if s is not None else None
+    return _info(s) if s is not None else None
 
 
 def studies_frame(infos: list[StudyInfo]) -> pd.DataFrame:
@@ -342,7 +330,7 @@ def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, 
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
 _TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
                   "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
-                  "finished_at", "params", "proposer", "repeat_of"]
+                  "finished_at", "params", "proposer", "repeat_of", "reused_from"]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -366,7 +354,8 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     violation = pd.Series(t["violation"], dtype=float)
     rest = pd.DataFrame({
         "violation": violation, "feasible": violation.isna() | (violation <= 0), "failure_kind": t["failure_kind"],
-        "reason": reason, "repeat_of": pd.to_numeric(reason.str.extract(_REPEAT_RE.pattern)[0], errors="coerce"),
+        # "repeat_of" is the views' name for it: the trial whose measurements this one reused (not ``budget.repeat_top``)
+        "reason": reason, "repeat_of": pd.Series(t["reused_from"], dtype=float),
         "repeats": pd.array(t["repeat_of"], dtype="Int64"),  # the trial a repeat on a fresh deploy measures again
         **{k: pd.Series(t[k], dtype=float) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")},
         "worker": t["worker"], "started": t["started_at"], "finished": t["finished_at"],

@@ -11,6 +11,7 @@ import streamlit as st
 
 from advisor.errors import BadInput
 from advisor.study import storage_for
+from advisor.trial_record import EXECUTED_ATTR, STATE_ATTR
 from ui.data import TTL_S
 
 #: Fewer measured trials than this and parameter importance says so instead of guessing.
@@ -41,7 +42,7 @@ def at_once(complete: int) -> bool:
 
 def _measured(t: optuna.trial.FrozenTrial) -> bool:
     """Measured by the tuner: not an invalid candidate told the worst value, not a repeat."""
-    return bool(t.user_attrs.get("advisor_executed")) and t.user_attrs.get("advisor_state") == "complete"
+    return bool(t.user_attrs.get(EXECUTED_ATTR)) and t.user_attrs.get(STATE_ATTR) == "complete"
 
 
 @st.cache_data(ttl=TTL_S * 4, show_spinner=False)

@@ -183,11 +183,11 @@ def progress() -> None:
     if live.stamp != st.session_state.get("study_stamp") and \
             time.monotonic() - st.session_state.get("study_rendered_at", 0.0) >= rerun_gap_s():
         st.rerun(scope="app")  # a trial started or finished: redraw everything
-    repeats = live.count("complete") + live.count("failed") - live.executed
+    repeats = live.reused
     cols = st.columns([1.4, 1, 1, 1, 1, 1])
     cols[0].metric("state", live.state)
-    cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="complete + failed, repeats left out "
-                   "(what the budget counts)")
+    cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="search trials that ran: the baseline, repeats, "
+                   "reused measurements and environment failures left out (what the budget counts)")
     cols[2].metric("complete", live.count("complete"),
                    help=f"{repeats} of them repeat an earlier deployment (recorded, not run again)" if repeats
                    else "every one ran")
