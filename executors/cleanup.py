@@ -7,10 +7,13 @@ task pinned to that node. A record without nodes (the local executor) is this ma
 not in a reachable cluster but whose address is one of this machine's (a private cluster that died with its
 tuner).
 
-Nothing is stopped by name or by id alone. A recorded group is stopped when its leader carries our mark
-(``procs.OWNER_ENV``: the log path recorded with it, or a path under the recorded run folder) — an id reused by a
-stranger after a reboot is left alone. When the leader died but its engine processes live on, the group has no
-leader to ask: its members are found by that same mark, which every child inherits.
+Nothing is stopped by name or by id alone. A group is stopped when its leader is ours: it is the process of a
+launch record (``<log>.pid``, written by the process itself before it ran its command: same pid, boot and start
+time) whose log is recorded or under the recorded run folder — which finds too a process started just before its
+tuner died, before the record named it, and one that renamed itself (``vllm::router``), erasing its environment
+— or it carries our environment mark (``procs.OWNER_ENV``: such a log path). An id reused by a stranger is left
+alone. When the leader died but its engine processes live on, the group has no leader to ask: its members are
+those that started after the recorded leader, in its boot, or that carry the mark (inherited by every child).
 """
 
 from __future__ import annotations
@@ -99,23 +102,27 @@ def _stop_here(share: dict[str, Any], term_timeout_s: float) -> list[str]:
     def name(g: int, mark: str) -> str:
         return groups.get(g) or logs.get(mark) or Path(mark).stem
 
+    launched = {g: r for g, r in procs.launches(logs, run_dir).items() if ours(r.log)}
     lines: list[str] = []
     alone: list[str] = []
     led: dict[int, str] = {}
-    for g in sorted(groups):
+    for g in sorted(groups.keys() | launched.keys()):
         if g <= 1 or g == mine or g not in procs.live_group_pids(g):
-            continue  # nothing left, or a leader that died: its members are found by mark below
-        mark = procs.owner_mark(g)
+            continue  # nothing left, or a leader that died: its members are found below
+        # a group known by its launch record alone may be another node's (nodes that are network namespaces of
+        # one machine share its files and pids): only the record, which checks the namespace, vouches for it
+        mark = procs.launched_mark(g, launched) or (procs.owner_mark(g) if g in groups else None)
         if mark is None or not ours(mark):
-            alone.append(f"{tag}left process group {g} alone: its leader is not a process this study started")
+            if g in groups:  # a launch record alone whose pid now runs a stranger says nothing
+                alone.append(f"{tag}left process group {g} alone: its leader is not a process this study started")
             continue
         led[g] = name(g, mark)
     headless: dict[int, tuple[str, int]] = {}
     loose: dict[int, str] = {}
-    for m in procs.marked_processes(logs, run_dir):
+    for m in [*procs.launched_members(launched), *procs.marked_processes(logs, run_dir)]:
         if m.pgid in led or m.pgid in headless or m.pgid == mine:
             continue
-        if m.pgid in groups and not procs.pid_alive(m.pgid):
+        if (m.pgid in groups or m.pgid in launched) and not procs.pid_alive(m.pgid):
             headless[m.pgid] = (name(m.pgid, m.mark), len(procs.live_group_pids(m.pgid)))
         else:
             loose[m.pid] = name(-1, m.mark)
