@@ -1,8 +1,9 @@
 """Stopping what a trial left running when its tuner died: from the resources record alone, on every node.
 
 The record (``Deployment.resources``, stored with the trial as each process starts) names process groups (with
-the Ray node each runs on), log paths, a run folder, a KV folder, shared-memory segments and Ray placement
-groups. A process id means something only on its own node, so each recorded node's groups are stopped by a Ray
+the Ray node each runs on), log paths, a run folder, a KV folder, shared-memory segments, Ray placement groups
+and the private Ray cluster the tuner started, if it did (``ray_head_log``: stopped once the trial's processes
+are). A process id means something only on its own node, so each recorded node's groups are stopped by a Ray
 task pinned to that node. A record without nodes (the local executor) is this machine's; so is a node that is
 not in a reachable cluster but whose address is one of this machine's (a private cluster that died with its
 tuner).
@@ -43,6 +44,10 @@ def cleanup_resources(res: dict[str, Any], *, term_timeout_s: float = 15.0, ray_
     pgs = res.get("placement_groups") or []
     if remote or pgs:
         done += _on_cluster(remote, pgs, ray_address or res.get("ray_address"), term_timeout_s)
+    head = res.get("ray_head_log")
+    if head and not res.get("ray_address"):  # the private cluster its dead tuner started here: last, once unused
+        done += _stop_here({"node": None, "groups": {}, "logs": {str(head): "private Ray cluster"}, "run_dir": None,
+                            "kv_dir": None}, term_timeout_s)
     kv = res.get("kv_dir")
     if kv and Path(kv).exists():
         shutil.rmtree(kv, ignore_errors=True)

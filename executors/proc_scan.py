@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,9 +121,8 @@ def shm_segments(pids: Iterable[int]) -> set[str]:
     return found
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Every live process of a process group (read from /proc)."""
-    out: list[int] = []
+def _every_stat() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after the command name: state, ppid, pgrp, …) of every process."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -131,9 +130,13 @@ def group_pids(pgid: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            out.append(int(entry.name))
-    return out
+        if len(fields) > 19:
+            yield int(entry.name), fields
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process of a process group (read from /proc)."""
+    return [pid for pid, fields in _every_stat() if int(fields[2]) == pgid]
 
 
 def remove_shm(names: Iterable[str]) -> list[str]:
@@ -229,15 +232,8 @@ def launched_members(records: Mapping[int, Launch]) -> list[Marked]:
     if not headless:
         return []
     out: list[Marked] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            pgid, start = int(fields[2]), int(fields[19])
-        except (OSError, IndexError, ValueError):
-            continue
-        r = headless.get(pgid)
-        if r is not None and start >= r.start and fields[0] != "Z" and _netns(entry.name) == here:
-            out.append(Marked(int(entry.name), pgid, r.log))
+    for pid, fields in _every_stat():
+        r = headless.get(pgid := int(fields[2]))
+        if r is not None and int(fields[19]) >= r.start and fields[0] != "Z" and _netns(pid) == here:
+            out.append(Marked(pid, pgid, r.log))
     return out

@@ -157,7 +157,9 @@ class RayExecutor(VllmExecutor):
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
             "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir), "expert_routing": str(self.expert_routing),
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
-            "ray_address": None if self._head is not None else self._address()})
+            "ray_address": None if self._head is not None else self._address(),
+            # and that private cluster's head, which outlives a tuner killed with SIGKILL (a session of its own)
+            "ray_head_log": str(self._head.log_path) if self._head is not None else None})
         pd = topology.config.mode is Mode.DISAGGREGATED
         # servers on several nodes, or a cluster we only connected to: each binds its own node's address
         multi_node_cluster = topology.cluster.nodes > 1 or self._head is None
