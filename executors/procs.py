@@ -134,7 +134,8 @@ def start(
         fh.write(f"# {name}: {' '.join(argv)}\n".encode())
         fh.flush()
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", _LAUNCH, "sh", str(launch_file(log)), *argv], stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
+            ["/bin/sh", "-c", _LAUNCH, "sh", str(launch_file(log)), *argv],
+            stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
             stdout=subprocess.PIPE if talk else fh, stderr=fh if talk else subprocess.STDOUT, env=full_env,
             cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True,
         )

@@ -93,7 +93,8 @@ def test_renamed_and_unrecorded_processes_are_found_by_their_launch_record(tmp_p
     stopped by the launch records they wrote before exec. A stranger that reused the pid of an old launch record
     is left alone, without a word."""
     run = tmp_path / "runs" / "dep-1"
-    router, engine, late = _start(run, "router", RENAMED), _start(run, "decode-0", RENAMED_CHILD), _start(run, "mixed-1")
+    router, engine = _start(run, "router", RENAMED), _start(run, "decode-0", RENAMED_CHILD)
+    late = _start(run, "mixed-1")
     started += [router, engine, late]
     core = _kill_leader(engine)
     for pid in (router.pid, core):

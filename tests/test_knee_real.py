@@ -244,7 +244,7 @@ def test_sigkill_mid_trial_then_resume(study) -> None:
     assert interrupted[0].state is TrialState.INTERRUPTED
     assert "stopped process group" in interrupted[0].reason
     assert crash["router"] in {pid for pid, _ in crash["orphans"]}, "the router was not running at the kill"
-    assert crash["alive_after_resume"] == [], f"processes of the killed trial still running: {crash['alive_after_resume']}"
+    assert crash["alive_after_resume"] == [], f"processes of the killed trial still run: {crash['alive_after_resume']}"
     complete = [t for t in trials if t.state is TrialState.COMPLETE]
     assert len(complete) == 4  # the study, completed: baseline, the search's candidate, both repeated
     after = [(t.number, m.concurrency) for t in trials for m in t.measurements]
