@@ -114,8 +114,11 @@ def test_sigkill_mid_levels_then_cleanup_leaves_no_process_of_the_trial(tmp_path
     work, url = tmp_path, f"sqlite:///{tmp_path / 'kill.db'}"
     runs = work / "runs"
     (work / "job.yaml").write_text(json.dumps(_job("ray", work)))
+    # Ray kills a dead actor's child processes itself by default; off (as on clusters that turn it off, and for
+    # agents whose raylet died), so that what stops them is the cleanup under test (tests/hosts.py does the same)
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_kill_child_processes_on_worker_exit": "0"}
     tuner = procs.start([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage", url], name="tuner",
-                        log_path=work / "tuner.log", cwd=work, env={"RAY_USAGE_STATS_ENABLED": "0"})
+                        log_path=work / "tuner.log", cwd=work, env=env)
     seen: Seen = {}
     cluster: Seen = {}
     try:
