@@ -2,24 +2,29 @@
 
 Kept apart from ``db.engine`` (the ``Database`` and its writes) so that what a backend needs to be opened safely
 by several processes at once reads in one place: on PostgreSQL migrations and Optuna's table creation run under
-one advisory lock; on SQLite every write transaction is ``BEGIN IMMEDIATE`` (one writer at a time, others wait
-up to ``SQLITE_BUSY_TIMEOUT_S``) and the file is in WAL mode.
+one advisory lock; on SQLite they run under an exclusive lock on a file beside the database (``first_start_lock``:
+Optuna creates its tables with plain ``CREATE TABLE`` statements, so two workers starting on a new file both saw
+none and one failed with "table … already exists" or a duplicate ``alembic_version`` row), every write transaction
+is ``BEGIN IMMEDIATE`` (one writer at a time, others wait up to ``SQLITE_BUSY_TIMEOUT_S``) and the file is in WAL
+mode.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import math
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, func, make_url, select
+from sqlalchemy import URL, Engine, create_engine, event, func, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool, StaticPool
 
@@ -83,15 +88,14 @@ def make_engine(url: str, *, echo: bool) -> Engine:
     if u.get_backend_name() == "postgresql":
         return create_engine(u, echo=echo, pool_pre_ping=True, json_serializer=_json_dumps)
 
-    memory = u.database in (None, "", ":memory:") or u.query.get("mode") == "memory"
-    if memory:
+    file = _sqlite_file(u)
+    if file is None:
         engine = create_engine(
             u, echo=echo, json_serializer=_json_dumps, poolclass=StaticPool,
             connect_args={"check_same_thread": False},
         )
     else:
-        assert u.database is not None
-        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        file.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             u, echo=echo, json_serializer=_json_dumps, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
         )
@@ -111,6 +115,13 @@ def make_engine(url: str, *, echo: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("advisor_write") else "BEGIN")
 
     return engine
+
+
+def _sqlite_file(u: URL) -> Path | None:
+    """The file of a SQLite URL; None for an in-memory database."""
+    if u.database in (None, "", ":memory:") or u.query.get("mode") == "memory":
+        return None
+    return Path(str(u.database)).expanduser()
 
 
 def sqlite_fast_sync(dbapi_connection: Any) -> None:
@@ -139,7 +150,8 @@ def optuna_storage(url: str) -> Any:
     url = normalize_url(url)
     sqlite = url.startswith("sqlite")
     if sqlite:
-        storage = _retrying_storage_class()(url)
+        with first_start_lock(url):
+            storage = _retrying_storage_class()(url)
     else:
         # Optuna creates its tables on first use without a lock: workers starting together on a new database
         # would race (duplicate pg_type rows). Hold the migration lock while it does.
@@ -195,11 +207,31 @@ def alembic_config() -> Config:
     return cfg
 
 
+@contextmanager
+def first_start_lock(url: str) -> Iterator[None]:
+    """Held while a process creates or migrates tables in a SQLite file: an exclusive ``flock`` on
+    ``<file>.lock`` beside it, so workers starting together on a new file create the tables one after another.
+
+    A file lock and not a transaction: Optuna's storage opens its own connections to create its tables, which
+    would wait on a transaction of ours holding the write lock. No-op for other backends and in-memory SQLite.
+    """
+    u = make_url(url)
+    path = _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file is closed, also by a process that dies
+        yield
+
+
 def upgrade(engine: Engine) -> None:
     """``alembic upgrade head`` in one transaction that only one process at a time can hold."""
     cfg = alembic_config()
     postgres = engine.dialect.name == "postgresql"
-    with engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
+    with first_start_lock(engine.url.render_as_string(hide_password=False)), \
+            engine.execution_options(advisor_write=True).connect() as conn, conn.begin():
         if postgres:
             conn.execute(select(func.pg_advisory_xact_lock(PG_MIGRATION_LOCK)))
         cfg.attributes["connection"] = conn

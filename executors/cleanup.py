@@ -1,16 +1,20 @@
 """Stopping what a trial left running when its tuner died: from the resources record alone, on every node.
 
 The record (``Deployment.resources``, stored with the trial as each process starts) names process groups (with
-the Ray node each runs on), log paths, a run folder, a KV folder, shared-memory segments and Ray placement
-groups. A process id means something only on its own node, so each recorded node's groups are stopped by a Ray
+the Ray node each runs on), log paths, a run folder, a KV folder, shared-memory segments, Ray placement groups
+and the private Ray cluster the tuner started, if it did (``ray_head_log``: stopped once the trial's processes
+are). A process id means something only on its own node, so each recorded node's groups are stopped by a Ray
 task pinned to that node. A record without nodes (the local executor) is this machine's; so is a node that is
 not in a reachable cluster but whose address is one of this machine's (a private cluster that died with its
 tuner).
 
-Nothing is stopped by name or by id alone. A recorded group is stopped when its leader carries our mark
-(``procs.OWNER_ENV``: the log path recorded with it, or a path under the recorded run folder) — an id reused by a
-stranger after a reboot is left alone. When the leader died but its engine processes live on, the group has no
-leader to ask: its members are found by that same mark, which every child inherits.
+Nothing is stopped by name or by id alone. A group is stopped when its leader is ours: it is the process of a
+launch record (``<log>.pid``, written by the process itself before it ran its command: same pid, boot and start
+time) whose log is recorded or under the recorded run folder — which finds too a process started just before its
+tuner died, before the record named it, and one that renamed itself (``vllm::router``), erasing its environment
+— or it carries our environment mark (``procs.OWNER_ENV``: such a log path). An id reused by a stranger is left
+alone. When the leader died but its engine processes live on, the group has no leader to ask: its members are
+those that started after the recorded leader, in its boot, or that carry the mark (inherited by every child).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ def cleanup_resources(res: dict[str, Any], *, term_timeout_s: float = 15.0, ray_
     pgs = res.get("placement_groups") or []
     if remote or pgs:
         done += _on_cluster(remote, pgs, ray_address or res.get("ray_address"), term_timeout_s)
+    head = res.get("ray_head_log")
+    if head and not res.get("ray_address"):  # the private cluster its dead tuner started here: last, once unused
+        done += _stop_here({"node": None, "groups": {}, "logs": {str(head): "private Ray cluster"}, "run_dir": None,
+                            "kv_dir": None}, term_timeout_s)
     kv = res.get("kv_dir")
     if kv and Path(kv).exists():
         shutil.rmtree(kv, ignore_errors=True)
@@ -99,23 +107,27 @@ def _stop_here(share: dict[str, Any], term_timeout_s: float) -> list[str]:
     def name(g: int, mark: str) -> str:
         return groups.get(g) or logs.get(mark) or Path(mark).stem
 
+    launched = {g: r for g, r in procs.launches(logs, run_dir).items() if ours(r.log)}
     lines: list[str] = []
     alone: list[str] = []
     led: dict[int, str] = {}
-    for g in sorted(groups):
+    for g in sorted(groups.keys() | launched.keys()):
         if g <= 1 or g == mine or g not in procs.live_group_pids(g):
-            continue  # nothing left, or a leader that died: its members are found by mark below
-        mark = procs.owner_mark(g)
+            continue  # nothing left, or a leader that died: its members are found below
+        # a group known by its launch record alone may be another node's (nodes that are network namespaces of
+        # one machine share its files and pids): only the record, which checks the namespace, vouches for it
+        mark = procs.launched_mark(g, launched) or (procs.owner_mark(g) if g in groups else None)
         if mark is None or not ours(mark):
-            alone.append(f"{tag}left process group {g} alone: its leader is not a process this study started")
+            if g in groups:  # a launch record alone whose pid now runs a stranger says nothing
+                alone.append(f"{tag}left process group {g} alone: its leader is not a process this study started")
             continue
         led[g] = name(g, mark)
     headless: dict[int, tuple[str, int]] = {}
     loose: dict[int, str] = {}
-    for m in procs.marked_processes(logs, run_dir):
+    for m in [*procs.launched_members(launched), *procs.marked_processes(logs, run_dir)]:
         if m.pgid in led or m.pgid in headless or m.pgid == mine:
             continue
-        if m.pgid in groups and not procs.pid_alive(m.pgid):
+        if (m.pgid in groups or m.pgid in launched) and not procs.pid_alive(m.pgid):
             headless[m.pgid] = (name(m.pgid, m.mark), len(procs.live_group_pids(m.pgid)))
         else:
             loose[m.pid] = name(-1, m.mark)

@@ -115,6 +115,7 @@ class LocalExecutor(VllmExecutor):
                                               "run_dir": str(ddir), "kv_dir": str(kv_dir), "shm": [],
                                               "expert_routing": str(self.expert_routing)},
                          handle=handle)
+        self._save(dep)  # the run folder first: the launch records of whatever starts next are under it
         try:
             self._start_servers(dep, handle, topology, platform)
             self._wait_servers(handle, t0)

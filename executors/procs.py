@@ -5,6 +5,11 @@ its pid is its process-group id and everything it forks stays in that group: ``s
 to the group, waits, then KILL. Shared-memory segments a vLLM instance maps are recorded by name while it
 runs (``shm_segments``) and only those names are removed after it stopped (``remove_shm``).
 
+Before it runs its command each process writes its launch record beside its log (``<log>.pid``: pid, start
+time, boot; ``_LAUNCH``): the child writes it itself, between ``setsid`` and ``exec``, so a tuner killed at any
+instant after the fork cannot leave a process without one, and a process that renames itself later (erasing the
+environment mark) is still found by it.
+
 Here: starting, waiting and stopping. Reading ``/proc`` (owner marks, a group's members, shared memory) is
 ``executors.proc_scan``, reading logs (tail, error line) ``executors.proc_logs``; both are re-exported, so
 ``procs.NAME`` is the one way callers reach them.
@@ -12,7 +17,9 @@ Here: starting, waiting and stopping. Reading ``/proc`` (owner marks, a group's 
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,14 +35,29 @@ from executors.proc_scan import (
     OWNER_ENV,
     SHM_DIR,
     SHM_PREFIXES,
+    Launch,
     Marked,
     group_pids,
+    launch_file,
+    launched_mark,
+    launched_members,
+    launches,
     live_group_pids,
     marked_processes,
     owner_mark,
     pid_alive,
+    read_launch,
     remove_shm,
     shm_segments,
+)
+
+#: ``sh -c _LAUNCH sh RECORD ARGV…``: the new session's leader writes its launch record (``proc_scan.Launch``:
+#: its pid, its start time — field 22 of /proc/self/stat, the shell's own and, after ``exec``, the command's —
+#: and the boot id), then becomes the command. Builtins only: nothing forks, so the pid is the command's.
+_LAUNCH = (
+    'f=$1; shift; pick() { s=${22}; }; read -r st < /proc/self/stat; pick $st; '
+    'read -r boot < /proc/sys/kernel/random/boot_id; '
+    'printf \'{"pid": %s, "start": %s, "boot": "%s"}\\n\' "$$" "$s" "$boot" > "$f"; exec "$@"'
 )
 
 
@@ -107,15 +129,25 @@ def start(
     # Our mark on the process: cleanup after a crashed tuner stops a recorded group only if its leader carries
     # the log path that was recorded with it — never a stranger that reused the id.
     full_env[OWNER_ENV] = str(log.resolve())
+    _check_executable(argv[0], full_env.get("PATH"), cwd)
     with open(log, "ab") as fh:
         fh.write(f"# {name}: {' '.join(argv)}\n".encode())
         fh.flush()
         popen = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
+            ["/bin/sh", "-c", _LAUNCH, "sh", str(launch_file(log)), *argv],
+            stdin=subprocess.PIPE if talk else subprocess.DEVNULL,
             stdout=subprocess.PIPE if talk else fh, stderr=fh if talk else subprocess.STDOUT, env=full_env,
             cwd=str(cwd) if cwd else None, start_new_session=True, close_fds=True,
         )
     return ManagedProcess(name, list(argv), popen, log)
+
+
+def _check_executable(program: str, path: str | None, cwd: str | Path | None) -> None:
+    """``FileNotFoundError`` for a command that cannot run, as ``Popen`` raised it before the launch record's
+    shell came between (a missing ``vllm`` is the platform's failure, said at once, not a log line)."""
+    found = (Path(cwd or ".") / program).is_file() if "/" in program else shutil.which(program, path=path)
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def group_alive(pgid: int) -> bool:
@@ -307,8 +339,9 @@ def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeo
 
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
-    "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "ManagedProcess", "Marked", "ProcessExited",
-    "error_line", "free_port", "group_alive", "group_pids", "http_get", "live_group_pids", "marked_processes",
-    "owner_mark", "pid_alive", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
+    "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "Launch", "ManagedProcess", "Marked", "ProcessExited",
+    "error_line", "free_port", "group_alive", "group_pids", "http_get", "launch_file", "launched_mark",
+    "launched_members", "launches", "live_group_pids", "marked_processes",
+    "owner_mark", "pid_alive", "read_launch", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
     "stop_group", "stop_groups", "stop_strays", "wait_healthy",
 ]

@@ -35,7 +35,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +157,9 @@ class RayExecutor(VllmExecutor):
             "executor": self.kind, "placement_groups": [], "pgids": [], "processes": [], "ports": [], "log_paths": {},
             "nodes": {}, "run_dir": str(ddir), "kv_dir": str(kv_dir), "expert_routing": str(self.expert_routing),
             # where the placement groups live, for cleanup after a crash (a private local cluster: none)
-            "ray_address": None if self._head is not None else self._address()})
+            "ray_address": None if self._head is not None else self._address(),
+            # and that private cluster's head, which outlives a tuner killed with SIGKILL (a session of its own)
+            "ray_head_log": str(self._head.log_path) if self._head is not None else None})
         pd = topology.config.mode is Mode.DISAGGREGATED
         # servers on several nodes, or a cluster we only connected to: each binds its own node's address
         multi_node_cluster = topology.cluster.nodes > 1 or self._head is None
@@ -226,14 +228,10 @@ class RayExecutor(VllmExecutor):
                 self._check_ports(h.service, rhost, [rport, prom], "router")
             argv = [*platform.router_cmd, *router_args(topology, h.urls, host=rhost, port=rport,
                                                        prometheus_port=prom)]
-            r = ray_get(h.service.start.remote("router", argv, dict(platform.env), str(ddir / "router.log"), str(ddir)))
-            dep.resources["pgids"].append(r["pgid"])
-            dep.resources["processes"].append({"name": "router", "node": sinfo["ip"], "node_id": sinfo["node_id"],
-                                               "pgid": r["pgid"], "log_path": r["log_path"]})
             dep.resources["ports"] += [rport, prom]
-            dep.resources["log_paths"]["router"] = r["log_path"]
             dep.resources["nodes"]["router"] = {"ip": sinfo["ip"], "node_id": sinfo["node_id"]}
-            self._save(dep)
+            self._start_recorded(dep, h.service, "router", sinfo, argv, dict(platform.env), str(ddir / "router.log"),
+                                 str(ddir))
             router_url = f"http://{rhost}:{rport}"
             t_r = time.monotonic()
             for path in ("/health", "/v1/models"):
@@ -281,13 +279,25 @@ class RayExecutor(VllmExecutor):
         if head.bind_host not in ("127.0.0.1", "localhost"):
             env["VLLM_HOST_IP"] = sh.info["ip"]  # this node's address for vLLM's own connections
         log_path = str(h.dir / f"{sh.proc_name}.log")
-        r = ray_get(sh.agent.start.remote(sh.proc_name, self._serve_command(inst, node_shard, head, platform, topology), env, log_path, str(h.dir), unset))
+        self._start_recorded(dep, sh.agent, sh.proc_name, sh.info,
+                             self._serve_command(inst, node_shard, head, platform, topology), env, log_path,
+                             str(h.dir), unset)
         if "shared_storage_path" in platform.kv_connector_extra and pd:
             ray_get(sh.agent.own_dir.remote(str(h.kv_dir)))
+
+    def _start_recorded(self, dep: Deployment, agent: Any, name: str, info: dict[str, Any], argv: list[str],
+                        env: dict[str, str], log_path: str, cwd: str, unset: Sequence[str] = ()) -> None:
+        """Start a process through the agent on its node. Its node and log are recorded first: a tuner killed
+        while the agent starts it leaves a record whose cleanup, on that node, finds the process by the launch
+        record it writes beside its log before exec. Its group id is recorded once known."""
+        entry: dict[str, Any] = {"name": name, "node": info["ip"], "node_id": info["node_id"], "log_path": log_path}
+        dep.resources["processes"].append(entry)
+        dep.resources["log_paths"][name] = log_path
+        self._save(dep)
+        r = ray_get(agent.start.remote(name, argv, env, log_path, cwd, list(unset)))
+        entry |= {"pgid": r["pgid"], "log_path": r["log_path"]}
         dep.resources["pgids"].append(r["pgid"])
-        dep.resources["processes"].append({"name": sh.proc_name, "node": sh.info["ip"], "node_id": sh.info["node_id"],
-                                           "pgid": r["pgid"], "log_path": r["log_path"]})
-        dep.resources["log_paths"][sh.proc_name] = r["log_path"]
+        dep.resources["log_paths"][name] = r["log_path"]
         self._save(dep)
 
     def _wait_servers(self, h: _RayHandle, heads: dict[str, _Shard], t0: float) -> None:

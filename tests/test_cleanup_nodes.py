@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,12 @@ from executors.cleanup import GONE, cleanup_resources
 
 SERVER = ["bash", "-c", "sleep 300 & echo up; wait"]
 ESCAPED = ["bash", "-c", "setsid sleep 300 & echo up; wait"]  # a child in a session of its own
+#: As vllm-router and vLLM's engine cores do: ``setproctitle`` erases /proc/PID/environ, our mark with it.
+_RENAME = "import setproctitle, time; setproctitle.setproctitle({title!r}); print('up', flush=True); time.sleep(300)"
+RENAMED = [sys.executable, "-c", _RENAME.format(title="vllm::router")]
+RENAMED_CHILD = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+                 f"{_RENAME.format(title='VLLM::EngineCore')!r}], stdout=subprocess.DEVNULL); "
+                 "print('up', flush=True); time.sleep(300)"]
 
 
 def _start(run: Path, name: str, argv: list[str] = SERVER) -> procs.ManagedProcess:
@@ -77,6 +85,45 @@ def test_local_record_stops_led_headless_and_escaped_processes_and_leaves_strang
     for p in (led, headless, escaped):
         assert not procs.live_group_pids(p.pgid)
     assert procs.live_group_pids(stranger.pgid)
+
+
+def test_renamed_and_unrecorded_processes_are_found_by_their_launch_record(tmp_path, started) -> None:
+    """A router that renamed itself (no environment left to carry the mark), an engine core that renamed itself
+    and outlived its killed leader, and a server started just before its tuner died (not yet in the record): all
+    stopped by the launch records they wrote before exec. A stranger that reused the pid of an old launch record
+    is left alone, without a word."""
+    run = tmp_path / "runs" / "dep-1"
+    router, engine = _start(run, "router", RENAMED), _start(run, "decode-0", RENAMED_CHILD)
+    late = _start(run, "mixed-1")
+    started += [router, engine, late]
+    core = _kill_leader(engine)
+    for pid in (router.pid, core):
+        for _ in range(200):
+            if procs.owner_mark(pid) is None:
+                break
+            time.sleep(0.05)
+        assert procs.owner_mark(pid) is None and procs.pid_alive(pid)  # renamed: the environment mark is gone
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    start = int(Path(f"/proc/{stranger.pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    (run / "old.log.pid").write_text(  # an earlier process of this run, whose pid the stranger got
+        f'{{"pid": {stranger.pid}, "start": {start - 1}, "boot": "{boot}"}}\n')
+    res = {"executor": "local", "pgids": [router.pgid, engine.pgid], "run_dir": str(run),
+           "log_paths": {p.name: str(p.log_path) for p in (router, engine)}}
+    try:
+        lines = cleanup_resources(res, term_timeout_s=2.0)
+        assert sorted(lines) == sorted([
+            f"stopped process group {router.pgid} (router)",
+            f"stopped process group {late.pgid} (mixed-1)",
+            f"stopped 1 process of group {engine.pgid} whose leader had died (decode-0)",
+        ]), lines
+        assert not procs.pid_alive(core)
+        for p in (router, engine, late):
+            assert not procs.live_group_pids(p.pgid)
+        assert stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_private_cluster_record_is_cleaned_here_without_ray(tmp_path, started) -> None:

@@ -16,10 +16,11 @@ the c=1 median E2E latency stayed within 74-86 ms and the c=8 one within 165-203
 
 The same study is also the crash-safety test with real child processes (it was tests/test_crash.py's own
 2-trial study, two more vLLM cold starts): the first `advisor tune` is killed with SIGKILL once the baseline
-is measured and the search trial's servers have started (the tuner only: its vLLM servers run in process groups
-of their own and outlive it, as they would after an OOM-kill or a lost SSH session). The next `advisor tune` on
-the study must mark that trial interrupted, stop the orphaned servers from the resources recorded in the
-database, and complete the study — with every measurement written before the kill still there, once.
+is measured and the search trial is measuring — server, router and load generator running (the tuner only: they
+run in process groups of their own and outlive it, as they would after an OOM-kill or a lost SSH session). The
+next `advisor tune` on the study must mark that trial interrupted, stop every process of it — the router too,
+which renamed itself (`vllm::router`) and so carries no environment mark —, and complete the study, with every
+measurement written before the kill still there, once.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from advisor.study import open_study
 from advisor.tune import EXECUTED_ATTR
 from db import queries
 from executors import procs
+from tests.trial_processes import kill, still_running, trial_processes
 from search_spaces import PREFIX_REUSE_LIMIT, TrialState
 
 pytestmark = [pytest.mark.vllm]
@@ -100,9 +102,9 @@ def study(tmp_path_factory):
         crash["resume_s"] = time.monotonic() - t0
         trials = _trials(url)
     finally:
-        crash["alive_after_resume"] = [g for g in crash["orphans"] if procs.group_alive(g)]
-        for g in crash["alive_after_resume"]:  # a failed cleanup must not leave them to the next module
-            procs.stop_group(g, 10)
+        crash["alive_after_resume"] = sorted(f"{pid} {shown}" for (pid, _), shown in
+                                             still_running(crash["orphans"]).items())
+        kill(crash["orphans"])  # a failed cleanup must not leave them to the next module
     return {"work": work, "url": url, "tuned": tuned, "trials": trials, "bound": bound, "probe": e2e,
             "job": job_from_dict(job), "crash": crash}
 
@@ -116,22 +118,25 @@ def _trials(url: str) -> list[db.Trial]:
 
 
 def _kill_mid_trial(work: Path, url: str) -> dict:
-    """Run `advisor tune` on the study until one trial is complete and the next one's servers have started, then
-    SIGKILL the tuner alone. Returns the killed trial, its servers' process groups and what was measured."""
+    """Run `advisor tune` on the study until one trial is complete and the next one is measuring, then SIGKILL the
+    tuner alone. Returns the killed trial, its processes (``trial_processes``) and what was measured."""
     tuner = procs.start([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage", url], name="tuner",
                         log_path=work / "tuner.log", cwd=work)
     try:
         deadline = time.monotonic() + 1200  # the baseline's knee search first: ~2 min alone on 2 cores
-        while True:  # wait for: one trial complete, the next one's server started
+        while True:  # wait for: one trial complete, the next one measuring
             assert tuner.poll() is None, tuner.tail(40)
             assert time.monotonic() < deadline, tuner.tail(40)
             try:
                 ts = _trials(url) if Path(url[len("sqlite:///"):]).exists() else []
             except db.UnknownStudy:  # the tuner has not created the study yet
                 ts = []
-            running = [t for t in ts if t.state is TrialState.RUNNING and (t.resources or {}).get("pgids")]
+            # measuring: the router is recorded and a level's load generator has started
+            running = [t for t in ts if t.state is TrialState.RUNNING
+                       and "router" in ((t.resources or {}).get("log_paths") or {})
+                       and (t.resources or {}).get("bench_pgids")]
             if any(t.state is TrialState.COMPLETE for t in ts) and running:
-                orphans = list(running[0].resources["pgids"])
+                res = running[0].resources
                 victim = running[0].number
                 break
             time.sleep(1)
@@ -141,8 +146,8 @@ def _kill_mid_trial(work: Path, url: str) -> dict:
         if tuner.poll() is None:
             procs.stop(tuner)
     before = {(t.number, m.concurrency): m.model_dump() for t in _trials(url) for m in t.measurements}
-    return {"victim": victim, "orphans": orphans, "before": before,
-            "alive_after_kill": any(procs.group_alive(g) for g in orphans)}
+    return {"victim": victim, "before": before, "router": res["pgids"][-1],
+            "orphans": trial_processes(res), "alive_after_kill": any(procs.group_alive(g) for g in res["pgids"])}
 
 
 def _search_trial(study):
@@ -239,7 +244,8 @@ def test_sigkill_mid_trial_then_resume(study) -> None:
     interrupted = [t for t in trials if t.number == crash["victim"]]
     assert interrupted[0].state is TrialState.INTERRUPTED
     assert "stopped process group" in interrupted[0].reason
-    assert crash["alive_after_resume"] == [], f"orphaned process groups {crash['alive_after_resume']} still running"
+    assert crash["router"] in {pid for pid, _ in crash["orphans"]}, "the router was not running at the kill"
+    assert crash["alive_after_resume"] == [], f"processes of the killed trial still run: {crash['alive_after_resume']}"
     complete = [t for t in trials if t.state is TrialState.COMPLETE]
     assert len(complete) == 4  # the study, completed: baseline, the search's candidate, both repeated
     after = [(t.number, m.concurrency) for t in trials for m in t.measurements]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from advisor.job import job_from_dict
 from db import queries
 from executors import procs
 from search_spaces import TrialState
+from tests.trial_processes import Seen, kill, snapshot, still_running, trial_processes
 
 LEVELS = [1, 2, 3, 4, 5, 6]
 #: Seconds the tuner may take from SIGTERM to exit: stopping the level's client and the deployment (vLLM's
@@ -99,3 +101,54 @@ def test_sigterm_mid_levels_stops_everything_and_keeps_the_levels(kind: str, tmp
     finally:
         database.close()
     print(f"{kind}: {len(stored)} levels kept of {len(LEVELS)}; exited {exit_s:.1f} s after SIGTERM")
+
+
+@pytest.mark.vllm
+@pytest.mark.ray
+def test_sigkill_mid_levels_then_cleanup_leaves_no_process_of_the_trial(tmp_path: Path) -> None:
+    """SIGKILL, the signal nothing can catch, to the tuner alone while a Ray trial measures (server, router,
+    load generator running, in process groups the agents started): `advisor cleanup` must stop every one of them
+    — the router too, which renamed itself (``vllm::router``) and so carries no environment mark — and the
+    private Ray cluster the tuner started (a session of its own, which outlives it). The local executor's case is
+    tests/test_knee_real.py's killed study (resumed there)."""
+    work, url = tmp_path, f"sqlite:///{tmp_path / 'kill.db'}"
+    runs = work / "runs"
+    (work / "job.yaml").write_text(json.dumps(_job("ray", work)))
+    # Ray kills a dead actor's child processes itself by default; off (as on clusters that turn it off, and for
+    # agents whose raylet died), so that what stops them is the cleanup under test (tests/hosts.py does the same)
+    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_kill_child_processes_on_worker_exit": "0"}
+    tuner = procs.start([sys.executable, "-m", "advisor", "tune", "job.yaml", "--storage", url], name="tuner",
+                        log_path=work / "tuner.log", cwd=work, env=env)
+    seen: Seen = {}
+    cluster: Seen = {}
+    try:
+        deadline = time.monotonic() + 900
+        while not _level_results(runs):  # a level measured: the router answers, the load generator runs
+            assert tuner.poll() is None, tuner.tail(60)
+            assert time.monotonic() < deadline, tuner.tail(60)
+            time.sleep(0.3)
+        tuner.popen.send_signal(signal.SIGKILL)
+        tuner.popen.wait(timeout=30)
+        database = db.connect(url)
+        try:
+            (t,) = [queries.get_trial(database, "stop", r.number) for r in queries.list_trials(database, "stop")]
+        finally:
+            database.close()
+        res = t.resources or {}
+        seen = trial_processes(res)
+        # the private Ray cluster the tuner started: Ray's processes carry its head's log under runs/
+        cluster = {k: v for k, v in snapshot(m.pid for m in procs.marked_processes([], runs)).items() if k not in seen}
+        router = next(p["pgid"] for p in res["processes"] if p["name"] == "router")
+        cleanup = subprocess.run([sys.executable, "-m", "advisor", "cleanup", "stop", "--storage", url], cwd=work,
+                                 capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        left, cluster_left = still_running(seen), still_running(cluster)
+    finally:
+        if tuner.poll() is None:
+            procs.stop(tuner)
+        kill(seen | cluster)  # the next test must not inherit what the cleanup missed
+    assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+    assert router in {pid for pid, _ in seen}, f"the router was not running at the kill: {seen}"
+    assert f"stopped process group {router} (router)" in cleanup.stdout, cleanup.stdout
+    assert not left, f"processes of the killed trial still running after `advisor cleanup`: {left}\n{cleanup.stdout}"
+    assert cluster, "the killed tuner left no private Ray cluster: nothing of it was tested"
+    assert not cluster_left, f"the dead tuner's private Ray cluster still runs: {cluster_left}\n{cleanup.stdout}"
