@@ -226,6 +226,30 @@ def first_start_lock(url: str) -> Iterator[None]:
         yield
 
 
+def schema_revisions(engine: Engine) -> tuple[str | None, str | None]:
+    """(the ``advisor_*`` schema's revision in the database, the newest this code knows); reads only."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from db.models import VERSION_TABLE
+
+    with engine.connect() as conn:
+        current = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    return current, ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def memory_copy(engine: Engine) -> Engine:
+    """A private in-memory copy of a SQLite database (sqlite3's backup API), to migrate without touching the file."""
+    copy = make_engine("sqlite://", echo=False)
+    src, dst = engine.raw_connection(), copy.raw_connection()
+    try:
+        src.driver_connection.backup(dst.driver_connection)  # type: ignore[union-attr]
+    finally:
+        src.close()
+        dst.close()
+    return copy
+
+
 def upgrade(engine: Engine) -> None:
     """``alembic upgrade head`` in one transaction that only one process at a time can hold."""
     cfg = alembic_config()

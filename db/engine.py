@@ -30,9 +30,11 @@ from db.connection import (
     SQLITE_BUSY_TIMEOUT_S,
     SUPPORTED_BACKENDS,
     make_engine,
+    memory_copy,
     normalize_url,
     one_line,
     optuna_storage,
+    schema_revisions,
     upgrade,
 )
 from db.mapping import (
@@ -59,8 +61,12 @@ __all__ = ["LOG_TAIL_MAX_CHARS", "SQLITE_BUSY_TIMEOUT_S", "SUPPORTED_BACKENDS", 
            "optuna_storage"]
 
 
-def connect(url: str, *, echo: bool = False) -> Database:
+def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Database:
     """Open the database at ``url`` and migrate our tables to the newest schema (safe from several processes).
+
+    ``read_only`` (the dashboard): never write, not even a migration. A database at the newest schema is read as
+    it is; an older SQLite file is read from a migrated copy in memory (``Database.snapshot`` says so: the file
+    stays byte-identical, and what is written to it afterwards is not seen); an older server database is refused.
 
     Raises ``DatabaseUnavailable`` (one line, no password) when it cannot: not a supported URL, server
     unreachable, refused login, a folder that cannot be created, or a schema newer than this code knows.
@@ -72,8 +78,20 @@ def connect(url: str, *, echo: bool = False) -> Database:
         raise DatabaseUnavailable(str(e)) from None
     except OSError as e:
         raise DatabaseUnavailable(f"cannot create the database file: {e.strerror or e}") from e
+    snapshot = None
     try:
-        upgrade(engine)
+        if not read_only:
+            upgrade(engine)
+        elif (revs := schema_revisions(engine))[0] != revs[1]:
+            if engine.dialect.name != "sqlite":
+                raise DatabaseUnavailable(
+                    f"its advisor_* schema is older ({revs[0] or 'none'}) than this deploy-advisor's ({revs[1]}) and "
+                    "a read-only open does not migrate it: run any advisor command on it once (e.g. `advisor "
+                    "studies --storage URL`)")
+            old, engine = engine, memory_copy(engine)
+            old.dispose()
+            upgrade(engine)
+            snapshot = f"a copy of a database at the older schema {revs[0] or '(none)'}, migrated in memory"
     except BaseException as e:
         engine.dispose()
         if isinstance(e, DBAPIError):
@@ -84,16 +102,18 @@ def connect(url: str, *, echo: bool = False) -> Database:
                 "use the deploy-advisor version that wrote it, or a newer one"
             ) from e
         raise
-    return Database(engine)
+    return Database(engine, snapshot=snapshot)
 
 
 class Database:
     """Our tables in one database. Build it with ``connect(url)``; ``close()`` when done (or use ``with``)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, snapshot: str | None = None) -> None:
         self._engine = engine
         self._writer = engine.execution_options(advisor_write=True)
         self.backend: str = engine.dialect.name
+        #: Set when a read-only open reads a migrated copy, not the database itself (``connect``): what it is.
+        self.snapshot = snapshot
 
     # -- identity
 

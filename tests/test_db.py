@@ -967,3 +967,43 @@ def test_pg_fixture_skips_or_fails_without_url(tmp_path: Path) -> None:
     assert local.returncode == 0 and "1 skipped" in local.stdout and "DEPLOY_ADVISOR_PG_URL is not set" in local.stdout
     ci = subprocess.run(cmd, cwd=tmp_path, env={**env, "CI": "true"}, capture_output=True, text=True)
     assert ci.returncode != 0 and "CI=true: PostgreSQL tests must run" in ci.stdout
+
+
+def test_a_read_only_open_never_writes_and_reads_an_older_file_from_a_migrated_copy(tmp_path):
+    """The read-only dashboard opened the committed H200 study (schema 0005) and migrated it: 237,568 → 249,856
+    bytes. A read-only open writes nothing, not even a migration or the first-start lock file."""
+    import hashlib
+    import sqlite3
+
+    from alembic import command
+
+    from db.connection import alembic_config, make_engine
+
+    path = tmp_path / "old.db"
+    url = f"sqlite:///{path}"
+    with db.connect(url) as database:
+        database.upsert_study("s", {"name": "s"})
+    engine = make_engine(url, echo=False)
+    with engine.begin() as conn:  # back to the schema before the ledger's columns
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0005")
+    engine.dispose()
+    with sqlite3.connect(path) as c:
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    def files() -> dict[str, str]:  # SQLite's shared-memory index, and an empty WAL, are not the database
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tmp_path.iterdir()
+                if p.suffix != ".db-shm" and not (p.suffix == ".db-wal" and not p.stat().st_size)}
+
+    (tmp_path / "old.db.lock").unlink()
+    before = files()
+    ro = db.connect(url, read_only=True)
+    assert ro.snapshot and "0005" in ro.snapshot
+    assert [s.name for s in db.queries.list_studies(ro)] == ["s"]  # read through the migrated copy
+    ro.close()
+    assert files() == before  # byte-identical, and no first-start lock file either
+    with db.connect(url) as database:  # a writer migrates it
+        assert database.snapshot is None
+    current = db.connect(url, read_only=True)
+    assert current.snapshot is None and [s.name for s in db.queries.list_studies(current)] == ["s"]
+    current.close()

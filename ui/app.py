@@ -36,6 +36,14 @@ nav = st.navigation([
 with st.sidebar:
     st.caption(f"Storage: `{s.storage_for_display}`")
     st.caption("Read-only" if not s.allow_new_studies else "May start studies (--allow-new-studies)")
+    if data.exists(s.storage):
+        try:
+            snapshot = data.database(s.storage).snapshot
+        except data.Unavailable:
+            snapshot = None  # the page says why
+        if snapshot:
+            st.caption(f"Showing {snapshot}: the file is left as it is, and later writes to it are not seen here. "
+                       "Any advisor command on it migrates it.")
     if st.button("Refresh", icon=":material/refresh:", key="refresh"):
         data.clear()
 nav.run()

@@ -27,6 +27,7 @@ from advisor.job import TuningJob, job_from_dict
 from db import redact_url
 from db import queries
 from ui import advice
+from ui.settings import settings
 from search_spaces import SLO_METRICS
 
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
@@ -126,16 +127,16 @@ def exists(url: str) -> bool:
 
 
 @st.cache_resource(show_spinner=False)
-def _connect(url: str) -> db.Database:
-    return db.connect(url)
+def _connect(url: str, read_only: bool) -> db.Database:
+    return db.connect(url, read_only=read_only)
 
 
 def database(url: str) -> db.Database:
     """The open database (one engine per URL for the server's life); ``Unavailable`` in one line."""
     if not exists(url):
         raise Unavailable(f"no database at {sqlite_file(url)} yet")
-    try:
-        return _connect(url)
+    try:  # read-only: not even a migration (an older SQLite file is read from a migrated copy in memory)
+        return _connect(url, not settings().allow_new_studies)
     except db.DatabaseUnavailable as e:
         raise Unavailable(f"cannot open {redact_url(url)}: {e}") from None
 
