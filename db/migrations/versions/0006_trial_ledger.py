@@ -31,10 +31,13 @@ _REUSED_REASON = re.compile(r"^same configuration as trial (\d+)\s*(?:;|$)")
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("advisor_trials") as batch:  # batch: SQLite cannot alter in place
-        batch.add_column(sa.Column("executed", sa.Boolean(), nullable=False, server_default=sa.false()))
+    # ALTER TABLE … ADD COLUMN in place, never a copy of the table: SQLite's batch mode recreates a table it cannot
+    # alter (a default that is an expression, e.g. sa.false()), and dropping the old advisor_trials cascaded to
+    # every advisor_measurements row (ON DELETE CASCADE; seen on the committed H200 study: all levels gone).
+    with op.batch_alter_table("advisor_trials", recreate="never") as batch:
+        batch.add_column(sa.Column("executed", sa.Boolean(), nullable=False, server_default=sa.text("false")))
         batch.add_column(sa.Column("reused_from", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("baseline", sa.Boolean(), nullable=False, server_default=sa.false()))
+        batch.add_column(sa.Column("baseline", sa.Boolean(), nullable=False, server_default=sa.text("false")))
     trials = sa.table("advisor_trials", sa.column("id", sa.Integer()), sa.column("state", sa.String()),
                       sa.column("reason", sa.Text()), sa.column("proposer", sa.String()),
                       sa.column("failure_kind", sa.String()), sa.column("executed", sa.Boolean()),
@@ -53,7 +56,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("advisor_trials") as batch:
-        batch.drop_column("baseline")
-        batch.drop_column("reused_from")
-        batch.drop_column("executed")
+    for column in ("baseline", "reused_from", "executed"):  # in place (SQLite ≥ 3.35), for the reason above
+        op.execute(f"ALTER TABLE advisor_trials DROP COLUMN {column}")
