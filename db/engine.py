@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -74,6 +73,8 @@ def connect(url: str, *, echo: bool = False) -> Database:
     try:
         upgrade(engine)
     except BaseException as e:
+        from alembic.util import CommandError  # imported by ``upgrade`` already
+
         engine.dispose()
         if isinstance(e, DBAPIError):
             raise DatabaseUnavailable(one_line(e.orig, url)) from e
