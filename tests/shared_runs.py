@@ -86,4 +86,5 @@ def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
         run = ex.evaluate(place(cfg, job.cluster), job.workload)
     finally:
         ex.close()
-    return {"run": run, "wall": time.monotonic() - t0, "tmp": tmp, "side": side, "job": job}
+    # ``runs``: where the executor put the deployment's folder (``run_dir`` / the job's name)
+    return {"run": run, "wall": time.monotonic() - t0, "runs": tmp / "runs" / job.name, "side": side, "job": job}

@@ -105,7 +105,7 @@ def test_tiny_model_matches_the_preset_and_loads_offline(tmp_path, monkeypatch):
 
 @pytest.mark.vllm
 def test_local_aggregated_two_levels(tiny_local_probe):
-    r, wall, tmp_path = tiny_local_probe["run"], tiny_local_probe["wall"], tiny_local_probe["tmp"]
+    r, wall, runs = tiny_local_probe["run"], tiny_local_probe["wall"], tiny_local_probe["runs"]
     assert r.ok, f"{r.failure}: {r.reason}\n{r.log_tail}"
     _assert_sane(r.measurements, PROBE_LEVELS)
     assert r.measurements[0].kv_transfer_tokens is None  # aggregated: no KV transfer
@@ -113,7 +113,7 @@ def test_local_aggregated_two_levels(tiny_local_probe):
     res = r.resources
     assert len(res["pgids"]) == 2 and set(res["log_paths"]) == {"mixed-0", "router"}
     assert all(res["stopped"].values())
-    assert json.loads((tmp_path / "runs" / os.path.basename(res["run_dir"]) / "resources.json").read_text())["pgids"]
+    assert json.loads((runs / os.path.basename(res["run_dir"]) / "resources.json").read_text())["pgids"]
     assert not os.path.exists(res["kv_dir"])
     _assert_gone(res["pgids"])
     print(f"\nlocal aggregated: wall {wall:.1f} s (with the agentic and prefix workloads), {r.timings}")
@@ -161,7 +161,7 @@ def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path
 @pytest.mark.vllm
 def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_local_probe):
     # the deployment of test_local_aggregated_two_levels, measured with both workloads after its own levels
-    side, tmp_path = tiny_local_probe["side"], tiny_local_probe["tmp"]
+    side, runs = tiny_local_probe["side"], tiny_local_probe["runs"]
     assert tiny_local_probe["run"].ok, tiny_local_probe["run"].reason
     if "error" in side:
         raise side["error"]
@@ -172,7 +172,7 @@ def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_local_prob
     assert p.completed == p.num_requests == 8 and p.failed == 0
     assert a.prefix_cache_hit_rate and a.prefix_cache_hit_rate > 0
     assert p.prefix_cache_hit_rate and p.prefix_cache_hit_rate > 0
-    lines = [json.loads(x) for x in open(next((tmp_path / "runs").glob("*/bench/agentic-c2-*.jsonl")))]
+    lines = [json.loads(x) for x in open(next(runs.glob("*/bench/agentic-c2-*.jsonl")))]
     assert len(lines) == 12 and lines[2]["prompt"].startswith(lines[0]["prompt"])  # turn 2 extends turn 1
     _assert_gone(side["pgids"])
     print(f"\nagentic hit rate {a.prefix_cache_hit_rate:.2f}, prefix hit rate {p.prefix_cache_hit_rate:.2f}")
