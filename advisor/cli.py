@@ -42,6 +42,8 @@ def _lazy(name: str) -> Any:
     spec.loader = loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)  # as an import binds it (``import advisor.api`` reads it there)
     loader.exec_module(module)
     return module
 
