@@ -113,7 +113,7 @@ def real_study(profiled) -> dict[str, Any]:
                                                          "max_num_batched_tokens": [2048]}},
                sampler={"kind": "grid", "seed": 0}, budget={"trials": 1, "repeat_top": 0})
     doc["executor"]["profile"] = "auto"  # the preset turns it off; a stored profile must be found, not remade
-    probe = job_from_dict({**doc, "slos": []})
+    probe = job_from_dict({**doc, "slos": [], "workload": {**workload, "load_levels": [3, 4]}})  # what it predicts
     topo = place(_config(), probe.cluster)
     e2e = {m.concurrency: m.p50_e2el_ms for m in predict(topo, probe.model_profile(), probe.workload, params, [3, 4])}
     bound = math.sqrt(e2e[3] * e2e[4])
