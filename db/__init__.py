@@ -13,49 +13,91 @@ Its parts: ``connection`` (URLs, engines, migrations, Optuna's storage), ``redac
 password is hidden), ``engine`` (the ``Database`` and its writes), ``mapping`` (rows to values and back),
 ``models`` (the tables), ``rows`` (what is handed back), the reads ``trial_queries`` and ``level_queries`` with
 ``ranking`` (directions, Pareto), and ``queries``, their public face and the named queries.
+
+The public names below are loaded on first use (PEP 562, as ``executors`` does): ``import db`` imports neither
+SQLAlchemy nor Alembic, so a command that fails on bad input before it opens a database starts in a fraction of
+the time.
 """
 
-from db import queries
-from db.engine import LOG_TAIL_MAX_CHARS, SUPPORTED_BACKENDS, Database, connect, normalize_url, optuna_storage
-from db.outage import DatabaseOutage
-from db.redaction import redact_url, scrub
-from db.queries import (
-    NAMED_QUERIES,
-    NamedQuery,
-    QueryArg,
-    QueryError,
-    best_under_slo,
-    failures,
-    get_study,
-    get_trial,
-    history,
-    list_studies,
-    list_trials,
-    measurements,
-    pareto_front,
-    parse_slos,
-    run_query,
-)
-from db.rows import (
-    TIMING_KEYS,
-    Best,
-    DatabaseUnavailable,
-    Export,
-    Failure,
-    HardwareProfile,
-    HistoryPoint,
-    Level,
-    Study,
-    Trial,
-    UnknownStudy,
-    UnknownTrial,
-)
-from search_spaces import IllegalTransition
+from __future__ import annotations
 
-__all__ = [
-    "Best", "Database", "DatabaseOutage", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile", "HistoryPoint", "IllegalTransition", "LOG_TAIL_MAX_CHARS", "Level",
-    "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "SUPPORTED_BACKENDS", "Study", "TIMING_KEYS", "Trial",
-    "UnknownStudy", "UnknownTrial", "best_under_slo", "connect", "failures", "get_study", "get_trial", "history",
-    "list_studies", "list_trials", "measurements", "normalize_url", "optuna_storage", "pareto_front", "parse_slos", "queries",
-    "redact_url", "run_query", "scrub",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Public name → the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["LOG_TAIL_MAX_CHARS", "SUPPORTED_BACKENDS", "Database", "connect", "normalize_url",
+                     "optuna_storage"], "db.engine"),
+    "DatabaseOutage": "db.outage",
+    **dict.fromkeys(["redact_url", "scrub"], "db.redaction"),
+    **dict.fromkeys(["NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "best_under_slo", "failures",
+                     "get_study", "get_trial", "history", "list_studies", "list_trials", "measurements",
+                     "pareto_front", "parse_slos", "run_query"], "db.queries"),
+    **dict.fromkeys(["TIMING_KEYS", "Best", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile",
+                     "HistoryPoint", "Level", "Study", "Trial", "UnknownStudy", "UnknownTrial"], "db.rows"),
+    "IllegalTransition": "search_spaces",
+}
+_SUBMODULES = ("queries",)
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        value = importlib.import_module(f"db.{name}")
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'db' has no attribute {name!r}")
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from db import queries  # noqa: F401
+    from db.engine import (  # noqa: F401
+        LOG_TAIL_MAX_CHARS,
+        SUPPORTED_BACKENDS,
+        Database,
+        connect,
+        normalize_url,
+        optuna_storage,
+    )
+    from db.outage import DatabaseOutage  # noqa: F401
+    from db.queries import (  # noqa: F401
+        NAMED_QUERIES,
+        NamedQuery,
+        QueryArg,
+        QueryError,
+        best_under_slo,
+        failures,
+        get_study,
+        get_trial,
+        history,
+        list_studies,
+        list_trials,
+        measurements,
+        pareto_front,
+        parse_slos,
+        run_query,
+    )
+    from db.redaction import redact_url, scrub  # noqa: F401
+    from db.rows import (  # noqa: F401
+        TIMING_KEYS,
+        Best,
+        DatabaseUnavailable,
+        Export,
+        Failure,
+        HardwareProfile,
+        HistoryPoint,
+        Level,
+        Study,
+        Trial,
+        UnknownStudy,
+        UnknownTrial,
+    )
+    from search_spaces import IllegalTransition  # noqa: F401

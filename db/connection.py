@@ -20,16 +20,17 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import URL, Engine, create_engine, event, func, make_url, select
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool, StaticPool
 
 from db.outage import retry_methods
 from db.redaction import redact_url, scrub
+
+if TYPE_CHECKING:  # Alembic is imported when a database is opened: a command that never opens one skips ~1 s
+    from alembic.config import Config
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 SQLITE_BUSY_TIMEOUT_S = 60.0
@@ -201,6 +202,8 @@ def _retrying_storage_class() -> type:
 
 def alembic_config() -> Config:
     """Alembic's configuration for our ``advisor_*`` tables (``db/alembic.ini``, scripts in ``db/migrations``)."""
+    from alembic.config import Config
+
     ini = _HERE / "alembic.ini"
     cfg = Config(str(ini)) if ini.exists() else Config()
     cfg.set_main_option("script_location", str(_HERE / "migrations").replace("%", "%%"))
@@ -252,6 +255,8 @@ def memory_copy(engine: Engine) -> Engine:
 
 def upgrade(engine: Engine) -> None:
     """``alembic upgrade head`` in one transaction that only one process at a time can hold."""
+    from alembic import command
+
     cfg = alembic_config()
     postgres = engine.dialect.name == "postgresql"
     with first_start_lock(engine.url.render_as_string(hide_password=False)), \

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from alembic.util import CommandError
 from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -93,6 +92,8 @@ def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Databas
             upgrade(engine)
             snapshot = f"a copy of a database at the older schema {revs[0] or '(none)'}, migrated in memory"
     except BaseException as e:
+        from alembic.util import CommandError  # imported by ``upgrade`` already
+
         engine.dispose()
         if isinstance(e, DBAPIError):
             raise DatabaseUnavailable(one_line(e.orig, url)) from e

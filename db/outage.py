@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError
 
 #: Seconds an outage is retried (in all, per call) before the command gives up: a restart, a failover or a
 #: network blip fits; a server that is down needs a person. ``DEPLOY_ADVISOR_DB_OUTAGE_S`` overrides it.
@@ -54,6 +53,7 @@ def is_outage(error: BaseException) -> bool:
     saw the connection invalidated, or the driver raised its ``OperationalError``/``InterfaceError`` (psycopg:
     server shut down, connection closed or refused). SQLite's "locked" waits in its own busy handler instead."""
     import psycopg
+    from sqlalchemy.exc import DBAPIError  # here: ``DatabaseOutage`` is imported by commands that open no database
 
     seen: set[int] = set()
     e: BaseException | None = error

@@ -1,10 +1,13 @@
-"""Shared fixtures. Keep this small: each test module owns its own fixtures."""
+"""Shared fixtures. Keep this small: each test module owns its own fixtures, except real runs that several files
+assert on (``tests/shared_runs.py``: one vLLM cold start instead of one per file)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+from tests.shared_runs import tiny_local_probe  # noqa: F401 — a session fixture, shared by the files that use it
 
 
 @pytest.fixture(scope="session")

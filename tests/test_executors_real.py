@@ -2,8 +2,9 @@
 
 Each test starts at most two vLLM servers (≈3 GB RSS and ≈25–40 s to start each on 2 cores). After every
 run the process groups the executor recorded must be gone (``os.killpg(pgid, 0)`` → ProcessLookupError).
-The local aggregated deployment is started once: ``evaluate`` measures its two levels, and on the same
-deployment, after them and before the teardown, the agentic and prefix workloads run (a cold start less).
+The local aggregated deployment is the session's shared probe (``tiny_local_probe``, tests/shared_runs.py: the SLO
+probe of tests/test_knee_real.py too): ``evaluate`` measures its two levels, and on the same deployment, after them
+and before the teardown, the agentic and prefix workloads run (cold starts less).
 Run: ``pytest -m vllm tests/test_executors_real.py`` (about 4–6 minutes on 2 cores).
 """
 
@@ -20,7 +21,6 @@ from executors.base import FailureKind
 from executors.tiny_model import make_tiny_moe
 from search_spaces import (
     ClusterSpec,
-    Dataset,
     DeploymentConfig,
     LengthDist,
     Mode,
@@ -29,6 +29,7 @@ from search_spaces import (
     Workload,
     model_preset,
 )
+from tests.shared_runs import PROBE_LEVELS
 
 CLUSTER = ClusterSpec(gpu="CPU", nodes=1, gpus_per_node=2)
 # the cpu-tiny-moe preset's shape: small ISL/OSL, two load levels
@@ -102,57 +103,17 @@ def test_tiny_model_matches_the_preset_and_loads_offline(tmp_path, monkeypatch):
     assert json.loads((a / "config.json").read_text())["architectures"] == ["Qwen3MoeForCausalLM"]
 
 
-# one deployment, two more workloads: vLLM's custom dataset fed by executors.datasets (multi-turn sessions whose
-# context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens, so the shared
-# parts are longer than one block (and WORKLOAD's prompts, ≤ 96 tokens, fill no block: they leave nothing cached).
-AGENTIC = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),
-                   prefix_reuse=0.5, turns=3, load_levels=[2], prompts_per_concurrency=6,
-                   warmups_per_concurrency=0, min_prompts=8)
-PREFIX = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0.25), osl=LengthDist(mean=8),
-                  prefix_reuse=0.75, load_levels=[2], prompts_per_concurrency=4, warmups_per_concurrency=0,
-                  min_prompts=8)
-
-
-@pytest.fixture(scope="module")
-def local_aggregated(tiny_model, tmp_path_factory):
-    """``evaluate`` of the aggregated deployment on the local executor (deploy, measure WORKLOAD, tear down);
-    its measure step then also measures AGENTIC and PREFIX on the same servers, before the teardown."""
-    tmp_path = tmp_path_factory.mktemp("local-aggregated")
-    ex = _executor("local", tiny_model, tmp_path)
-    side: dict = {}
-    measure = ex.measure
-
-    def measure_then_other_workloads(dep, workload, plan=None):
-        ms = measure(dep, workload, plan)
-        own = dep.timings.warmup_s, dep.timings.measure_s  # the evaluate's timings are WORKLOAD's alone
-        try:  # the evaluate's own result must not depend on these
-            (side["agentic"],) = measure(dep, AGENTIC)
-            (side["prefix"],) = measure(dep, PREFIX)
-        except Exception as e:  # noqa: BLE001 — reported by the test that reads them
-            side["error"] = e
-        finally:
-            side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
-            dep.timings.warmup_s, dep.timings.measure_s = own
-        side["pgids"] = list(dep.resources["pgids"])
-        return ms
-
-    ex.measure = measure_then_other_workloads
-    t0 = time.monotonic()
-    r = ex.evaluate(place(AGGREGATED, CLUSTER), WORKLOAD)
-    return {"run": r, "wall": time.monotonic() - t0, "ex": ex, "tmp": tmp_path, "side": side}
-
-
 @pytest.mark.vllm
-def test_local_aggregated_two_levels(local_aggregated):
-    r, wall, tmp_path = local_aggregated["run"], local_aggregated["wall"], local_aggregated["tmp"]
+def test_local_aggregated_two_levels(tiny_local_probe):
+    r, wall, runs = tiny_local_probe["run"], tiny_local_probe["wall"], tiny_local_probe["runs"]
     assert r.ok, f"{r.failure}: {r.reason}\n{r.log_tail}"
-    _assert_sane(r.measurements, [1, 4])
+    _assert_sane(r.measurements, PROBE_LEVELS)
     assert r.measurements[0].kv_transfer_tokens is None  # aggregated: no KV transfer
     assert r.timings.deploy_s > 0 and r.timings.measure_s > 0 and r.timings.teardown_s > 0
     res = r.resources
     assert len(res["pgids"]) == 2 and set(res["log_paths"]) == {"mixed-0", "router"}
     assert all(res["stopped"].values())
-    assert json.loads((tmp_path / "runs" / os.path.basename(res["run_dir"]) / "resources.json").read_text())["pgids"]
+    assert json.loads((runs / os.path.basename(res["run_dir"]) / "resources.json").read_text())["pgids"]
     assert not os.path.exists(res["kv_dir"])
     _assert_gone(res["pgids"])
     print(f"\nlocal aggregated: wall {wall:.1f} s (with the agentic and prefix workloads), {r.timings}")
@@ -198,10 +159,10 @@ def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path
 
 
 @pytest.mark.vllm
-def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(local_aggregated):
+def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_local_probe):
     # the deployment of test_local_aggregated_two_levels, measured with both workloads after its own levels
-    side, tmp_path = local_aggregated["side"], local_aggregated["tmp"]
-    assert local_aggregated["run"].ok, local_aggregated["run"].reason
+    side, runs = tiny_local_probe["side"], tiny_local_probe["runs"]
+    assert tiny_local_probe["run"].ok, tiny_local_probe["run"].reason
     if "error" in side:
         raise side["error"]
     a, p = side["agentic"], side["prefix"]
@@ -211,7 +172,7 @@ def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(local_aggregate
     assert p.completed == p.num_requests == 8 and p.failed == 0
     assert a.prefix_cache_hit_rate and a.prefix_cache_hit_rate > 0
     assert p.prefix_cache_hit_rate and p.prefix_cache_hit_rate > 0
-    lines = [json.loads(x) for x in open(next((tmp_path / "runs").glob("*/bench/agentic-c2-*.jsonl")))]
+    lines = [json.loads(x) for x in open(next(runs.glob("*/bench/agentic-c2-*.jsonl")))]
     assert len(lines) == 12 and lines[2]["prompt"].startswith(lines[0]["prompt"])  # turn 2 extends turn 1
     _assert_gone(side["pgids"])
     print(f"\nagentic hit rate {a.prefix_cache_hit_rate:.2f}, prefix hit rate {p.prefix_cache_hit_rate:.2f}")

@@ -4,8 +4,10 @@ defaults, repeats, and a Pareto front made only of measured points. Nothing mock
 
 The SLO is chosen from the deployment itself so that the knee lies between the two initial levels on any
 machine: one deployment (max-num-seqs 4) is first measured at concurrency 1 and 8 — beyond 4 requests queue,
-so the median E2E latency about doubles — and the SLO bound is the geometric mean of the two medians. One study
-then runs (about 8 minutes on 2 cores in CI): the baseline, the search's one candidate, and both measured again.
+so the median E2E latency about doubles — and the SLO bound is the geometric mean of the two medians. That probe is
+the session's shared local deployment (``tiny_local_probe``, tests/shared_runs.py; tests/test_executors_real.py
+asserts on it too). One study then runs (about 7 minutes on 2 cores in CI): the baseline, the search's one
+candidate, and both measured again; each trial is its knee search alone (no fixed levels).
 
 Why E2E and not TTFT: on this 2-core machine some CPU deployments deliver each response's tokens in one burst
 for a minute or more (a level's TTFT then equals its E2E latency: ~80 ms at c=1 where ~10 ms is usual; see
@@ -43,21 +45,18 @@ from db import queries
 from executors import procs
 from tests.trial_processes import kill, still_running, trial_processes
 from search_spaces import PREFIX_REUSE_LIMIT, TrialState
+from tests.shared_runs import PROBE_JOB
 
 pytestmark = [pytest.mark.vllm]
 
-SEARCH_SEQS = 4
+# the probe's job (tests/shared_runs.py) as a study: the same candidate and workload, searched for its knee. No
+# fixed levels: the probe measured 1 and 8 already, and measuring them again in every trial (after its search,
+# tests/test_measure.py) would cost two `vllm bench serve` runs per trial for nothing asserted here.
 BASE = {
+    **PROBE_JOB,
     "name": "knee",
-    "preset": "cpu-tiny-moe",
-    "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
-    "workload": {"dataset": "random", "isl": {"mean": 256, "range_ratio": 0.2}, "osl": {"mean": 32, "range_ratio": 0.2},
-                 "load_levels": [1, 8], "prompts_per_concurrency": 3, "min_prompts": 16, "warmups_per_concurrency": 1,
-                 "max_load": 8, "max_levels": 6, "knee_tolerance": 0.15, "knee_search": True},
+    "workload": {**PROBE_JOB["workload"], "load_levels": [], "knee_search": True},
     "baseline": {"enabled": True},  # the preset is a quick look without them
-    "space": {"modes": ["aggregated"],
-              "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEARCH_SEQS],
-                        "max_num_batched_tokens": [2048]}},
     "sampler": {"kind": "grid", "seed": 0},
     "budget": {"trials": 1, "repeat_top": 1},
 }
@@ -69,22 +68,10 @@ def advisor(*args: str, cwd: Path, timeout: float = 1500) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory):
-    from advisor.executor_factory import make_executor
-    from executors import place
-    from search_spaces import DeploymentConfig
-
+def study(tmp_path_factory, tiny_local_probe):
     work = tmp_path_factory.mktemp("knee")
     run_dir = str(work / "runs")
-    probe_job = job_from_dict({**BASE, "name": "knee-probe",
-                               "workload": {**BASE["workload"], "knee_search": False},
-                               "executor": {"kind": "local", "run_dir": run_dir}})
-    ex = make_executor(probe_job)
-    cfg = DeploymentConfig.model_validate(
-        {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": SEARCH_SEQS,
-                                          "max_num_batched_tokens": 2048}})
-    run = ex.evaluate(place(cfg, probe_job.cluster), probe_job.workload)
-    ex.close()
+    run = tiny_local_probe["run"]  # the probe: the search's candidate at c=1 and c=8 (tests/shared_runs.py)
     assert run.ok, (run.reason, run.log_tail)
     # medians, not P90s: two hiccups in a 16-request level moved a P90 (see the module's docstring for E2E)
     e2e = {m.concurrency: m.p50_e2el_ms for m in run.measurements}

@@ -104,15 +104,16 @@ def real_study(profiled) -> dict[str, Any]:
         params = PerfParams.model_validate(database.profiles(gpu="CPU")[0].params)
     finally:
         database.close()
+    # one level: where the search starts is what is asserted (tests/test_knee_real.py follows a search to its end)
     workload = {"dataset": "random", "isl": {"mean": 192, "range_ratio": 0.2}, "osl": {"mean": 24, "range_ratio": 0.2},
-                "load_levels": [2], "knee_search": True, "max_load": 8, "max_levels": 4, "knee_tolerance": 0.3,
+                "load_levels": [], "knee_search": True, "max_load": 8, "max_levels": 1, "knee_tolerance": 0.3,
                 "prompts_per_concurrency": 3, "min_prompts": 12, "warmups_per_concurrency": 1}
     doc = _job(work, "study", workload=workload,
                space={"modes": ["aggregated"], "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEQS],
                                                          "max_num_batched_tokens": [2048]}},
                sampler={"kind": "grid", "seed": 0}, budget={"trials": 1, "repeat_top": 0})
     doc["executor"]["profile"] = "auto"  # the preset turns it off; a stored profile must be found, not remade
-    probe = job_from_dict({**doc, "slos": []})
+    probe = job_from_dict({**doc, "slos": [], "workload": {**workload, "load_levels": [3, 4]}})  # what it predicts
     topo = place(_config(), probe.cluster)
     e2e = {m.concurrency: m.p50_e2el_ms for m in predict(topo, probe.model_profile(), probe.workload, params, [3, 4])}
     bound = math.sqrt(e2e[3] * e2e[4])

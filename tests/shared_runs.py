@@ -1,0 +1,90 @@
+"""Real runs that several test files assert on (a pytest plugin: ``tests/conftest.py`` loads it).
+
+Each CPU vLLM cold start costs tens of seconds on the 2-core CI machine, so a deployment that can answer several
+files' questions is started once per session.
+
+``tiny_local_probe``: the tiny dummy-weight MoE (max-num-seqs 4, one instance) on the local executor, measured by
+``evaluate`` at concurrency 1 and 8 — the SLO probe of tests/test_knee_real.py (its study uses the same deployment
+and workload) and the local-executor checks of tests/test_executors_real.py. On the same servers, after those two
+levels and before the teardown, the agentic and prefix workloads run (what tests/test_executors_real.py asserts
+on them); they cannot change the probe's numbers, which were taken first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from search_spaces import Dataset, LengthDist, Workload
+
+#: The knee study's candidate and workload (tests/test_knee_real.py): the probe measures exactly what the study
+#: will deploy, at the two initial levels.
+PROBE_SEQS = 4
+PROBE_JOB: dict[str, Any] = {
+    "name": "knee-probe",
+    "preset": "cpu-tiny-moe",
+    "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+    "workload": {"dataset": "random", "isl": {"mean": 256, "range_ratio": 0.2}, "osl": {"mean": 32, "range_ratio": 0.2},
+                 "load_levels": [1, 8], "prompts_per_concurrency": 3, "min_prompts": 16, "warmups_per_concurrency": 1,
+                 "max_load": 8, "max_levels": 6, "knee_tolerance": 0.15, "knee_search": False},
+    "space": {"modes": ["aggregated"],
+              "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [PROBE_SEQS],
+                        "max_num_batched_tokens": [2048]}},
+}
+PROBE_LEVELS = [1, 8]
+
+# Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.datasets (multi-turn
+# sessions whose context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens,
+# so the shared parts are longer than one block.
+AGENTIC = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),
+                   prefix_reuse=0.5, turns=3, load_levels=[2], prompts_per_concurrency=6,
+                   warmups_per_concurrency=0, min_prompts=8)
+PREFIX = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0.25), osl=LengthDist(mean=8),
+                  prefix_reuse=0.75, load_levels=[2], prompts_per_concurrency=4, warmups_per_concurrency=0,
+                  min_prompts=8)
+
+
+@pytest.fixture(scope="session")
+def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
+    """``evaluate`` of the probe deployment (deploy, warm-up, c=1 and c=8, tear down); its measure step then also
+    measures AGENTIC and PREFIX on the same servers. ``side`` holds those two, the timings before and after them,
+    the process groups, or the error they raised (reported by the test that reads them)."""
+    from advisor.executor_factory import make_executor
+    from advisor.job import job_from_dict
+    from executors import place
+    from search_spaces import DeploymentConfig
+
+    tmp = tmp_path_factory.mktemp("tiny-local-probe")
+    job = job_from_dict({**PROBE_JOB, "executor": {"kind": "local", "run_dir": str(tmp / "runs"),
+                                                   "timeouts": {"health_s": 240}}})
+    ex = make_executor(job)
+    side: dict[str, Any] = {}
+    measure = ex.measure
+
+    def measure_then_other_workloads(dep, workload, plan=None):
+        ms = measure(dep, workload, plan)
+        own = dep.timings.warmup_s, dep.timings.measure_s  # the evaluate's timings are the probe's alone
+        try:  # the evaluate's own result must not depend on these
+            (side["agentic"],) = measure(dep, AGENTIC)
+            (side["prefix"],) = measure(dep, PREFIX)
+        except Exception as e:  # noqa: BLE001 — reported by the test that reads them
+            side["error"] = e
+        finally:
+            side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
+            dep.timings.warmup_s, dep.timings.measure_s = own
+        side["pgids"] = list(dep.resources["pgids"])
+        return ms
+
+    ex.measure = measure_then_other_workloads
+    cfg = DeploymentConfig.model_validate(
+        {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": PROBE_SEQS,
+                                          "max_num_batched_tokens": 2048}})
+    t0 = time.monotonic()
+    try:
+        run = ex.evaluate(place(cfg, job.cluster), job.workload)
+    finally:
+        ex.close()
+    # ``runs``: where the executor put the deployment's folder (``run_dir`` / the job's name)
+    return {"run": run, "wall": time.monotonic() - t0, "runs": tmp / "runs" / job.name, "side": side, "job": job}
