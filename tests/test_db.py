@@ -962,6 +962,7 @@ def test_pg_fixture_skips_or_fails_without_url(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text((REPO / "tests" / "conftest.py").read_text())
     (tmp_path / "test_x.py").write_text("def test_pg(pg_url):\n    assert pg_url\n")
     env = {k: v for k, v in os.environ.items() if k not in ("DEPLOY_ADVISOR_PG_URL", "CI")}
+    env["PYTHONPATH"] = str(REPO)  # the copied conftest imports the shared fixtures of tests/
     cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path)]
     local = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert local.returncode == 0 and "1 skipped" in local.stdout and "DEPLOY_ADVISOR_PG_URL is not set" in local.stdout
