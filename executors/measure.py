@@ -126,8 +126,8 @@ class _Search:
 
         With a ``short`` probe, the levels that step and bisect towards the knee are short runs; once the
         bracket closes, its low end (the knee) and then its high end are measured at full length. A full run
-        that contradicts its short one reopens the search there (short runs again), so the knee is always a
-        full-length level and a full-length level above it failed (or the search hit a bound)."""
+        that contradicts its short one means short runs misjudge this deployment: the search goes on at full
+        length, bracketing on full-length verdicts only. The knee is always a full-length level."""
         ok = self.judge
         brief = self.short is not None
         lo: float | None = None
