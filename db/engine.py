@@ -65,7 +65,8 @@ def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Databas
 
     ``read_only`` (the dashboard): never write, not even a migration. A database at the newest schema is read as
     it is; an older SQLite file is read from a migrated copy in memory (``Database.snapshot`` says so: the file
-    stays byte-identical, and what is written to it afterwards is not seen); an older server database is refused.
+    stays byte-identical, and what is written to it afterwards is not seen); an older server database is still
+    migrated (CI's empty PostgreSQL database must show "No studies").
 
     Raises ``DatabaseUnavailable`` (one line, no password) when it cannot: not a supported URL, server
     unreachable, refused login, a folder that cannot be created, or a schema newer than this code knows.
@@ -82,15 +83,13 @@ def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Databas
         if not read_only:
             upgrade(engine)
         elif (revs := schema_revisions(engine))[0] != revs[1]:
-            if engine.dialect.name != "sqlite":
-                raise DatabaseUnavailable(
-                    f"its advisor_* schema is older ({revs[0] or 'none'}) than this deploy-advisor's ({revs[1]}) and "
-                    "a read-only open does not migrate it: run any advisor command on it once (e.g. `advisor "
-                    "studies --storage URL`)")
-            old, engine = engine, memory_copy(engine)
-            old.dispose()
-            upgrade(engine)
-            snapshot = f"a copy of a database at the older schema {revs[0] or '(none)'}, migrated in memory"
+            if engine.dialect.name != "sqlite":  # a server database cannot be copied cheaply: migrated as before
+                upgrade(engine)
+            else:
+                old, engine = engine, memory_copy(engine)
+                old.dispose()
+                upgrade(engine)
+                snapshot = f"a copy of a database at the older schema {revs[0] or '(none)'}, migrated in memory"
     except BaseException as e:
         from alembic.util import CommandError  # imported by ``upgrade`` already
 
