@@ -24,6 +24,9 @@ whose levels fit the communication terms (``comm_config``), which runs where suc
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -240,20 +243,76 @@ class _Measured:
     deploy_s: list[float] = field(default_factory=list)
     measure_s: list[float] = field(default_factory=list)
     engine: str = ""
+    checkpoints: list[Path] = field(default_factory=list)  # one per deployment, removed once the profile is stored
+    reused: list[str] = field(default_factory=list)  # the checkpoints an unfinished profile had left
 
 
-def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, probes: Sequence[Probe],
-             depth: int, into: _Measured, comm: bool, on_level: Callable[[str], None] | None) -> None:
-    """Deploy ``config`` of the ``depth``-layer folder on ``gpus`` GPUs, measure ``probes``, tear down."""
-    from advisor.executor_factory import make_executor
-
+def probe_executor_job(job: TuningJob, folder: Path, probes: Sequence[Probe], gpus: int) -> TuningJob:
+    """The job one probe deployment is launched from: the ``folder``'s model on ``gpus`` GPUs of one node, KV
+    cache for the probes' largest level."""
     cluster = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=gpus)
     envelope = Workload(isl=LengthDist(mean=max(p.isl for p in probes)), osl=LengthDist(mean=max(p.osl for p in probes)),
                         load_levels=[1], knee_search=False)
     tokens = max(max(p.loads) * (p.isl + p.osl) for p in probes)
-    executor = make_executor(with_probe_kv(probe_job(job, folder, envelope, cluster), tokens))
+    return with_probe_kv(probe_job(job, folder, envelope, cluster), tokens)
+
+
+def checkpoint_path(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, probes: Sequence[Probe],
+                    depth: int, engine: str) -> Path:
+    """Where one depth's measured probes wait for the rest of an unfinished profile, named by everything that
+    shaped them: the GPU kind and count, the vLLM build, the deployment, the serve arguments and environment, the
+    probes and the model's shape. A profile of a wide model costs two cold starts of ~5 minutes each on a fresh
+    H200 (the FP8 MoE kernels compile per batch size); one stopped after its first depth resumes at the second
+    instead of paying the first again."""
+    ex = probe_executor_job(job, folder, probes, gpus).executor
+    key = json.dumps([job.cluster.gpu, gpus, engine, config.model_dump(mode="json"), ex.extra_serve_args,
+                      sorted(ex.env.items()), [dataclasses.astuple(p) for p in probes],
+                      job.model_profile().shape_key, depth], default=str)
+    root = job.resolve_path(job.executor.run_dir) / "profile-models" / "measured"
+    return root / f"L{depth}-x{gpus}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
+def _reuse(path: Path, job: TuningJob, folder: Path, config: DeploymentConfig, cluster: ClusterSpec,
+           probes: Sequence[Probe], into: _Measured, comm: bool) -> bool:
+    """Take one depth's measurements from its checkpoint (False: there is none, or it cannot be read)."""
+    try:
+        got = json.loads(path.read_text())
+        measured = [{int(c): {k: float(v) for k, v in vals.items()} for c, vals in m.items()} for m in got["measured"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    for i, (probe, m) in enumerate(zip(probes, measured, strict=True)):
+        if m:
+            target = into.comm if comm else into.samples
+            target.append(Sample("profile", len(into.samples) + len(into.comm), config,
+                                 probe_job(job, folder, probe.workload(warm=i == 0), cluster), m))
+    into.levels.extend(got["levels"])
+    into.deploy_s.append(float(got["deploy_s"]))
+    into.measure_s.append(float(got["measure_s"]))
+    into.reused.append(path.name)
+    return True
+
+
+def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, probes: Sequence[Probe],
+             depth: int, into: _Measured, comm: bool, on_level: Callable[[str], None] | None) -> None:
+    """Deploy ``config`` of the ``depth``-layer folder on ``gpus`` GPUs, measure ``probes``, tear down — unless
+    an unfinished profile already measured this depth the same way (``checkpoint_path``)."""
+    from advisor.executor_factory import make_executor
+
+    ejob = probe_executor_job(job, folder, probes, gpus)
+    cluster = ejob.cluster
+    executor = make_executor(ejob)
     into.engine = executor.engine_version
     tag = f"L{depth}" + (f" x{gpus} GPUs" if gpus > 1 else "")
+    saved = checkpoint_path(job, folder, config, gpus, probes, depth, executor.engine_version)
+    into.checkpoints.append(saved)
+    before = len(into.levels)
+    if _reuse(saved, job, folder, config, cluster, probes, into, comm):
+        executor.close()
+        for _ in range(len(into.levels) - before):
+            if on_level:
+                on_level(f"{tag}: measured by the unfinished profile before")
+        return
+    measured: list[dict[int, dict[str, float]]] = []
     step = "deploying"
     try:
         if on_level:
@@ -267,11 +326,11 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
                 wl = probe.workload(warm=i == 0)
                 step = f"{probe.kind} probe ISL {probe.isl} OSL {probe.osl}"
                 levels = executor.measure(dep, wl, MeasurePlan())
-                measured = {m.concurrency: v for m in levels if (v := fitted_values(m))}
-                if measured:
+                measured.append({m.concurrency: v for m in levels if (v := fitted_values(m))})
+                if measured[-1]:
                     target = into.comm if comm else into.samples
                     target.append(Sample("profile", len(into.samples) + len(into.comm), config,
-                                         probe_job(job, folder, wl, cluster), measured))
+                                         probe_job(job, folder, wl, cluster), measured[-1]))
                 for m in levels:
                     into.levels.append({"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl,
                                         "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
@@ -283,8 +342,15 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
             into.measure_s.append(time.monotonic() - t0)
         finally:
             executor.teardown(dep)
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        tmp = saved.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"measured": measured, "levels": into.levels[before:],
+                                   "deploy_s": into.deploy_s[-1], "measure_s": into.measure_s[-1]}, default=str))
+        tmp.replace(saved)
     except DeploymentFailed as e:  # the machine failed, not the input: one line, nothing stored
-        raise EnvironmentFailed(f"profile stopped at {tag}, {step}: {e.reason} (nothing stored; the "
+        kept = len(into.checkpoints) - 1
+        kept_text = f"; the {kept} deployment(s) measured before are kept, and a rerun starts after them" if kept else ""
+        raise EnvironmentFailed(f"profile stopped at {tag}, {step}: {e.reason} (nothing stored{kept_text}; the "
                                 f"deployment's logs are under {job.resolve_path(job.executor.run_dir)})") from None
     finally:
         executor.close()
@@ -295,8 +361,6 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
     """Deploy each depth, measure every probe on it, fit, store. ``on_level(text)`` hears of each step (a
     progress bar). Every deployment is torn down whatever happens; nothing is stored unless the whole profile
     was measured and fitted."""
-    import json
-
     t0 = time.monotonic()
     plan = plan_profile(job, depths)  # bad input (a simulated job, depths) before anything is deployed
     cfg, tok_from = source_config(job)
@@ -315,7 +379,7 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
         raise BadInput("profile: no probe level completed; see the servers' logs under executor.run_dir")
     cal = calibrate(got.samples, start=default_params(job.cluster.gpu), names=list(STEP_PARAMS))
     report: dict[str, Any] = {**cal.to_dict(), "depths": list(plan.depths), "deploy_s": got.deploy_s,
-                              "measure_s": got.measure_s, "levels": len(got.levels)}
+                              "measure_s": got.measure_s, "levels": len(got.levels), "resumed_from": got.reused}
     params = cal.params
     if got.comm:  # the communication terms, fitted with the single-GPU terms held at their fitted values
         comm_cal = calibrate(got.comm, start=params, names=list(COMM_PARAMS))
@@ -325,6 +389,8 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
     stored = database.add_profile(gpu=job.cluster.gpu, gpu_count=2 if got.comm else 1, engine_version=got.engine,
                                   shape_key=model.shape_key, model_name=model.name, shape=model.shape,
                                   params=params.model_dump(), report=report, probes=got.levels)
+    for saved in got.checkpoints:
+        saved.unlink(missing_ok=True)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         params.save(out)

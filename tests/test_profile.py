@@ -5,8 +5,10 @@ tests/test_profile_real.py."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -145,3 +147,77 @@ def test_a_deployment_that_dies_ends_the_profile_in_one_line_and_stores_nothing(
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert "profile stopped at L" in r.stderr and "deploying" in r.stderr and "nothing stored" in r.stderr
     assert db.connect(doc["storage"]).profiles() == []
+
+
+def _checkpoint(job, depth: int, plan) -> Path:
+    """Write what an unfinished profile would have left after measuring ``depth`` (values of the tiny model's
+    order on the CPU build), where a rerun of the same profile looks for it."""
+    from advisor.profile import checkpoint_path, source_config
+    from executors.local import engine_version
+
+    model = job.model_profile()
+    folder = job.resolve_path(job.executor.run_dir) / "profile-models" / f"{model.shape_key}-L{depth}"
+    path = checkpoint_path(job, folder, plan.config, 1, plan.probes, depth, engine_version())
+    assert source_config(job)  # the job's model resolves, as the profile needs it to
+    measured = [{str(c): {"throughput_per_gpu": 40.0 * c / depth, "p50_ttft_ms": 30.0 * depth * p.isl / 64,
+                          "p50_tpot_ms": 20.0 * depth} for c in p.loads} for p in plan.probes]
+    levels = [{"depth": depth, "gpus": 1, "kind": p.kind, "isl": p.isl, "osl": p.osl, "concurrency": c,
+               "values": measured[i][str(c)]} for i, p in enumerate(plan.probes) for c in p.loads]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"measured": measured, "levels": levels, "deploy_s": 61.0, "measure_s": 9.0}))
+    return path
+
+
+def test_an_unfinished_profile_resumes_after_the_depths_it_measured(tmp_path):
+    """A wide model's profile is two ~5-minute cold starts on a fresh H200; one stopped after its first depth must
+    not pay for it again. The engine here exits at once, so a depth is measured only if a checkpoint has it."""
+    doc = {"name": "p", "preset": "cpu-tiny-moe", "storage": f"sqlite:///{tmp_path / 'r.db'}",
+           "executor": {"kind": "local", "engine_cmd": [sys.executable, "-c", "import sys; sys.exit(7)"],
+                        "run_dir": str(tmp_path / "runs"), "timeouts": {"health_s": 60}}}
+    (tmp_path / "j.yaml").write_text(yaml.safe_dump(doc))
+    def checkpoint(depth: int) -> Path:  # in a fresh process, as the profile's own (no state of earlier tests)
+        code = (f"from advisor.job import load_job; from advisor.profile import plan_profile; "
+                f"from tests.test_profile import _checkpoint; job = load_job('j.yaml'); "
+                f"print(_checkpoint(job, {depth}, plan_profile(job, [1, 2])))")
+        r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+        assert r.returncode == 0, r.stderr
+        return Path(r.stdout.strip().splitlines()[-1])
+
+    plan = plan_profile(load_job(tmp_path / "j.yaml"), [1, 2])
+    first = checkpoint(1)
+
+    def profile() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "advisor", "profile", "j.yaml", "--depths", "1,2"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+    r = profile()  # depth 1 from its checkpoint, depth 2 deployed: the engine dies
+    assert r.returncode == 3, r.stderr
+    assert "profile stopped at L2, deploying" in r.stderr and "1 deployment(s) measured before are kept" in r.stderr
+    assert first.exists() and db.connect(doc["storage"]).profiles() == []
+
+    second = checkpoint(2)
+    r = profile()  # both depths measured before: nothing is deployed, the profile is fitted and stored
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed: 2 deployment(s)" in r.stdout
+    (stored,) = db.connect(doc["storage"]).profiles()
+    assert stored.report["resumed_from"] == [first.name, second.name] and stored.report["deploy_s"] == [61.0, 61.0]
+    assert len(stored.probes) == 2 * sum(len(p.loads) for p in plan.probes)
+    assert not first.exists() and not second.exists()  # a finished profile leaves no checkpoint to resume
+
+
+def test_a_checkpoint_is_named_by_what_shaped_its_measurements(tmp_path):
+    """Another vLLM build or other serve arguments measure other kernels: their checkpoint is another file."""
+    from advisor.profile import checkpoint_path
+
+    job = job_from_dict({"name": "p", "preset": "cpu-tiny-moe", "executor": {"kind": "local",
+                                                                            "run_dir": str(tmp_path)}})
+    plan = plan_profile(job)
+    args = (tmp_path / "f", plan.config, 1, plan.probes, plan.depths[0])
+    base = checkpoint_path(job, *args, "0.26.0")
+    assert checkpoint_path(job, *args, "0.26.0") == base
+    assert checkpoint_path(job, *args, "0.27.0") != base
+    other = job.model_copy(update={"executor": job.executor.model_copy(update={"extra_serve_args": ["--block-size",
+                                                                                                   "32"]})})
+    assert checkpoint_path(other, *args, "0.26.0") != base
+    assert checkpoint_path(job, tmp_path / "f", plan.config, 1, plan.probes, plan.depths[1], "0.26.0") != base

@@ -61,6 +61,7 @@ def profiled(tmp_path_factory) -> dict[str, Any]:
     (work / "profile.yaml").write_text(yaml.safe_dump(_job(work, "prof")))
     r = advisor("profile", "profile.yaml", "--depths", "1,2", "--out", "params.json", cwd=work)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not list((work / "runs" / "profile-models" / "measured").glob("*")), "a stored profile leaves no checkpoint"
     return {"work": work, "out": r.stdout}
 
 
