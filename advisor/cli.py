@@ -467,24 +467,13 @@ def dashboard(
     serve_dashboard(_storage(storage), port=port, host=host, allow_new_studies=allow_new_studies,
                     console=console, err=err)
 
-def _terminate_as_interrupt() -> None:
-    """SIGTERM (a wall-clock limit, ``timeout``, a scheduler) stops a command the way Ctrl-C does: Python's default
-    would end the process on the spot, skipping every ``finally`` — the teardown that stops a trial's vLLM
-    servers (sessions of their own, which outlive the tuner holding the GPUs) and records what was measured."""
-    import signal
-
-    def on_term(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: teardown is not interrupted by a second one
-        raise KeyboardInterrupt("terminated (SIGTERM)")
-
-    signal.signal(signal.SIGTERM, on_term)
-
-
 def main() -> None:
     """The console script: Click's usage errors also become one line and exit 2."""
     # Typer vendors Click; its UsageError (BadParameter's base) is not re-exported under a public name.
     usage_error = typer.BadParameter.__mro__[1]
-    _terminate_as_interrupt()
+    from executors.procs import terminate_as_interrupt
+
+    terminate_as_interrupt()
     try:
         rv = app(prog_name="advisor", standalone_mode=False)
     except usage_error as e:  # type: ignore[misc]

@@ -345,3 +345,16 @@ __all__ = [
     "owner_mark", "pid_alive", "read_launch", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
     "stop_group", "stop_groups", "stop_strays", "wait_healthy",
 ]
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM (a wall-clock limit, ``timeout``, a scheduler) stops a command the way Ctrl-C does: Python's default
+    would end the process on the spot, skipping every ``finally`` — the teardown that stops a trial's vLLM
+    servers (sessions of their own, which outlive the process that started them, holding the GPUs) and records
+    what was measured. The CLI and the GPU benchmark scripts install it first thing."""
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: teardown is not interrupted by a second one
+        raise KeyboardInterrupt("terminated (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, on_term)

@@ -89,7 +89,7 @@ def test_plan_fits_the_gpu_and_the_model_length():
     assert weights < 0.5 * 141e9
     plan = plan_profile(qwen)
     assert {p.kind for p in plan.probes} == {"prefill", "decode"} and plan.levels == 2 * 7
-    seeds = {p.workload(False).seed for p in plan.probes}
+    seeds = {p.workload().seed for p in plan.probes}
     assert len(seeds) == len(plan.probes)  # no two probes of a deployment share prompts
 
 

@@ -187,6 +187,11 @@ def cmd_stack(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    # `timeout` at the device call's limit sends SIGTERM: without this the stack check's vLLM server outlived
+    # the script holding 39 GiB of the GPU (3 Dec); as KeyboardInterrupt, `finally: ex.close()` stops it
+    from executors.procs import terminate_as_interrupt
+
+    terminate_as_interrupt()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("predict")
