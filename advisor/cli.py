@@ -194,7 +194,9 @@ def _tune_with_progress(job: TuningJob, ex: Executor, url: str, study: str | Non
                                        markup=False, highlight=False, soft_wrap=True)
             if r.outcome is not None and r.outcome.feasible and r.outcome.values[0] > best.get("value", -1):
                 best["value"] = r.outcome.values[0]
-                best["text"] = f"best {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
+                # the best single run so far, said as such: the answer (repeats, the spread, ties with the
+                # defaults) is `advisor best`'s, printed at the end, and may name another trial
+                best["text"] = f"best run so far {r.outcome.values[0]:,.0f} {job.objective.metric} (trial {r.number})"
             progress.update(task, completed=min(budget, done[0] + (1 if r.executed else 0)), best=best["text"])
             if r.executed:
                 done[0] += 1
