@@ -19,7 +19,7 @@ from db import redact_url
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import model_error, verdict_lines
 from db import Best, queries
-from executors import place
+from executors import Topology, place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
 __all__ = [
@@ -289,9 +289,27 @@ def answer(url: str, study: str) -> Answer | None:
         database.close()
 
 
-def _export_subject(database: db.Database, study: str, trial: int | None) -> tuple[TuningJob, DeploymentConfig,
+def _trial_topology(database: db.Database, study: str, job: TuningJob, t: db.Trial,
+                    cfg: DeploymentConfig) -> tuple[Topology, bool]:
+    """Where the trial ran: its stored topology (a reused trial's: that of the trial whose measurements it
+    reuses), so an export renders what was measured even where today's ``place`` would pack it otherwise. A
+    trial with none (a database from before topologies were stored) is placed now, and the second value says so."""
+    doc = t.topology
+    if not doc and t.reused_from is not None:
+        source = queries.get_trial(database, study, t.reused_from)
+        doc = source.topology if source is not None and source.config == cfg else None
+    if not doc:
+        return place(cfg, job.cluster), True
+    try:
+        return Topology.from_dict(doc, cfg), False
+    except ValueError as e:
+        raise BadInput(f"--trial: trial {t.number}'s stored topology is {e}") from None
+
+
+def _export_subject(database: db.Database, study: str, trial: int | None) -> tuple[TuningJob, Topology,
                                                                                    Evidence, int]:
-    """The job, configuration and evidence of the trial an export is of (``trial``, else the study's answer)."""
+    """The job, placed configuration (as the trial stored it) and evidence of the trial an export is of
+    (``trial``, else the study's answer)."""
     job = job_of_study(database, study)
     if trial is None:
         ans = study_answer(database, study, job)
@@ -303,10 +321,11 @@ def _export_subject(database: db.Database, study: str, trial: int | None) -> tup
         raise BadInput(f"--trial: study {study!r} has no trial {trial} with a configuration")
     if t.state != "complete":
         raise BadInput(f"--trial: trial {trial} is {t.state}, not complete; export a complete trial")
+    topo, placed_now = _trial_topology(database, study, job, t, t.config)
     info = queries.get_study(database, study)
     ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
-                  info.hardware or job.cluster.describe(), list(t.measurements))
-    return job, t.config, ev, t.id
+                  info.hardware or job.cluster.describe(), list(t.measurements), placed_now=placed_now)
+    return job, topo, ev, t.id
 
 
 def _formats(fmt: str) -> tuple[str, ...]:
@@ -323,10 +342,10 @@ def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, mode
     formats = _formats(fmt)
     database = _open(url)
     try:
-        job, cfg, ev, trial_id = _export_subject(database, study, trial)
+        job, topo, ev, trial_id = _export_subject(database, study, trial)
         paths = []
         for f in formats:
-            path, sha = write_export(job, cfg, ev, f, out, model, options)
+            path, sha = write_export(job, topo, ev, f, out, model, options)
             database.record_export(trial_id, f, str(path), sha)
             paths.append(path)
         return paths
@@ -341,8 +360,8 @@ def rendered_export(url: str, study: str, *, fmt: str, trial: int | None, model:
     (f,) = _formats(fmt)
     database = _open(url)
     try:
-        job, cfg, ev, _ = _export_subject(database, study, trial)
-        return render_export(job, cfg, ev, f, model, options)
+        job, topo, ev, _ = _export_subject(database, study, trial)
+        return render_export(job, topo, ev, f, model, options)
     finally:
         database.close()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from advisor.errors import BadInput
-from advisor.job import ExecutorKind, TuningJob
+from advisor.job import ExecutorKind, ExecutorSpec, TuningJob
 from executors import Executor, Platform, cpu_platform, gpu_platform
 
 if TYPE_CHECKING:
@@ -114,6 +114,33 @@ def model_params(job: TuningJob) -> PerfParams:
         return PerfParams.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError) as e:
         raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+
+
+def executor_class(spec: ExecutorSpec) -> type[Executor]:
+    """The class ``make_executor`` builds for ``spec``, unbuilt: what an executor can do (``Executor.simulated``)
+    is asked of it, never read off a kind string (``simulated`` with ``reserve_gpus`` is still the model)."""
+    if spec.kind is ExecutorKind.SIMULATED:
+        if spec.reserve_gpus:
+            from executors.simulated_reserved import ReservedSimulatedExecutor
+
+            return ReservedSimulatedExecutor
+        from executors.simulated import SimulatedExecutor
+
+        return SimulatedExecutor
+    if spec.kind is ExecutorKind.LOCAL:
+        from executors.local import LocalExecutor
+
+        return LocalExecutor
+    from executors.ray_executor import RayExecutor
+
+    return RayExecutor
+
+
+def is_simulated(spec: ExecutorSpec) -> bool:
+    """A job with this ``executor`` section gets the performance model's numbers (no spread to measure, no
+    baseline, exports say "simulated"): what ``advisor best``, the exports and the dashboard ask where they hold
+    a job rather than its executor (the tuner asks its executor)."""
+    return executor_class(spec).simulated
 
 
 def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor:

@@ -24,7 +24,6 @@ from advisor.export_k8s_objects import (
     secret_refs,
     slug,
 )
-from executors import place
 from search_spaces import DeploymentConfig
 
 if TYPE_CHECKING:
@@ -53,10 +52,10 @@ def to_yaml(doc: dict, header: str) -> str:
     return comment + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True)
 
 
-def render(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str, options: ExportOptions) -> dict[str, str]:
+def render(job: TuningJob, topo: Topology, ev: Evidence, model: str, options: ExportOptions) -> dict[str, str]:
     """The ``k8s`` folder: ``<role>-leaderworkerset.yaml`` and ``<role>-service.yaml`` per role,
     ``router-deployment.yaml``, ``router-service.yaml`` and ``README.md``."""
-    topo = place(cfg, job.cluster)
+    cfg = topo.config
     platform = k8s_platform(job)
     prefix = slug(options.name or ev.study)
     notes = evidence_annotations(cfg, ev)

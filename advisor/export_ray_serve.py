@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from advisor.executor_factory import platform_for
-from executors import Endpoint, Instance, Platform, place
+from executors import Endpoint, Instance, Platform, Topology
 from executors.render import (
     DP_ADDRESS,
     DP_RPC_PORT,
@@ -76,9 +76,9 @@ def llm_config(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: str
     return out
 
 
-def application(job: TuningJob, cfg: DeploymentConfig, model: str) -> tuple[str, dict]:
+def application(job: TuningJob, topo: Topology, model: str) -> tuple[str, dict]:
     """(builder import path, builder arguments) of the whole deployment."""
-    topo = place(cfg, job.cluster)
+    cfg = topo.config
     platform = platform_for(job)
 
     def conf(role: Role) -> dict:
@@ -97,9 +97,10 @@ def _comment(text: str) -> str:
     return "".join(f"# {h}\n" if h else "#\n" for h in text.splitlines())
 
 
-def render(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str, options: ExportOptions) -> dict[str, str]:
+def render(job: TuningJob, topo: Topology, ev: Evidence, model: str, options: ExportOptions) -> dict[str, str]:
     """The ``ray-serve`` folder: ``serve_config.yaml`` and ``llm_app.py``."""
-    import_path, args = application(job, cfg, model)
+    cfg = topo.config
+    import_path, args = application(job, topo, model)
     module, builder = import_path.split(":")
     usage = (f"{cfg.describe()}\n"
              "Ray Serve LLM (Ray 2.60): `serve run serve_config.yaml`, or `serve run llm_app:app` from this folder.\n"

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from advisor.errors import BadInput
-from advisor.executor_factory import model_path_for, platform_for
-from advisor.job import ExecutorKind, TuningJob
-from executors import launch_script, place
+from advisor.executor_factory import is_simulated, model_path_for, platform_for
+from advisor.job import TuningJob
+from executors import Topology, launch_script
 from executors.render import launch_plan
-from search_spaces import DeploymentConfig, Measurement
+from search_spaces import Measurement
 
 FORMATS = ("vllm", "json", "k8s", "ray-serve")
 #: The container image the Kubernetes export runs (``ExportOptions.image``).
@@ -35,6 +35,8 @@ DEFAULT_IMAGE = "vllm/vllm-openai:latest"
 
 #: Where the presets' weights live on a model hub; an export names them, a real run needs a local path.
 HUB_IDS = {"deepseek-v3": "deepseek-ai/DeepSeek-V3", "qwen3-moe-235b": "Qwen/Qwen3-235B-A22B"}
+#: What an export of a trial without a stored topology says about its placement (``Evidence.placed_now``).
+PLACED_NOW = "placed by this export (the trial stored none), not necessarily where it was measured"
 
 
 @dataclass(frozen=True)
@@ -47,9 +49,12 @@ class Evidence:
     engine_version: str
     hardware: str
     measurements: list[Measurement]
+    #: The trial stored no topology (a database from before they were stored): the export placed the
+    #: configuration with today's ``place``, which may differ from what was measured — and says so.
+    placed_now: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        doc = {
             "study": self.study,
             "trial": self.trial,
             "source": self.source,
@@ -57,10 +62,15 @@ class Evidence:
             "hardware": self.hardware,
             "measurements": [m.model_dump(mode="json", exclude={"raw"}) for m in self.measurements],
         }
+        if self.placed_now:
+            doc["topology"] = PLACED_NOW
+        return doc
 
     def header(self) -> str:
         lines = [f"deploy-advisor export — study {self.study!r}, trial {self.trial} ({self.source})",
                  f"engine: {self.engine_version}; hardware: {self.hardware}"]
+        if self.placed_now:
+            lines.append(f"topology: {PLACED_NOW}")
         for m in self.measurements:
             lines.append(
                 f"concurrency {m.concurrency}: {_f(m.throughput_per_gpu)} tok/s/GPU, "
@@ -109,16 +119,15 @@ def model_name(job: TuningJob, override: str | None = None) -> str:
     return HUB_IDS[job.model.preset]
 
 
-def render_vllm(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str) -> str:
-    topo = place(cfg, job.cluster)
+def render_vllm(job: TuningJob, topo: Topology, ev: Evidence, model: str) -> str:
     return launch_script(
         topo, model=model, platform=platform_for(job), max_model_len=job.workload.max_model_len,
         served_model_name=job.executor.served_model_name, header=ev.header(),
     )
 
 
-def render_json(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, model: str) -> str:
-    topo = place(cfg, job.cluster)
+def render_json(job: TuningJob, topo: Topology, ev: Evidence, model: str) -> str:
+    cfg = topo.config
     platform = platform_for(job)
     plan = launch_plan(topo, model=model, platform=platform, max_model_len=job.workload.max_model_len,
                        served_model_name=job.executor.served_model_name)
@@ -147,7 +156,7 @@ class Renderer(NamedTuple):
     (A tuple, so ``RENDERERS[fmt][0]`` is still the target, as when it was ``(filename, render)``.)"""
 
     target: str
-    render: Callable[[TuningJob, DeploymentConfig, Evidence, str, ExportOptions], Rendered]
+    render: Callable[[TuningJob, Topology, Evidence, str, ExportOptions], Rendered]
     executable: bool = False
 
 
@@ -155,9 +164,9 @@ def _renderers() -> dict[str, Renderer]:
     from advisor import export_k8s, export_ray_serve
 
     return {
-        "vllm": Renderer("launch.sh", lambda job, cfg, ev, model, _o: render_vllm(job, cfg, ev, model),
+        "vllm": Renderer("launch.sh", lambda job, topo, ev, model, _o: render_vllm(job, topo, ev, model),
                          executable=True),
-        "json": Renderer("deployment.json", lambda job, cfg, ev, model, _o: render_json(job, cfg, ev, model)),
+        "json": Renderer("deployment.json", lambda job, topo, ev, model, _o: render_json(job, topo, ev, model)),
         "k8s": Renderer("k8s", export_k8s.render),
         "ray-serve": Renderer("ray-serve", export_ray_serve.render),
     }
@@ -168,10 +177,10 @@ RENDERERS: dict[str, Renderer] = _renderers()
 FOLDER_MARK = ".deploy-advisor-export"
 
 
-def render_export(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, fmt: str, model: str | None = None,
+def render_export(job: TuningJob, topo: Topology, ev: Evidence, fmt: str, model: str | None = None,
                   options: ExportOptions | None = None) -> Rendered:
     """What ``write_export`` would write, in memory."""
-    return RENDERERS[fmt].render(job, cfg, ev, model_name(job, model), options or ExportOptions())
+    return RENDERERS[fmt].render(job, topo, ev, model_name(job, model), options or ExportOptions())
 
 
 def files_sha256(files: dict[str, str]) -> str:
@@ -180,13 +189,13 @@ def files_sha256(files: dict[str, str]) -> str:
     return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def write_export(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, fmt: str, out: Path,
+def write_export(job: TuningJob, topo: Topology, ev: Evidence, fmt: str, out: Path,
                  model: str | None = None, options: ExportOptions | None = None) -> tuple[Path, str]:
-    """Write one format under ``out``; returns the path (a file, or the folder of a multi-file format) and its
+    """Write ``topo`` (a trial's stored placement, with its configuration) in one format under ``out``; returns the path (a file, or the folder of a multi-file format) and its
     sha256 (of the file, or ``files_sha256`` of the folder). Everything is rendered before anything is written;
     a folder is written beside its target and then swapped in, so no half-written folder is left behind."""
     spec = RENDERERS[fmt]
-    rendered = spec.render(job, cfg, ev, model_name(job, model), options or ExportOptions())
+    rendered = spec.render(job, topo, ev, model_name(job, model), options or ExportOptions())
     out.mkdir(parents=True, exist_ok=True)
     path = out / spec.target
     if isinstance(rendered, str):
@@ -215,4 +224,4 @@ def write_export(job: TuningJob, cfg: DeploymentConfig, ev: Evidence, fmt: str, 
 
 
 def evidence_source(job: TuningJob) -> str:
-    return "simulated" if job.executor.kind is ExecutorKind.SIMULATED else "measured"
+    return "simulated" if is_simulated(job.executor) else "measured"

@@ -30,7 +30,7 @@ from advisor.job import ExecutorKind, SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
-from executors import Executor, FailureKind, RunResult, place
+from executors import Executor, FailureKind, RunResult, Topology, place
 from executors.measure import MeasurePlan, knee_of
 from executors.perf_model import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels
@@ -86,7 +86,7 @@ def tune(
         )
         summary.interrupted_found = close_stale(job, database, study, name,
                                                  ray_address or job.executor.ray_address)
-        real = not isinstance(executor, SimulatedExecutor)  # the model (reserving GPUs or not) needs no baseline
+        real = not executor.simulated  # the model (reserving GPUs or not) needs no baseline
         model = _model_params(job, database, executor, summary, real)
         ctx = _Context(job, study, database, executor, name, summary, on_trial,
                        resume_guide(job, study, database, name, model.params), model)
@@ -310,13 +310,14 @@ def _taken_elsewhere(study: optuna.Study, trial: optuna.Trial, key: str,
     return running
 
 
-def _predict(ctx: _Context, cfg: DeploymentConfig) -> tuple[MeasurePlan, dict[str, float] | None]:
+def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, float] | None]:
     """The measure plan of one trial (its SLOs, and the knee the model predicts, where the search starts) and
-    the model's objective values for it (stored with the trial: the guide's honest, out-of-sample error)."""
+    the model's objective values for it (stored with the trial: the guide's honest, out-of-sample error), on
+    the placement the trial deploys."""
     job = ctx.job
     plan = MeasurePlan(tuple(job.slos))
     try:
-        levels = model_levels(place(cfg, job.cluster), job.model_profile(), job.workload, plan, ctx.params)
+        levels = model_levels(topo, job.model_profile(), job.workload, plan, ctx.params)
     except Exception:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
         return plan, None
     knee = knee_of(levels)
@@ -338,8 +339,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         trial.set_user_attr(EXTRA_ATTR, extra)
     if repeat_of is not None:
         trial.set_user_attr(REPEAT_OF_ATTR, repeat_of)
-    topo = place(cfg, job.cluster)
-    plan, predicted = _predict(ctx, cfg)
+    topo = place(cfg, job.cluster)  # placed once: predicted on, stored, deployed and exported (advisor.exports)
+    plan, predicted = _predict(ctx, topo)
     if start is not None:
         plan = MeasurePlan(plan.slos, start)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),

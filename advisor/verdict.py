@@ -11,6 +11,7 @@ speaks of the answer's trial.
 from __future__ import annotations
 
 from advisor.answer import rank
+from advisor.executor_factory import is_simulated
 from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
 from advisor.job import Per, Scope, TuningJob
 from advisor.objectives import cluster_served, copies, objective_names, served_unit
@@ -95,7 +96,7 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
     ranked = rank(job, trials)
     by_number = {t.number: t for t in trials}
     lines: list[str] = []
-    simulated = job.executor.kind.value == "simulated"  # the model (reserving GPUs or not): no spread, no baseline
+    simulated = is_simulated(job.executor)  # the model (reserving GPUs or not): no spread, no baseline
     best = ranked[0] if ranked else None
     if best is not None:
         vals = " / ".join(f"{v:,.1f}" for v in best.recorded)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from executors.topology import Topology
 from search_spaces import ClusterSpec, Measurement, Workload
@@ -98,6 +98,9 @@ class Executor(ABC):
 
     kind: str = "abstract"
     engine_version: str = "unknown"
+    #: Its numbers are the performance model's, not measured on hardware (even where it reserves real GPUs):
+    #: no run-to-run spread, no baseline, exports say "simulated". Ask this, never ``kind``.
+    simulated: ClassVar[bool] = False
     #: Set by ``evaluate`` for one trial: told the resources each time a process or reservation is added.
     _listener: Callable[[dict[str, Any]], None] | None = None
 

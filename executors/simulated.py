@@ -25,6 +25,7 @@ __all__ = ["SimulatedExecutor", "default_params"]
 class SimulatedExecutor(Executor):
     kind = "simulated"
     engine_version = MODEL_VERSION
+    simulated = True
 
     def __init__(self, model: ModelProfile, params: PerfParams | None = None, params_source: str | None = None) -> None:
         self.model = model

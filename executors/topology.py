@@ -7,7 +7,9 @@ exports render it. Ports are given out by the executor that launches, since only
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from search_spaces import ClusterSpec, DeploymentConfig, Role, RoleConfig, instance_sizes, pack
 
@@ -78,6 +80,33 @@ class Topology:
                 for i in self.instances
             ],
         }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], config: DeploymentConfig) -> Topology:
+        """The placement ``to_dict`` stored, on the configuration it was stored with: what a trial ran, rather
+        than what ``place`` would give today. Raises ``ValueError`` when the document is not a placement of
+        ``config`` (another number of instances or GPUs per role, a shard of another instance's size)."""
+        try:
+            cluster = ClusterSpec.model_validate(doc["cluster"])
+            by_role = {r.role: r for r in config.roles}
+            instances: list[Instance] = []
+            for item in doc["instances"]:
+                role_cfg = by_role[Role(item["role"])]
+                shards = tuple(NodeShard(int(s["node"]), tuple(int(g) for g in s["gpus"]), int(s["start_rank"]),
+                                         int(s["local_ranks"])) for s in item["shards"])
+                if sum(len(s.gpus) for s in shards) != role_cfg.gpus_per_instance:
+                    raise ValueError(f"{item['name']} holds {sum(len(s.gpus) for s in shards)} GPUs, its "
+                                     f"configuration {role_cfg.gpus_per_instance}")
+                index = sum(i.role is role_cfg.role for i in instances)
+                instances.append(Instance(role_cfg.role, index, role_cfg, shards))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"not a placement of this configuration: {e}") from None
+        for r in config.roles:
+            placed = sum(i.role is r.role for i in instances)
+            if placed != r.instances:
+                raise ValueError(f"not a placement of this configuration: {placed} {r.role.value} instance(s) "
+                                 f"stored, {r.instances} configured")
+        return cls(config, cluster, tuple(instances))
 
     def describe(self) -> str:
         lines = [f"{self.config.describe()} on {self.cluster.describe()}"]

@@ -65,7 +65,7 @@ from advisor.exports import (
     write_export,
 )
 from advisor.job import TuningJob, job_from_dict
-from executors import cpu_platform, place
+from executors import Topology, cpu_platform, place
 from executors.render import uses_nixl
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import (
@@ -93,6 +93,11 @@ class Case:
     job: TuningJob
     cfg: DeploymentConfig
     model: str | None = None  # --model (the tiny model's hub-like id: its weights are generated, not a path here)
+
+    @property
+    def topo(self) -> Topology:
+        """``cfg`` placed on the job's cluster, as a trial would store it (an export renders the stored one)."""
+        return place(self.cfg, self.job.cluster)
 
 
 def _role(role: Role, **kw: Any) -> RoleConfig:
@@ -168,7 +173,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory):
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("HF_TOKEN", HF_SENTINEL)
                 for fmt in FORMATS:
-                    write_export(case.job, case.cfg, evidence(case), fmt, out, model=case.model,
+                    write_export(case.job, case.topo, evidence(case), fmt, out, model=case.model,
                                  options=ExportOptions(image=IMAGE))
             done[name] = out
         return done[name]
@@ -705,18 +710,18 @@ def test_cross_node_pd_launch_script_runs_on_each_node(exported, tmp_path: Path)
 def test_folder_exports_replace_their_own_folder_only(tmp_path: Path) -> None:
     case = cases()["cpu-agg"]
     ev = evidence(case)
-    path, sha = write_export(case.job, case.cfg, ev, "k8s", tmp_path)
+    path, sha = write_export(case.job, case.topo, ev, "k8s", tmp_path)
     files = {str(p.relative_to(path)): p.read_text() for p in path.rglob("*") if p.name != FOLDER_MARK}
     assert sha == files_sha256(files) and len(sha) == 64
     (path / "stale.yaml").write_text("kind: Stale\n")
-    path2, _ = write_export(case.job, case.cfg, ev, "k8s", tmp_path, options=ExportOptions(name="renamed"))
+    path2, _ = write_export(case.job, case.topo, ev, "k8s", tmp_path, options=ExportOptions(name="renamed"))
     assert path2 == path and not (path / "stale.yaml").exists()  # a re-export leaves no stale object behind
     assert "renamed-mixed" in (path / "mixed-leaderworkerset.yaml").read_text()
     foreign = tmp_path / "other"
     (foreign / "ray-serve").mkdir(parents=True)
     (foreign / "ray-serve" / "mine.txt").write_text("keep")
     with pytest.raises(BadInput, match="not written by `advisor export`"):
-        write_export(case.job, case.cfg, ev, "ray-serve", foreign)
+        write_export(case.job, case.topo, ev, "ray-serve", foreign)
     assert (foreign / "ray-serve" / "mine.txt").read_text() == "keep"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary folder left
 
@@ -737,10 +742,10 @@ def test_a_local_model_folder_is_exported_only_with_model(tmp_path: Path) -> Non
     job, folder = _local_model_job(tmp_path)
     for fmt in FORMATS:
         with pytest.raises(BadInput, match=r"^--model: the job's model.path .* pass --model"):
-            write_export(job, case.cfg, evidence(case), fmt, tmp_path / "out")
+            write_export(job, case.topo, evidence(case), fmt, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     for fmt in FORMATS:
-        written, _ = write_export(job, case.cfg, evidence(case), fmt, tmp_path / "out", model=TINY_ID)
+        written, _ = write_export(job, case.topo, evidence(case), fmt, tmp_path / "out", model=TINY_ID)
         files = [written] if written.is_file() else [f for f in written.rglob("*") if f.is_file()]
         text = "".join(f.read_text() for f in files)
         assert TINY_ID in text and str(folder) not in text, fmt
@@ -796,7 +801,7 @@ def test_cpu_tiny_lws_command_serves_a_completion(tmp_path: Path) -> None:
 
     case = cases()["cpu-agg"]
     model_dir = make_tiny_moe(tmp_path / "tiny-moe")
-    files = render_export(case.job, case.cfg, evidence(case), "k8s", model=str(model_dir))
+    files = render_export(case.job, case.topo, evidence(case), "k8s", model=str(model_dir))
     lws = yaml.safe_load(files["mixed-leaderworkerset.yaml"])
     tmpl = lws["spec"]["leaderWorkerTemplate"]
     assert tmpl["size"] == 1 and lws["spec"]["replicas"] == 1 and "leaderTemplate" not in tmpl

@@ -77,7 +77,8 @@ CASES = cases()
 
 def rendered(job: TuningJob, cfg: DeploymentConfig) -> dict[str, Any]:
     ev = Evidence(job.name, 1, "simulated", "model", job.cluster.describe(), [])
-    return {fmt: render_export(job, cfg, ev, fmt, model=MODEL, options=ExportOptions()) for fmt in FORMATS}
+    topo = place(cfg, job.cluster)
+    return {fmt: render_export(job, topo, ev, fmt, model=MODEL, options=ExportOptions()) for fmt in FORMATS}
 
 
 # ------------------------------------------------------------------------------------ reading values

@@ -70,6 +70,7 @@ def test_executor_env_reaches_every_export_and_its_secret_only_by_reference(tmp_
 
     from advisor.exports import FORMATS, Evidence, write_export
     from advisor.job import job_from_dict
+    from executors import place
     from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
     from tests.test_render import run_launch_script
 
@@ -84,7 +85,7 @@ def test_executor_env_reaches_every_export_and_its_secret_only_by_reference(tmp_
     ev = Evidence(job.name, 1, "simulated", "test", job.cluster.describe(), [])
     out = tmp_path / "out"
     for fmt in FORMATS:
-        write_export(job, cfg, ev, fmt, out, model="example-org/tiny-qwen3-moe")
+        write_export(job, place(cfg, job.cluster), ev, fmt, out, model="example-org/tiny-qwen3-moe")
     for f in out.rglob("*"):
         assert not f.is_file() or TOKEN not in f.read_text(), f"{f} holds the token's value"
 

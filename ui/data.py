@@ -23,7 +23,8 @@ import streamlit as st
 import db
 from advisor import api
 from advisor.errors import BadInput
-from advisor.job import TuningJob, job_from_dict
+from advisor.executor_factory import is_simulated
+from advisor.job import ExecutorSpec, TuningJob, job_from_dict
 from db import redact_url
 from db import queries
 from ui import advice
@@ -85,6 +86,9 @@ class StudyInfo:
     updated_at: Any
     job_problem: str | None = None
     stamp: Stamp = field(default_factory=tuple)
+    #: Its numbers are the performance model's (``advisor.executor_factory.is_simulated`` of the stored job's
+    #: executor section; one that no longer validates: not).
+    simulated: bool = False
 
     @property
     def trials(self) -> int:
@@ -159,7 +163,7 @@ def _describe_job(doc: dict[str, Any]) -> dict[str, Any]:
 @lru_cache(maxsize=512)
 def _describe_text(text: str) -> dict[str, Any]:
     doc = json.loads(text)
-    out: dict[str, Any] = {"problem": None}
+    out: dict[str, Any] = {"problem": None, "simulated": _simulated(doc)}
     job: TuningJob | None = None
     try:
         job = job_from_dict(doc, source="stored job")
@@ -188,6 +192,14 @@ def _describe_text(text: str) -> dict[str, Any]:
     return out
 
 
+def _simulated(doc: dict[str, Any]) -> bool:
+    try:
+        spec = ExecutorSpec.model_validate(doc.get("executor") or {})
+    except ValueError:
+        return False
+    return is_simulated(spec)
+
+
 def _info(s: db.Study) -> StudyInfo:
     j = _describe_job(s.job)
     objectives = [j["x"]] if j["mode"] == "max_under_slo" else [j["x"], j["y"]]
@@ -197,7 +209,7 @@ def _info(s: db.Study) -> StudyInfo:
         y_metric=j["y"], objectives=objectives, slos=j["slos"], budget=j["budget"], counts=dict(s.counts),
         best=s.best, best_objective=s.best_objective, best_trial=s.best_trial, optuna_study_name=s.optuna_study_name,
         engine_version=s.engine_version, updated_at=s.updated_at, job_problem=j["problem"],
-        stamp=tuple(sorted(s.counts.items())), executed=s.budget_used, reused=s.reused,
+        stamp=tuple(sorted(s.counts.items())), executed=s.budget_used, reused=s.reused, simulated=j["simulated"],
     )
 
 

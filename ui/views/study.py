@@ -384,7 +384,7 @@ def trials_table() -> None:
         gpus = None if picked_gpus == (lo, hi) else picked_gpus  # the full range keeps trials without a config
     table = tables.filter_trials(full, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
                                sort=sort, descending=descending)
-    simulated = info.executor == "simulated"
+    simulated = info.simulated
     timings = [c for c in ("deploy_s", "measure_s", "teardown_s")
                if not simulated and c in table and (table[c].fillna(0) > 0).any()]
     st.caption(f"{len(table)} of {len(full)} trials · {advice.short(x)} is each trial's best level meeting the "
