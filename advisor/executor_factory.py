@@ -145,21 +145,18 @@ def is_simulated(spec: ExecutorSpec) -> bool:
 
 def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor:
     spec = job.executor
+    cls = executor_class(spec)  # which class: one place (``executor_class``); here only how it is built
     if spec.kind is ExecutorKind.SIMULATED:
-        from executors.simulated import SimulatedExecutor
-
         # no parameter file: the study resolves them (a stored hardware profile, else the defaults; advisor.profile)
         params = model_params(job) if spec.perf_params else None
         if spec.reserve_gpus:
-            from executors.simulated_reserved import ReservedSimulatedExecutor
-
             address = ray_address or spec.ray_address
             if not address:
                 raise BadInput("executor.reserve_gpus: needs a Ray cluster to reserve on (executor.ray_address or "
                                "--ray-address)")
             _check_ray_address(address)
-            return ReservedSimulatedExecutor(job.model_profile(), params, ray_address=address, hold_s=spec.hold_s)
-        return SimulatedExecutor(job.model_profile(), params)
+            return cls(job.model_profile(), params, ray_address=address, hold_s=spec.hold_s)  # type: ignore[call-arg]
+        return cls(job.model_profile(), params)  # type: ignore[call-arg]
     if spec.kind is ExecutorKind.RAY:
         _check_ray_address(ray_address or spec.ray_address)
     model_path = model_path_for(job)
@@ -180,13 +177,10 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         eplb_log_balancedness=job.workload.eplb_log_balancedness,
     )
     if spec.kind is ExecutorKind.LOCAL:
-        from executors.local import LocalExecutor
-
-        return LocalExecutor(model_path, **common)
+        return cls(model_path, **common)  # type: ignore[call-arg]
     from executors import PreflightFailed
-    from executors.ray_executor import RayExecutor
 
-    ex = RayExecutor(model_path, ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
+    ex = cls(model_path,  # type: ignore[call-arg] ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
                      port_base=spec.port_base, **common)
     try:
         ex.preflight(job.cluster)  # a cluster that cannot run the job: one line, exit 2, before any write

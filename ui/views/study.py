@@ -384,13 +384,14 @@ def trials_table() -> None:
         gpus = None if picked_gpus == (lo, hi) else picked_gpus  # the full range keeps trials without a config
     table = tables.filter_trials(full, states=states, text=text, feasible_only=feasible_only, gpus=gpus,
                                sort=sort, descending=descending)
-    simulated = info.simulated
-    timings = [c for c in ("deploy_s", "measure_s", "teardown_s")
-               if not simulated and c in table and (table[c].fillna(0) > 0).any()]
+    # phase timings wherever they were recorded: the simulated executor records none, while the simulated
+    # executor on reserved GPUs records the real time it held them
+    timings = [c for c in ("deploy_s", "measure_s", "teardown_s") if c in table and (table[c].fillna(0) > 0).any()]
     st.caption(f"{len(table)} of {len(full)} trials · {advice.short(x)} is each trial's best level meeting the "
                "SLOs (else its best level, *meets SLOs* unticked), with that level's concurrency and "
                f"{advice.short(y)} · select a row to open it"
-               + (" · no phase timings: the simulated executor takes no time" if simulated else ""))
+               + (" · the performance model's numbers (simulated executor), not measurements" if info.simulated
+                  else ""))
     table = table.assign(**{"same as": table["repeat_of"].astype("Int64")})  # a reused trial: no run of its own
     reused = ["same as"] if table["same as"].notna().any() else []
     cols = ["trial", "state", "by", "gpus", x, "at c", y, "meets SLOs", "deployment", *reused, "violation",
