@@ -7,8 +7,9 @@ models). The reads live in ``db.trial_queries`` (studies, trials, failures, hist
 named queries only, never SQL.
 
 Which way is better is each metric's declaration (``search_spaces.metrics``): throughput and tokens/s per user
-are maximized, latencies and the error rate minimized. "Best" and "Pareto" consider COMPLETE trials only (a trial that failed at a
-higher load is not recommended for the load it survived), and only levels that completed a request.
+are maximized, latencies and the error rate minimized. "Best" and "Pareto" consider COMPLETE trials only (a trial
+that failed at a higher load is not recommended for the load it survived), and only levels that completed a
+request.
 """
 
 from __future__ import annotations

@@ -250,15 +250,19 @@ class Measurement(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _declared_extras(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(k for k in data if k not in cls.model_fields and metric(k) is None)
-            if unknown:
-                raise ValueError(f"unknown measurement field {', '.join(map(repr, unknown))}: neither a field "
-                                 "nor a metric declared in search_spaces.metrics")
-            bad = [k for k in data if k not in cls.model_fields and not (data[k] is None or isinstance(
-                data[k], (int, float)) and not isinstance(data[k], bool))]
-            if bad:
-                raise ValueError(f"metric {bad[0]!r} must be a number or null, got {data[bad[0]]!r}")
+        """Extras are allowed only so that a newly declared metric needs no field (and no column); a name nobody
+        declared is still a mistake, and a metric's value is a number or ``None`` like every field's."""
+        if not isinstance(data, dict):
+            return data
+        extras = [k for k in data if k not in cls.model_fields]
+        unknown = sorted(k for k in extras if metric(k) is None)
+        if unknown:
+            raise ValueError(f"unknown measurement field {', '.join(map(repr, unknown))}: neither a field nor a "
+                             "metric declared in search_spaces.metrics")
+        for k in extras:
+            v = data[k]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"metric {k!r} must be a number or null, got {v!r}")
         return data
 
     concurrency: int = Field(description="Requests in flight at most (for a rate level: the cap).")
