@@ -24,6 +24,8 @@ from search_spaces import valid_space
 from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 from search_spaces import (
     DEFAULT_ERROR_SLO,
+    DEFAULT_OBJECTIVE,
+    DEFAULT_PARETO_Y,
     SLO,
     DeploymentConfig,
     ClusterSpec,
@@ -31,6 +33,7 @@ from search_spaces import (
     SearchSpace,
     Workload,
     load_preset,
+    maximizable,
     model_preset,
 )
 
@@ -91,8 +94,8 @@ class Objective(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: ObjectiveMode = ObjectiveMode.MAX_UNDER_SLO
-    metric: str = "throughput_per_gpu"
-    pareto_y: str = "p90_tokens_per_s_per_user"
+    metric: str = DEFAULT_OBJECTIVE
+    pareto_y: str = DEFAULT_PARETO_Y
     scope: Scope = Field(Scope.DEPLOYMENT, description="cluster: throughput counts every GPU of the cluster (the "
                          "deployment copied as often as it fits; the GPUs left over produce nothing).")
     per: Per = Field(Per.CLUSTER, description="How the answer (advisor best, export without --trial, the "
@@ -102,11 +105,10 @@ class Objective(BaseModel):
 
     @model_validator(mode="after")
     def _metrics(self) -> Objective:
-        from search_spaces import HIGHER_IS_BETTER
-
+        allowed = maximizable()
         for name in (self.metric, self.pareto_y):
-            if name not in HIGHER_IS_BETTER:
-                raise ValueError(f"objective metric {name!r} is not maximizable; allowed: {', '.join(sorted(HIGHER_IS_BETTER))}")
+            if name not in allowed:
+                raise ValueError(f"objective metric {name!r} is not maximizable; allowed: {', '.join(allowed)}")
         if self.scope is Scope.CLUSTER and self.per is Per.USED_GPU:
             raise ValueError("objective.per: used_gpu contradicts objective.scope: cluster (the sampler is told "
                              "per cluster GPU); allowed with scope cluster: per cluster")

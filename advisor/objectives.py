@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from advisor.job import ObjectiveMode, Per, Scope, TuningJob
-from db.queries import CLUSTER_SCALED, Runs, cluster_factor, copies as copies_in
-from search_spaces import Measurement, slo_violation
+from db.queries import Runs, cluster_factor, copies as copies_in
+from search_spaces import Measurement, Scaling, metric, slo_violation
 
 #: Constraint value for candidates that broke a rule or failed to run.
 INFEASIBLE = 1.0
@@ -65,19 +65,21 @@ def cluster_gpus(job: TuningJob, per: Per | None = None) -> int | None:
 
 
 def served_unit(name: str) -> str:
-    """The unit of ``cluster_served`` for objective ``name``."""
-    return "req/s" if name == "request_throughput" else "tok/s"
+    """The unit of ``cluster_served`` for objective ``name``: its declared unit, for the whole cluster."""
+    m = metric(name)
+    return m.unit.removesuffix("/GPU") if m is not None else "tok/s"
 
 
 def cluster_served(job: TuningJob, name: str, runs: Runs) -> float | None:
     """What the whole cluster serves with as many copies of ``runs``' deployment as fit, at the SLOs: tok/s for
     a per-GPU throughput, requests/s for ``request_throughput``; None for other metrics or an unknown size."""
     total = job.cluster.total_gpus
-    if name not in CLUSTER_SCALED or not runs.gpus:
+    m = metric(name)
+    if m is None or m.scaling is Scaling.NONE or not runs.gpus:
         return None
     per_cluster = runs.mean if job.objective.scope is Scope.CLUSTER else \
         runs.per_used_gpu * cluster_factor(name, runs.gpus, total)
-    return per_cluster if name == "request_throughput" else per_cluster * total
+    return per_cluster * total if m.scaling is Scaling.PER_GPU else per_cluster
 
 
 def scoped(job: TuningJob, name: str, m: Measurement) -> float | None:

@@ -14,6 +14,7 @@ from advisor.job import SamplerKind, TuningJob
 from db import redact_url, scrub
 from advisor.objectives import objective_names
 from advisor.valid_sampler import ValidSpaceSampler
+from search_spaces import higher_is_better
 
 __all__ = ["make_sampler", "open_study", "storage_for", "trial_by_number"]
 
@@ -61,7 +62,7 @@ def storage_for(url: str) -> optuna.storages.RDBStorage:
 
 
 def open_study(job: TuningJob, url: str, name: str) -> optuna.Study:
-    directions = ["maximize"] * len(objective_names(job))
+    directions = ["maximize" if higher_is_better(n) else "minimize" for n in objective_names(job)]
     storage = storage_for(url)
     try:
         study = optuna.create_study(

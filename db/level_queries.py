@@ -19,7 +19,7 @@ from db.models import MEASUREMENT_COLUMNS, MeasurementRow, TrialRow
 from db.ranking import metric_sign, pareto_mask
 from db.rows import Best, Level
 from db.trial_queries import get_trial, states_filter
-from search_spaces import SLO, TrialState
+from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, SLO, TrialState
 
 
 # ---------------------------------------------------------------------------------------------- load levels
@@ -88,7 +88,7 @@ def _eligible(db: Database, study: str, slos: Sequence[SLO] | None, metrics: Seq
 
 
 def best_under_slo(
-    db: Database, study: str, slos: Sequence[SLO], metric: str = "throughput_per_gpu"
+    db: Database, study: str, slos: Sequence[SLO], metric: str = DEFAULT_OBJECTIVE
 ) -> Best | None:
     """The trial × level with the best ``metric`` (highest; lowest for a latency) among levels meeting every SLO.
 
@@ -108,8 +108,8 @@ def best_under_slo(
 def pareto_front(
     db: Database,
     study: str,
-    x: str = "throughput_per_gpu",
-    y: str = "p90_tokens_per_s_per_user",
+    x: str = DEFAULT_OBJECTIVE,
+    y: str = DEFAULT_PARETO_Y,
     slos: Sequence[SLO] | None = None,
 ) -> list[Level]:
     """The non-dominated trial × level points on ``x`` and ``y`` (both maximized for the defaults; a latency

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from db.models import MEASUREMENT_COLUMNS, ExportRow, MeasurementRow, StudyRow, TrialRow
 from db.rows import TIMING_KEYS, Export, Trial, UnknownStudy
-from search_spaces import DeploymentConfig, Measurement, TrialState
+from search_spaces import DeploymentConfig, Measurement, TrialState, metric
 
 #: ``Measurement`` fields without a column of their own travel in ``raw`` under this key.
 UNMAPPED = "__unmapped__"
@@ -48,7 +48,8 @@ def clip(value: str | None, limit: int) -> str | None:
 
 
 def measurement_row(trial_id: int, m: Measurement) -> MeasurementRow:
-    """A level's ``Measurement`` as its row; fields without a column go into ``raw``."""
+    """A level's ``Measurement`` as its row; fields without a column, and declared metrics ``Measurement`` carries
+    as extras (``search_spaces.metrics``), go into ``raw``."""
     data = m.model_dump(exclude={"raw"})
     raw: dict[str, Any] = dict(m.model_dump(mode="json", include={"raw"})["raw"])
     unmapped = {k: data.pop(k) for k in list(data) if k not in MEASUREMENT_COLUMNS}
@@ -63,7 +64,7 @@ def measurement(r: MeasurementRow) -> Measurement:
     fields = Measurement.model_fields
     raw = dict(r.raw or {})
     data: dict[str, Any] = {k: getattr(r, k) for k in MEASUREMENT_COLUMNS if k in fields}
-    data.update({k: v for k, v in raw.pop(UNMAPPED, {}).items() if k in fields})
+    data.update({k: v for k, v in raw.pop(UNMAPPED, {}).items() if k in fields or metric(k) is not None})
     try:
         return Measurement.model_validate({**data, "raw": raw})
     except ValidationError:  # stored under an older vocabulary: show what there is

@@ -6,9 +6,10 @@ models). The reads live in ``db.trial_queries`` (studies, trials, failures, hist
 ``queries.get_trial(db, ...)`` is the one way callers read. ``NAMED_QUERIES`` is what ``advisor query`` may run —
 named queries only, never SQL.
 
-Which way is better: throughput and tokens/s per user (``search_spaces.HIGHER_IS_BETTER``) are maximized,
-latencies (``*_ms``) minimized. "Best" and "Pareto" consider COMPLETE trials only (a trial that failed at a
-higher load is not recommended for the load it survived), and only levels that completed a request.
+Which way is better is each metric's declaration (``search_spaces.metrics``): throughput and tokens/s per user
+are maximized, latencies and the error rate minimized. "Best" and "Pareto" consider COMPLETE trials only (a trial
+that failed at a higher load is not recommended for the load it survived), and only levels that completed a
+request.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from db.engine import Database
 from db.level_queries import best_under_slo, level_table, measurements, pareto_front
 from db.models import MEASUREMENT_COLUMNS
 from db.ranking import (
-    CLUSTER_SCALED, RunRow, Runs, cluster_factor, copies, objective_maximized, pareto_mask, rank_deployments,
+    RunRow, Runs, cluster_factor, copies, objective_maximized, pareto_mask, rank_deployments,
 )
 from db.rows import Best, Level, UnknownStudy
 from db.trial_queries import (
@@ -39,7 +40,7 @@ from db.trial_queries import (
     list_trials,
     trial_table,
 )
-from search_spaces import SLO, SLO_METRICS, Measurement
+from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, SLO, Measurement, slo_metrics
 
 #: The columns of a load level, in ``Measurement``'s field order (everything but ``raw``).
 LEVEL_FIELDS: tuple[str, ...] = tuple(f for f in Measurement.model_fields if f != "raw")
@@ -61,8 +62,8 @@ def parse_slos(text: str) -> list[SLO]:
         if not m:
             raise ValueError(f"SLO {part.strip()!r} is not METRIC<=VALUE or METRIC>=VALUE")
         metric, op, value = m.groups()
-        if metric not in SLO_METRICS:
-            raise ValueError(f"unknown SLO metric {metric!r}; allowed: {', '.join(SLO_METRICS)}")
+        if metric not in slo_metrics():
+            raise ValueError(f"unknown SLO metric {metric!r}; allowed: {', '.join(slo_metrics())}")
         out.append(SLO(metric=metric, op=op, value=float(value)))
     return out
 
@@ -273,12 +274,12 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         NamedQuery("measurements", "every trial × load level with every metric", (_STUDY,), _q_measurements),
         NamedQuery(
             "best", "the trial × load level with the best metric among those meeting every SLO",
-            (_STUDY, _SLO, QueryArg("metric", str, "metric to rank by", "throughput_per_gpu")), _q_best,
+            (_STUDY, _SLO, QueryArg("metric", str, "metric to rank by", DEFAULT_OBJECTIVE)), _q_best,
         ),
         NamedQuery(
             "pareto", "non-dominated trial × load levels on two metrics (optionally SLO-meeting only)",
-            (_STUDY, QueryArg("x", str, "first metric", "throughput_per_gpu"),
-             QueryArg("y", str, "second metric", "p90_tokens_per_s_per_user"), _SLO),
+            (_STUDY, QueryArg("x", str, "first metric", DEFAULT_OBJECTIVE),
+             QueryArg("y", str, "second metric", DEFAULT_PARETO_Y), _SLO),
             _q_pareto,
         ),
         NamedQuery(
@@ -291,7 +292,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 
 __all__ = [
     "Best", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
-    "CLUSTER_SCALED", "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
+    "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
     "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
     "parse_slos", "rank_deployments", "run_query", "trial_table",
 ]

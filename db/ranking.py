@@ -1,8 +1,8 @@
 """Which way is better, and what is best: metric directions, the Pareto mask, the study's answer.
 
 Pure functions on plain numbers (no session, no SQL), apart from the queries that read the rows, so that a page
-holding levels as columns ranks them exactly as ``db.queries`` does: throughput and tokens/s per user
-(``search_spaces.HIGHER_IS_BETTER``) are maximized, latencies (``*_ms``) minimized.
+holding levels as columns ranks them exactly as ``db.queries`` does; which way each metric is better, and how it
+scales with the cluster, is its declaration's (``search_spaces.metrics``).
 
 The study's answer is ranked here once (``rank_deployments``), so that the study list's "best trial",
 ``advisor best``, ``advisor export`` and the dashboard cannot name different deployments. Ranked for the cluster
@@ -18,19 +18,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from search_spaces import HIGHER_IS_BETTER, SLO_METRICS, TrialState
+from search_spaces import (
+    DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, Scaling, TrialState, higher_is_better, metric, scaling, slo_metrics,
+)
 
 
-def metric_sign(metric: str) -> int:
-    """+1 when more is better, -1 when less is; only metrics whose direction is known may rank levels."""
-    if metric not in SLO_METRICS:
-        raise ValueError(f"unknown metric {metric!r}; allowed: {', '.join(SLO_METRICS)}")
-    return 1 if metric in HIGHER_IS_BETTER else -1
+def metric_sign(name: str) -> int:
+    """+1 when more is better, -1 when less is; only SLO metrics (whose direction is the point) may rank levels."""
+    m = metric(name)
+    if m is None or not m.slo:
+        raise ValueError(f"unknown metric {name!r}; allowed: {', '.join(slo_metrics())}")
+    return m.sign
 
 
 def objective_maximized(name: str) -> bool:
-    """An objective is minimized when it is a latency (``*_ms``), maximized otherwise."""
-    return not name.endswith("_ms")
+    """Whether objective ``name`` is maximized: its declared direction (``search_spaces.higher_is_better``)."""
+    return higher_is_better(name)
 
 
 def first_objective(objs: Iterable[dict[str, Any] | None]) -> str | None:
@@ -41,10 +44,6 @@ def first_objective(objs: Iterable[dict[str, Any] | None]) -> str | None:
     return None
 
 
-#: Metrics that scale with the number of copies of a deployment (per-GPU throughputs and request throughput).
-CLUSTER_SCALED = frozenset({"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput"})
-
-
 def copies(gpus: int, cluster_gpus: int) -> int:
     """How many copies of a ``gpus``-GPU deployment a cluster of ``cluster_gpus`` GPUs holds."""
     return max(cluster_gpus // max(gpus, 1), 0)
@@ -53,11 +52,13 @@ def copies(gpus: int, cluster_gpus: int) -> int:
 def cluster_factor(name: str, gpus: int | None, cluster_gpus: int) -> float:
     """What one unit of metric ``name`` of a ``gpus``-GPU deployment is worth for the whole cluster: per-GPU
     throughputs become per GPU of the cluster (× copies × GPUs / cluster GPUs: idle GPUs produce nothing),
-    request throughput that of every copy (× copies); other metrics (and an unknown GPU count) are unchanged."""
-    if name not in CLUSTER_SCALED or not gpus:
+    request throughput that of every copy (× copies); other metrics (and an unknown GPU count) are unchanged
+    (``search_spaces.Scaling``)."""
+    how = scaling(name)
+    if how is Scaling.NONE or not gpus:
         return 1.0
     n = copies(gpus, cluster_gpus)
-    return float(n) if name == "request_throughput" else n * gpus / cluster_gpus
+    return float(n) if how is Scaling.PER_DEPLOYMENT else n * gpus / cluster_gpus
 
 
 class RunRow(NamedTuple):
@@ -165,8 +166,8 @@ def best_of(trials: Sequence[RunRow], cluster_gpus: int | None = None) -> tuple[
     return (name, ranked[0].per_used_gpu, ranked[0].trial) if ranked else (name, None, None)
 
 
-def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None], x: str = "throughput_per_gpu",
-                y: str = "p90_tokens_per_s_per_user") -> list[bool]:
+def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None], x: str = DEFAULT_OBJECTIVE,
+                y: str = DEFAULT_PARETO_Y) -> list[bool]:
     """Which points (``xs[i]``, ``ys[i]``) are non-dominated on metrics ``x`` and ``y`` (directions as in
     ``db.queries.pareto_front``, which uses it; equal points are all kept; a missing or NaN value is never on the front).
 

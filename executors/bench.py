@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from executors import procs
+from search_spaces import LATENCIES, PERCENTILES
 from executors.bench_result import (
     BOOTSTRAP_SAMPLES,
     BOOTSTRAP_SEED,
     COALESCED_WARN,
     DETAILED_KEYS,
-    METRICS,
-    PERCENTILES,
     SATURATION,
     coalesced_share,
     concurrency_profile,
@@ -101,7 +100,7 @@ def bench_args(
         "--num-prompts", str(spec.num_prompts),
         "--max-concurrency", str(spec.concurrency),
         "--ignore-eos",
-        "--percentile-metrics", ",".join(METRICS),
+        "--percentile-metrics", ",".join(LATENCIES),
         "--metric-percentiles", ",".join(map(str, PERCENTILES)),
         "--save-result", "--save-detailed",
         "--result-dir", result_dir,
@@ -229,7 +228,7 @@ def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: s
 
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
-    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "METRICS", "PERCENTILES", "SATURATION",
+    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION",
     "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "intervals",
     "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
     "request_latencies", "run_bench", "run_level", "summarize_raw",

@@ -18,12 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from search_spaces import Measurement
+from search_spaces import PERCENTILES, Measurement, Scaling, all_metrics
 
 log = logging.getLogger(__name__)
 
-PERCENTILES = (50, 90, 99)
-METRICS = ("ttft", "tpot", "itl", "e2el")
 #: Per-request lists ``--save-detailed`` adds; summarized, not kept, in ``Measurement.raw``.
 DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
                  "generated_texts", "errors")
@@ -127,12 +125,15 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
     has_data = completed > 0
     tpots = per_request_tpot_ms(data)
     kw: dict[str, Any] = {}
-    for m in METRICS:
-        for p in PERCENTILES:
-            v = _nonneg(data.get(f"p{p}_{m}_ms")) if has_data else None
-            if m == "tpot" and not tpots and "output_lens" in data:
-                v = None  # vLLM writes 0 when no request had two tokens: that is "no data"
-            kw[f"p{p}_{m}_ms"] = v
+    for metric in all_metrics():  # every declared metric vLLM reports (search_spaces.metrics.Metric.bench_key)
+        if metric.bench_key is None:
+            continue
+        v = _nonneg(data.get(metric.bench_key)) if has_data else None
+        if metric.scaling is Scaling.PER_GPU:
+            v = v / gpus if v is not None and gpus > 0 else None
+        if metric.name.endswith("_tpot_ms") and not tpots and "output_lens" in data:
+            v = None  # vLLM writes 0 when no request had two tokens: that is "no data"
+        kw[metric.name] = v
     for p in PERCENTILES:
         t = percentile(tpots, p)
         kw[f"p{p}_tokens_per_s_per_user"] = 1000.0 / t if t and t > 0 else None
@@ -153,10 +154,6 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
     raw["derived"] = {"sustained_concurrency": sustained, "peak_in_flight": peak, "tpot_requests": len(tpots),
                       "target_concurrency": target, "coalesced_itl_share": coalesced}
 
-    def per_gpu(key: str) -> float | None:
-        v = _nonneg(data.get(key))
-        return v / gpus if v is not None and has_data and gpus > 0 else None
-
     return Measurement(
         concurrency=concurrency,
         request_rate=request_rate,
@@ -168,9 +165,6 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
         duration_s=_nonneg(data.get("duration")),
         input_tokens=int(data["total_input_tokens"]) if data.get("total_input_tokens") is not None else None,
         output_tokens=int(data["total_output_tokens"]) if data.get("total_output_tokens") is not None else None,
-        throughput_per_gpu=per_gpu("total_token_throughput"),
-        output_throughput_per_gpu=per_gpu("output_throughput"),
-        request_throughput=_nonneg(data.get("request_throughput")) if has_data else None,
         achieved_concurrency=sustained,
         client_saturated=saturated,
         error_rate=failed / num_requests if num_requests else None,

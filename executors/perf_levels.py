@@ -23,7 +23,7 @@ from executors.perf_derived import _wd, _WorkloadDerived, memo
 from executors.perf_measurement import LazyLevel, LevelTable, _finish, _Levels
 from executors.perf_params import MODEL_VERSION, PerfParams, default_params
 from executors.perf_step import Arr, Step, _breakdown, _decode_cv, _pow, _prefill_capacity, _step
-from search_spaces import Measurement, ModelProfile, Workload
+from search_spaces import PERCENTILES, Measurement, ModelProfile, Workload
 
 if TYPE_CHECKING:
     from executors.topology import Topology
@@ -270,8 +270,8 @@ def predict_load(topology: Topology, model: ModelProfile, workload: Workload, lo
     if x_top < load:
         n = workload.num_prompts(load)
         wait_ms = 1e3 * n * (1.0 / max(x_top, 1e-9) - 1.0 / load)
-        upd = {f"p{q}_ttft_ms": (getattr(top, f"p{q}_ttft_ms") or 0.0) + wait_ms * q / 100 for q in (50, 90, 99)}
-        upd |= {f"p{q}_e2el_ms": (getattr(top, f"p{q}_e2el_ms") or 0.0) + wait_ms * q / 100 for q in (50, 90, 99)}
+        upd = {f"p{q}_ttft_ms": (getattr(top, f"p{q}_ttft_ms") or 0.0) + wait_ms * q / 100 for q in PERCENTILES}
+        upd |= {f"p{q}_e2el_ms": (getattr(top, f"p{q}_e2el_ms") or 0.0) + wait_ms * q / 100 for q in PERCENTILES}
         return top.model_copy(update={**upd, "request_rate": float(load), "num_requests": n, "completed": n})
     lo, hi = 1, cap
     while lo < hi:

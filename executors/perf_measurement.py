@@ -108,7 +108,7 @@ def _built(d: dict[str, Any]) -> Measurement:
     m = _new(Measurement)
     _put(m, "__dict__", d)
     _put(m, "__pydantic_fields_set__", set(_fields))
-    _put(m, "__pydantic_extra__", None)
+    _put(m, "__pydantic_extra__", {})  # no declared extras (Measurement allows those: search_spaces.metrics)
     _put(m, "__pydantic_private__", None)
     return m
 

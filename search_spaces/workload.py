@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from search_spaces.metrics import metric, slo_metrics
+
 
 class Dataset(StrEnum):
     RANDOM = "random"  # random ISL/OSL with a range ratio (InferenceX's default)
@@ -238,9 +240,30 @@ def server_env(workload: Workload) -> dict[str, str]:
     return routing_env(workload.expert_routing)
 
 class Measurement(BaseModel):
-    """One load level of one deployment. Missing data is ``None``, never 0 (an empty sample is not 0 ms)."""
+    """One load level of one deployment. Missing data is ``None``, never 0 (an empty sample is not 0 ms).
 
-    model_config = ConfigDict(extra="forbid")
+    A metric declared in ``search_spaces.metrics`` without a field here is carried as an extra of the level
+    (``m.<name>``, a number or ``None``); any other unknown name is refused, as a typo should be."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _declared_extras(cls, data: Any) -> Any:
+        """Extras are allowed only so that a newly declared metric needs no field (and no column); a name nobody
+        declared is still a mistake, and a metric's value is a number or ``None`` like every field's."""
+        if not isinstance(data, dict):
+            return data
+        extras = [k for k in data if k not in cls.model_fields]
+        unknown = sorted(k for k in extras if metric(k) is None)
+        if unknown:
+            raise ValueError(f"unknown measurement field {', '.join(map(repr, unknown))}: neither a field nor a "
+                             "metric declared in search_spaces.metrics")
+        for k in extras:
+            v = data[k]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"metric {k!r} must be a number or null, got {v!r}")
+        return data
 
     concurrency: int = Field(description="Requests in flight at most (for a rate level: the cap).")
     request_rate: float | None = Field(None, description="A rate level's Poisson arrival rate (req/s); None: a "
@@ -324,16 +347,6 @@ LEVEL_FLAGS = {
 }
 PREFIX_REUSE_LIMIT = 0.05
 
-#: The metrics an SLO may name, and which way is better.
-HIGHER_IS_BETTER = {
-    "throughput_per_gpu", "output_throughput_per_gpu", "request_throughput",
-    "p50_tokens_per_s_per_user", "p90_tokens_per_s_per_user", "p99_tokens_per_s_per_user",
-}
-SLO_METRICS = sorted(
-    HIGHER_IS_BETTER
-    | {f"p{p}_{m}_ms" for p in (50, 90, 99) for m in ("ttft", "tpot", "itl", "e2el")}
-    | {"error_rate"}
-)
 #: The error-rate SLO every job gets unless it names one: at most 1% of a level's requests may fail.
 DEFAULT_ERROR_SLO = {"metric": "error_rate", "op": "<=", "value": 0.01}
 
@@ -349,14 +362,15 @@ class SLO(BaseModel):
 
     @model_validator(mode="after")
     def _known(self) -> SLO:
-        if self.metric not in SLO_METRICS:
-            raise ValueError(f"unknown SLO metric {self.metric!r}; allowed: {', '.join(SLO_METRICS)}")
+        allowed = slo_metrics()
+        if self.metric not in allowed:
+            raise ValueError(f"unknown SLO metric {self.metric!r}; allowed: {', '.join(allowed)}")
         return self
 
     def violation(self, m: Measurement, value: float | None = None) -> float:
         """How far ``m`` (or ``value``) is outside the bound, relative to it (≤ 0 means met); missing data
         violates by 1. A bound of 0 is scaled by 1 (an error rate ≤ 0 is violated by the failed share)."""
-        return self.excess(getattr(m, self.metric) if value is None else value)
+        return self.excess(getattr(m, self.metric, None) if value is None else value)
 
     def excess(self, got: float | None) -> float:
         """``violation`` of a value of the metric (None: missing)."""

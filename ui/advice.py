@@ -22,34 +22,34 @@ from typing import Any
 
 import pandas as pd
 
+from search_spaces.metrics import metric as declared
 from search_spaces.workload import LEVEL_FLAGS, routing_label
 
-#: Short names with units, for captions and table headers.
-SHORT = {
-    "throughput_per_gpu": "tok/s/GPU",
-    "output_throughput_per_gpu": "output tok/s/GPU",
-    "request_throughput": "req/s",
-    "p50_tokens_per_s_per_user": "P50 tok/s/user",
-    "p90_tokens_per_s_per_user": "P90 tok/s/user",
-    "p99_tokens_per_s_per_user": "P99 tok/s/user",
-    "error_rate": "error rate",
-}
-#: Metrics where more is better (as ``search_spaces.HIGHER_IS_BETTER``; kept here so this stays pure).
-HIGHER = {"throughput_per_gpu", "output_throughput_per_gpu", "request_throughput", "p50_tokens_per_s_per_user",
-          "p90_tokens_per_s_per_user", "p99_tokens_per_s_per_user", "eplb_balancedness", "prefix_cache_hit_rate"}
-
-
-def short(metric: str) -> str:
-    """``p90_ttft_ms`` → ``P90 TTFT (ms)``; known throughputs by their unit (``tok/s/GPU``)."""
-    if metric in SHORT:
-        return SHORT[metric]
-    words = metric.split("_")
+def short(name: str) -> str:
+    """A caption or table header: a declared metric's short name (``P90 TTFT (ms)``, ``tok/s/GPU``), else the
+    column's words with ``_ms``/``_s`` as a unit."""
+    m = declared(name)
+    if m is not None:
+        return m.short
+    words = name.split("_")
     unit = {"ms": "ms", "s": "s"}.get(words[-1])
     if unit:
         words = words[:-1]
     head = " ".join(w.upper() if w in ("ttft", "tpot", "itl", "e2el", "kv", "dp", "eplb") or
                     (w[:1] == "p" and w[1:].isdigit()) else w for w in words)
     return f"{head} ({unit})" if unit else head
+
+
+def has_unit(name: str) -> bool:
+    """Whether ``name`` is a metric SLOs may bound (its values are shown with their unit by ``value_text``)."""
+    m = declared(name)
+    return m is not None and m.slo
+
+
+def higher(name: str) -> bool:
+    """Whether more of ``name`` is better (a declared metric; other columns: no)."""
+    m = declared(name)
+    return m is not None and m.higher_is_better
 
 
 def num(v: Any, digits: int | None = None) -> str:
@@ -65,18 +65,13 @@ def num(v: Any, digits: int | None = None) -> str:
     return f"{v:,.{digits}f}"
 
 
-def value_text(metric: str, v: Any) -> str:
+def value_text(name: str, v: Any) -> str:
     """A value with its unit: ``812 ms``, ``40.1 tok/s/user``, ``0.4 %`` for an error rate."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "–"
-    if metric == "error_rate":
-        return f"{float(v) * 100:.1f} %"
-    if metric.endswith("_ms"):
-        return f"{num(v)} ms"
-    if metric in SHORT:
-        unit = SHORT[metric]
-        return f"{num(v)} {unit.split(' ', 1)[1] if unit.startswith('P') else unit}"
-    return num(v)
+    if not has_unit(name) or _share(name):
+        return bare(name, v)
+    return f"{num(v)} {declared(name).unit}"  # type: ignore[union-attr]
 
 
 def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -> str:
@@ -87,9 +82,14 @@ def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -
     return f"{value_text(x, p[1])} @ c={p[2]}, {value_text(y, p[3])}"
 
 
-def bare(metric: str, v: Any) -> str:
-    """A value without its unit (the label carries it); an error rate in percent."""
-    if metric == "error_rate" and v is not None:
+def _share(name: str) -> bool:
+    m = declared(name)
+    return m is not None and m.slo and m.unit == "share"
+
+
+def bare(name: str, v: Any) -> str:
+    """A value without its unit (the label carries it); a share (the error rate) in percent."""
+    if v is not None and not (isinstance(v, float) and math.isnan(v)) and _share(name):
         return f"{float(v) * 100:.1f} %"
     return num(v)
 
@@ -233,8 +233,8 @@ def _points(df: pd.DataFrame, x: str, y: str, by: dict[int, str] | None = None) 
     return out
 
 
-def _better(metric: str) -> int:
-    return 1 if metric in HIGHER else -1
+def _better(name: str) -> int:
+    return 1 if higher(name) else -1
 
 
 def feasible_levels(levels: pd.DataFrame, x: str, y: str, min_y: float | None = None) -> pd.DataFrame:

@@ -24,12 +24,12 @@ import db
 from advisor import api
 from advisor.errors import BadInput
 from advisor.executor_factory import is_simulated
-from advisor.job import ExecutorSpec, TuningJob, job_from_dict
+from advisor.job import ExecutorSpec, Objective, TuningJob, job_from_dict
 from db import redact_url
 from db import queries
 from ui import advice
 from ui.settings import settings
-from search_spaces import SLO_METRICS
+from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, slo_metrics
 
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
 TTL_S = 300
@@ -185,8 +185,8 @@ def _describe_text(text: str) -> dict[str, Any]:
             model=str((doc.get("model") or {}).get("preset") or (doc.get("model") or {}).get("path") or "?"),
             cluster=str(doc.get("cluster") or "?"), workload="?",
             executor=str((doc.get("executor") or {}).get("kind", "?")),
-            mode=str(obj.get("mode", "max_under_slo")), x=str(obj.get("metric", "throughput_per_gpu")),
-            y=str(obj.get("pareto_y", "p90_tokens_per_s_per_user")), slos=[],
+            mode=str(obj.get("mode", Objective().mode.value)), x=str(obj.get("metric", DEFAULT_OBJECTIVE)),
+            y=str(obj.get("pareto_y", DEFAULT_PARETO_Y)), slos=[],
             budget=int((doc.get("budget") or {}).get("trials", 0) or 0), description=str(doc.get("description", "")),
         )
     return out
@@ -299,7 +299,7 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
 
 
 #: Metrics the Pareto plot may put on an axis: those whose better direction is known (``queries.pareto_mask``).
-AXIS_METRICS = [m for m in LEVEL_METRICS if m in SLO_METRICS]
+AXIS_METRICS = [m for m in LEVEL_METRICS if m in slo_metrics()]
 
 
 def axis_options(levels: pd.DataFrame, *defaults: str) -> list[str]:

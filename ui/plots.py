@@ -18,25 +18,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from search_spaces.metrics import metric as declared
 from ui import advice
 
 #: Above this many points scatter plots switch to WebGL (SVG gets slow to draw).
 WEBGL_POINTS = 2500
 MEETS, MISSES, FRONT = "#1F77B4", "#BBBBBB", "#D62728"
 
-LABELS = {
-    "throughput_per_gpu": "throughput per GPU (tok/s)",
-    "output_throughput_per_gpu": "output throughput per GPU (tok/s)",
-    "request_throughput": "requests/s",
-    "p50_tokens_per_s_per_user": "P50 tokens/s per user",
-    "p90_tokens_per_s_per_user": "P90 tokens/s per user",
-    "p99_tokens_per_s_per_user": "P99 tokens/s per user",
-}
-
-
-def label(metric: str) -> str:
-    """An axis title for a metric: its words when known, else its short name with the unit (``P90 TTFT (ms)``)."""
-    return LABELS.get(metric) or advice.short(metric)
+def label(name: str) -> str:
+    """An axis title for a metric: its declared label (``search_spaces.metrics``), else ``advice.short``."""
+    m = declared(name)
+    return m.title if m is not None else advice.short(name)
 
 
 def error_bars(df: pd.DataFrame, metric: str) -> dict[str, Any] | None:

@@ -373,7 +373,7 @@ def trials_table() -> None:
     sortable = ["trial", x, y, "gpus", "violation", "measure_s", "state"]
     sort = c3.selectbox("Sort by", [c for c in sortable if c in full.columns], key=K("trials_sort"),
                         format_func=lambda c: advice.short(c) if c in (x, y) else c, index=1)
-    best_first = sort in advice.HIGHER or sort in ("gpus", "measure_s")  # a metric: highest first
+    best_first = advice.higher(sort) or sort in ("gpus", "measure_s")  # a metric: highest first
     descending = c4.toggle("Descending", key=K(f"trials_desc_{sort}"), value=best_first)
     feasible_only = c4.checkbox("Meets the SLOs", key=K("trials_feasible"))
     gpu_values = full["gpus"].dropna()

@@ -77,7 +77,7 @@ with right:
     st.subheader("Operating point")
     ok = [m for m in t.measurements if m.completed and all(sl.met(m) for sl in slos)
           and getattr(m, x, None) is not None]
-    sign = 1 if x in advice.HIGHER else -1
+    sign = 1 if advice.higher(x) else -1
     if ok:
         top = max(ok, key=lambda m: sign * getattr(m, x))
         st.markdown(f"**{advice.value_text(x, getattr(top, x))} @ c={top.concurrency}, "
@@ -120,7 +120,7 @@ else:
     table = pd.DataFrame({f"c={m.concurrency}": {
         **{f"meets {advice.slo_text(sl)}": {True: "✓ yes", False: "✗ no", None: "–"}[mark]
            for sl, mark in zip(slos, advice.level_marks(m, slos).values(), strict=True)},
-        **{advice.short(k) if k in advice.SHORT or k.endswith("_ms") else k.replace("_", " "):
+        **{advice.short(k) if advice.has_unit(k) else k.replace("_", " "):
            _with_interval(m, k) for k in KEY_METRICS}} for m in levels})
     c1, c2 = st.columns(2)
     c1.dataframe(table, width="stretch", key="levels_table")
