@@ -26,6 +26,7 @@ import pytest
 import db
 from db import queries
 from executors import procs
+from executors.ray_cluster import NO_DRAIN
 from search_spaces import Mode, TrialState
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray]
@@ -56,7 +57,7 @@ def ray_head(tmp_path_factory):
     """A Ray head we own (its own process group), with 2 logical GPUs for the 2 CPU slots."""
     port = _ray_port()
     tmp = tmp_path_factory.mktemp("ray")
-    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **NO_DRAIN}  # stops in seconds, not 30
     ray_bin = str(Path(sys.executable).with_name("ray"))
     proc = procs.start([ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=2",
                         "--include-dashboard=false", f"--temp-dir={tmp / 't'}", "--node-ip-address=127.0.0.1"],

@@ -86,7 +86,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float) -> None:
+def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float,
+                popen: subprocess.Popen[bytes] | None = None) -> None:
+    """Signal the group and wait until no process of it is left, at most ``wait_s``. ``popen``: the group's
+    leader when it is our child — reaped here, or its zombie keeps the group "alive" for the whole wait."""
     if pgid is None:
         return
     try:
@@ -95,6 +98,8 @@ def _stop_group(pgid: int | None, sig: signal.Signals, wait_s: float) -> None:
         return
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
+        if popen is not None:
+            popen.poll()
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
@@ -131,8 +136,8 @@ def _served(url: str, folder: Path) -> Iterator[str]:
             time.sleep(0.5)
         yield f"http://127.0.0.1:{port}"
     finally:
-        _stop_group(proc.pid, signal.SIGINT, 20)  # Ctrl-C: the CLI stops Streamlit's group
-        _stop_group(proc.pid, signal.SIGKILL, 5)
+        _stop_group(proc.pid, signal.SIGINT, 20, proc)  # Ctrl-C: the CLI stops Streamlit's group
+        _stop_group(proc.pid, signal.SIGKILL, 5, proc)
         _stop_group(server_group, signal.SIGKILL, 5)  # should the CLI have died before it could
         proc.wait(timeout=10)
 
