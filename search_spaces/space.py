@@ -8,6 +8,7 @@ conditional tree — so the exhaustive grid and the sampler can never disagree a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from pydantic import ValidationInfo, model_serializer, model_validator
 
 from search_spaces.deployment import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
-from search_spaces.knobs import KNOBS
+from search_spaces.knobs import KNOBS, Knob
 
 if TYPE_CHECKING:
     import optuna
@@ -33,6 +34,17 @@ def _nonempty(v: list[Any]) -> list[Any]:
     if len(set(map(str, v))) != len(v):
         raise ValueError("choices repeat")
     return v
+
+
+@lru_cache(maxsize=256)
+def _knob_choices(lists: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:
+    """``RoleSpace.knob_choices`` of the knobs' lists: worked out once per space, not once per candidate."""
+    out = []
+    for k, values in zip(KNOBS, lists, strict=True):
+        encoded = [k.encode(v) for v in values]
+        decoded = [k.decode(v) for v in encoded]
+        out.append((k, encoded, decoded if any(d is not e for d, e in zip(decoded, encoded)) else None))
+    return tuple(out)
 
 
 class _RoleLayoutSpace(BaseModel):
@@ -93,6 +105,12 @@ class RoleSpace(_RoleKnobSpace):
         if any(x < ge for x in v):  # type: ignore[operator]
             raise ValueError(f"must be ≥ {ge}")
         return v
+
+    @property
+    def knob_choices(self) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:
+        """Each knob with its choices as the study's parameter holds them and, where they differ (an enum), as
+        the ``RoleConfig`` field takes them."""
+        return _knob_choices(tuple(tuple(getattr(self, k.space)) for k in KNOBS))
 
     @model_serializer(mode="wrap")
     def _knobs_named(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -213,11 +231,11 @@ class SearchSpace(BaseModel):
         ep = bool(choose(f"{p}_ep", rs.expert_parallel)) if tp * dp > 1 else False
         kw: dict[str, Any] = dict(role=role, instances=instances, tensor_parallel_size=tp, data_parallel_size=dp,
                                   enable_expert_parallel=ep)
-        for k in KNOBS:  # each knob where it applies, else its default (the order is the study's)
-            if k.applies(role.value, kw):
-                kw[k.name] = k.decode(choose(f"{p}_{k.param}", [k.encode(v) for v in getattr(rs, k.space)]))
-            else:
-                kw[k.name] = k.default
+        r = role.value
+        for k, choices, decoded in rs.knob_choices:  # each knob where it applies (the order is the study's)
+            if k.applies(r, kw):
+                v = choose(f"{p}_{k.param}", choices)
+                kw[k.name] = decoded[choices.index(v)] if decoded else v
         if ep:
             if choose(f"{p}_eplb", self.eplb.enabled):
                 kw["eplb"] = EPLBConfig(
