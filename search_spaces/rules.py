@@ -143,7 +143,8 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
     if role.enable_dbo and not role.enable_expert_parallel:
         out.append(Violation("dbo-needs-ep", f"{name}: DBO needs expert parallelism"))
     if cluster.spec.name == "CPU":
-        out += [Violation(f"{k.param}-gpu-only", f"{name}: {k.flag} {getattr(role, k.name)} runs only on GPUs")
+        out += [Violation(f"{k.flag.removeprefix('--')}-gpu-only",
+                          f"{name}: {k.flag} {getattr(role, k.name)} runs only on GPUs")
                 for k in KNOBS if k.gpu_only and getattr(role, k.name) != k.default]
     if role.kv_cache_dtype != "auto" and model.attention is AttentionKind.MLA:
         out.append(Violation("kv-cache-dtype-mla", f"{name}: --kv-cache-dtype {role.kv_cache_dtype} is not searched "

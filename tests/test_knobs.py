@@ -127,7 +127,7 @@ def test_fp8_kv_cache_holds_twice_the_tokens_on_gpus_with_gqa_only() -> None:
     tiny = RoleConfig(role=Role.MIXED, kv_cache_dtype="fp8")
     rules = {v.rule for v in check(DeploymentConfig(mode=Mode.AGGREGATED, decode=tiny), model_preset("tiny-moe"),
                                    cpu, 512)}
-    assert "kv_cache_dtype-gpu-only" in rules
+    assert "kv-cache-dtype-gpu-only" in rules
     mla = {v.rule for v in check(DeploymentConfig(mode=Mode.AGGREGATED, decode=fp8), model_preset("deepseek-v3"),
                                  h200, 4096)}
     assert "kv-cache-dtype-mla" in mla
