@@ -13,7 +13,8 @@ import json
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
+from pydantic import model_validator
 
 from search_spaces.knobs import KNOBS, All2AllBackend, Knob
 
