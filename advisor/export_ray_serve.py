@@ -6,8 +6,9 @@ Two files of the same content: ``serve_config.yaml`` (for ``serve run`` / ``serv
 as vLLM names its engine argument (``render.engine_kwarg``: ``--max-num-seqs`` → ``max_num_seqs``; a flag
 without a value → ``True``, a negated one such as ``--no-async-scheduling`` → ``async_scheduling: false``; JSON
 values such as ``--kv-transfer-config`` stay dicts). Only the flags Ray Serve owns are left out — the served name
-(it goes to ``model_loading_config`` with the model), the HTTP endpoint, and the data-parallel rank placement (Ray Serve's DP server gives every rank its replica and sets rank,
-address and RPC port itself; ``data_parallel_size`` stays).
+(it goes to ``model_loading_config`` with the model), the HTTP endpoint, and the data-parallel rank placement
+(Ray Serve's DP server gives every rank its replica and sets rank, address and RPC port itself;
+``data_parallel_size`` stays).
 
 P/D → ``build_pd_openai_app`` (prefill and decode configs, ``kv_transfer_config`` on both); aggregated →
 ``build_dp_openai_app`` when the instance is data-parallel, else ``build_openai_app``. ``num_replicas`` is the
