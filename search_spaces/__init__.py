@@ -11,6 +11,7 @@ from search_spaces.deployment import (
     RoleConfig,
     vllm_flag,
 )
+from search_spaces.knobs import KNOBS, Knob
 from search_spaces.hardware import GPU_TABLE, GPUSpec, gpu_spec, matmul_tflops, vllm_default_batch
 from search_spaces.model_profile import MODEL_PRESETS, AttentionKind, ModelProfile, model_preset
 from search_spaces.packing import PackingError, Slice, pack
@@ -33,7 +34,7 @@ from search_spaces.workload import (
 
 __all__ = [
     "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
-    "GPUSpec", "GPU_TABLE", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
+    "GPUSpec", "GPU_TABLE", "KNOBS", "Knob", "HIGHER_IS_BETTER", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
     "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SLO_METRICS", "SearchSpace", "Slice",
     "Violation", "Workload", "DEFAULT_ERROR_SLO", "LEVEL_FLAGS", "PREFIX_REUSE_LIMIT", "vllm_default_batch", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
     "matmul_tflops", "model_preset", "pack", "preset_names", "vllm_flag", "weight_bytes_per_gpu",

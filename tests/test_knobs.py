@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from search_spaces import (
+    KNOBS,
     ClusterSpec,
     DeploymentConfig,
     Mode,
@@ -24,7 +25,6 @@ from search_spaces import (
     model_preset,
     preset_names,
 )
-from search_spaces.knobs import KNOBS
 
 REPO = Path(__file__).resolve().parents[1]
 

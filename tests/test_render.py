@@ -54,8 +54,10 @@ from executors import (
 )
 from executors.render import DEFAULT_NIXL_PORT, role_mapping, uses_nixl
 from search_spaces import (
+    KNOBS,
     ClusterSpec,
     DeploymentConfig,
+    Knob,
     Mode,
     ModelProfile,
     Role,
@@ -67,7 +69,6 @@ from search_spaces import (
     model_preset,
     preset_names,
 )
-from search_spaces.knobs import KNOBS, Knob
 
 MODEL = "deepseek-ai/DeepSeek-V3"  # only a name: nothing is loaded or downloaded
 SERVED_NAME = "advisor-under-test"
