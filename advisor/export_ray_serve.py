@@ -3,11 +3,12 @@
 Two files of the same content: ``serve_config.yaml`` (for ``serve run`` / ``serve deploy``) and
 ``llm_app.py`` (``serve run llm_app:app``). Each role is one ``LLMConfig`` whose ``engine_kwargs`` are the
 ``{flag: value}`` mapping ``executors.render.serve_flags`` builds for the role's head node, each flag named
-as vLLM names its engine argument (``render.kwarg_name``: ``--max-num-seqs`` → ``max_num_seqs``; a flag
-without a value → ``True``; JSON values such as ``--kv-transfer-config`` stay dicts). Only the flags Ray Serve
-owns are left out — the served name (it goes to ``model_loading_config`` with the model), the HTTP endpoint,
-and the data-parallel rank placement (Ray Serve's DP server gives every rank its replica and sets rank,
-address and RPC port itself; ``data_parallel_size`` stays).
+as vLLM names its engine argument (``render.engine_kwarg``: ``--max-num-seqs`` → ``max_num_seqs``; a flag
+without a value → ``True``, a negated one such as ``--no-async-scheduling`` → ``async_scheduling: false``; JSON
+values such as ``--kv-transfer-config`` stay dicts). Only the flags Ray Serve owns are left out — the served name
+(it goes to ``model_loading_config`` with the model), the HTTP endpoint, and the data-parallel rank placement
+(Ray Serve's DP server gives every rank its replica and sets rank, address and RPC port itself;
+``data_parallel_size`` stays).
 
 P/D → ``build_pd_openai_app`` (prefill and decode configs, ``kv_transfer_config`` on both); aggregated →
 ``build_dp_openai_app`` when the instance is data-parallel, else ``build_openai_app``. ``num_replicas`` is the
@@ -32,6 +33,7 @@ from executors.render import (
     HOST,
     PORT,
     SERVED_MODEL_NAME,
+    engine_kwarg,
     kwarg_name,
     serve_flags,
     uses_nixl,
@@ -61,7 +63,7 @@ def llm_config(job: TuningJob, cfg: DeploymentConfig, inst: Instance, model: str
                         served_model_name=served, max_model_len=job.workload.max_model_len)
     out: dict[str, Any] = {
         "model_loading_config": {"model_id": served or model, "model_source": model},
-        "engine_kwargs": {kwarg_name(f): v for f, v in flags.items() if f not in RAY_OWNED_FLAGS},
+        "engine_kwargs": dict(engine_kwarg(f, v) for f, v in flags.items() if f not in RAY_OWNED_FLAGS),
         "deployment_config": {"num_replicas": inst.config.instances},
     }
     if platform.cpu_per_gpu_slot:

@@ -60,6 +60,14 @@ def kwarg_name(flag: str) -> str:
     return flag.removeprefix("--").replace("-", "_")
 
 
+def engine_kwarg(flag: str, value: FlagValue) -> tuple[str, FlagValue]:
+    """A rendered flag as vLLM's engine argument: ``--max-num-seqs 8`` → ``("max_num_seqs", 8)``; a negated
+    boolean (``--no-async-scheduling``, how a ``False`` knob that defaults to ``None`` is written) → ``False``."""
+    if flag.startswith("--no-") and value is True:
+        return kwarg_name("--" + flag.removeprefix("--no-")), False
+    return kwarg_name(flag), value
+
+
 def fixed_ports(base: int, k: int) -> tuple[int, int]:
     """(API port, DP RPC port) of the k-th instance with fixed ports from ``base``."""
     return base + k, DEFAULT_DP_RPC_PORT + k

@@ -11,6 +11,7 @@ from search_spaces.deployment import (
     RoleConfig,
     vllm_flag,
 )
+from search_spaces.knobs import KNOBS, Knob
 from search_spaces.hardware import GPU_TABLE, GPUSpec, gpu_spec, matmul_tflops, vllm_default_batch
 from search_spaces.metrics import (
     DEFAULT_OBJECTIVE,
@@ -47,7 +48,7 @@ from search_spaces.workload import (
 
 __all__ = [
     "All2AllBackend", "AttentionKind", "ClusterSpec", "Dataset", "DeploymentConfig", "EPLBConfig", "EPLBSpace",
-    "GPUSpec", "GPU_TABLE", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
+    "GPUSpec", "GPU_TABLE", "KNOBS", "Knob", "IllegalTransition", "SLO", "TrialState", "slo_violation", "transition", "LengthDist", "MODEL_PRESETS", "Measurement", "Mode",
     "ModelProfile", "PackingError", "Role", "RoleConfig", "RoleSpace", "SearchSpace", "Slice",
     "Violation", "Workload", "DEFAULT_ERROR_SLO", "LEVEL_FLAGS", "PREFIX_REUSE_LIMIT", "vllm_default_batch", "check", "gpu_spec", "instance_sizes", "kv_capacity_tokens", "load_preset",
     "DEFAULT_OBJECTIVE", "DEFAULT_PARETO_Y", "LATENCIES", "Metric", "PERCENTILES", "Scaling", "all_metrics", "higher_is_better", "maximizable", "metric",

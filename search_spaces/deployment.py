@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 from enum import Enum, StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, model_serializer
+from pydantic import model_validator
+
+from search_spaces.knobs import KNOBS, All2AllBackend, Knob
 
 
 #: A flag's value in a ``{flag: value}`` mapping: ``True`` for a flag without a value, a dict for a JSON one.
@@ -21,11 +24,13 @@ FlagValue = str | int | float | bool | dict[str, Any]
 
 
 def vllm_flag(flag: str, default: Any, *, omit_default: bool = False, requires: str | None = None,
-              value: str | None = None, **kwargs: Any) -> Any:
+              value: str | None = None, negated: str | None = None, **kwargs: Any) -> Any:
     """A pydantic field that is also a ``vllm serve`` flag. ``omit_default``: written only when it differs from
     the default (vLLM's default is the same); ``requires``: written only when that field (dotted path) of the
-    same model is true; ``value``: the model's method that gives the flag's value (a JSON flag's dict)."""
-    extra = {"vllm_flag": flag, "omit_default": omit_default, "requires": requires, "value": value}
+    same model is true; ``value``: the model's method that gives the flag's value (a JSON flag's dict);
+    ``negated``: the flag that writes ``False`` (vLLM's ``--no-…`` of a boolean that defaults to ``None``)."""
+    extra = {"vllm_flag": flag, "omit_default": omit_default, "requires": requires, "value": value,
+             "negated": negated}
     return Field(default, json_schema_extra={k: v for k, v in extra.items() if v}, **kwargs)
 
 
@@ -56,9 +61,17 @@ def flags_of(model: BaseModel) -> dict[str, FlagValue]:
             continue
         if meta.get("value"):
             v = getattr(model, meta["value"])()  # type: ignore[arg-type]
-        if v is not False:
+        if v is False and meta.get("negated"):
+            out[meta["negated"]] = True
+        elif v is not False:
             out[flag] = v.value if isinstance(v, Enum) else v
     return out
+
+
+def knob_field(k: Knob) -> Any:
+    """The ``RoleConfig`` field a knob declares."""
+    return vllm_flag(k.flag, k.default, omit_default=k.omit_default, requires=k.requires, negated=k.negated_flag,
+                     description=k.help, **({"ge": k.ge} if k.ge is not None else {}))
 
 
 class Mode(StrEnum):
@@ -70,21 +83,6 @@ class Role(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     MIXED = "mixed"  # aggregated serving: both phases on one instance
-
-
-class All2AllBackend(StrEnum):
-    """vLLM's ``--all2all-backend`` choices that matter for MoE serving."""
-
-    ALLGATHER_REDUCESCATTER = "allgather_reducescatter"  # vLLM's default
-    DEEPEP_HIGH_THROUGHPUT = "deepep_high_throughput"  # prefill: large batches
-    DEEPEP_LOW_LATENCY = "deepep_low_latency"  # decode: small batches, CUDA-graph friendly
-    NIXL_EP = "nixl_ep"
-    FLASHINFER_NVLINK_TWO_SIDED = "flashinfer_nvlink_two_sided"
-
-    @property
-    def supports_dbo(self) -> bool:
-        """vLLM allows dual-batch overlap only with these kernels (they split dispatch from compute)."""
-        return self in (All2AllBackend.DEEPEP_HIGH_THROUGHPUT, All2AllBackend.DEEPEP_LOW_LATENCY, All2AllBackend.NIXL_EP)
 
 
 class EPLBConfig(BaseModel):
@@ -106,8 +104,8 @@ class EPLBConfig(BaseModel):
         return json.dumps(self.config(), separators=(",", ":"))
 
 
-class RoleConfig(BaseModel):
-    """The instances of one role. An instance is one vLLM deployment of ``tp × dp`` GPUs."""
+class _RoleLayout(BaseModel):
+    """The layout of a role's instances; ``RoleConfig`` adds the knobs of ``search_spaces.knobs`` and EPLB."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -116,13 +114,40 @@ class RoleConfig(BaseModel):
     tensor_parallel_size: int = vllm_flag("--tensor-parallel-size", 1, ge=1, omit_default=True)
     data_parallel_size: int = vllm_flag("--data-parallel-size", 1, ge=1, omit_default=True)
     enable_expert_parallel: bool = vllm_flag("--enable-expert-parallel", False)
-    max_num_seqs: int = vllm_flag("--max-num-seqs", 256, ge=1)
-    max_num_batched_tokens: int = vllm_flag("--max-num-batched-tokens", 8192, ge=1)
-    #: the backend only exists for expert parallelism
-    all2all_backend: All2AllBackend = vllm_flag("--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER,
-                                                requires="enable_expert_parallel")
-    enable_dbo: bool = vllm_flag("--enable-dbo", False)
+
+
+if TYPE_CHECKING:
+    class _RoleKnobs(_RoleLayout):
+        """The knobs' fields as the type checker sees them (the table declares them, ``create_model`` makes them)."""
+
+        max_num_seqs: int
+        max_num_batched_tokens: int
+        all2all_backend: All2AllBackend
+        enable_dbo: bool
+        async_scheduling: bool | None
+        performance_mode: str
+        long_prefill_token_threshold: int
+        kv_cache_dtype: str
+else:
+    _RoleKnobs = create_model("_RoleKnobs", __base__=_RoleLayout,
+                              **{k.name: (k.kind, knob_field(k)) for k in KNOBS})
+
+
+class RoleConfig(_RoleKnobs):
+    """The instances of one role. An instance is one vLLM deployment of ``tp × dp`` GPUs; its serving knobs are
+    the fields ``search_spaces.knobs.KNOBS`` declares."""
+
     eplb: EPLBConfig = vllm_flag("--eplb-config", EPLBConfig(), requires="eplb.enabled", value="eplb_config")
+
+    @model_serializer(mode="wrap")
+    def _knobs_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A knob declared after the table existed is stored only when set: a configuration without it keeps
+        the text, key and hash it had (``knobs``' docstring)."""
+        out: dict[str, Any] = handler(self)
+        for k in KNOBS:
+            if not k.stored and getattr(self, k.name) == k.default:
+                out.pop(k.name, None)
+        return out
 
     def eplb_config(self) -> dict[str, Any]:
         return self.eplb.config()
@@ -155,31 +180,30 @@ class RoleConfig(BaseModel):
             return f"TP{self.tensor_parallel_size}×DP{self.data_parallel_size}"
         return f"TP{self.tensor_parallel_size}"
 
+    def _knob_texts(self, text: str, after_eplb: bool) -> list[str]:
+        chosen = dict(self)
+        return [t for k in KNOBS if k.after_eplb is after_eplb
+                for t in [getattr(k, text)(getattr(self, k.name), chosen)] if t]
+
     def short(self) -> str:
-        """One cell of a table: ``2×DEP4 s256 EPLB32 DBO``."""
+        """One cell of a table: ``2×DEP4 s256 b8k EPLB32 DBO`` (each knob's ``cell``)."""
         n = f"{self.instances}×" if self.instances > 1 else ""
-        text = f"{n}{self.shape} s{self.max_num_seqs} b{self.max_num_batched_tokens // 1024}k"
+        parts = [f"{n}{self.shape}", *self._knob_texts("cell", False)]
         if self.eplb.enabled:
-            text += f" EPLB{self.eplb.num_redundant_experts}"
-        if self.enable_dbo:
-            text += " DBO"
-        return text
+            parts.append(f"EPLB{self.eplb.num_redundant_experts}")
+        return " ".join(parts + self._knob_texts("cell", True))
 
     def describe(self) -> str:
         """The role in an operator's words: ``2 × DEP4 (…)``, ``EP16 (…)``, ``TP4 (…)``, ``DP8 TP-experts (…,
-        experts sharded over 8 GPUs)``."""
+        experts sharded over 8 GPUs)``; each knob's ``words``."""
         n = f"{self.instances} × " if self.instances > 1 else ""
-        shape = self.shape
-        extras = [f"max-num-seqs {self.max_num_seqs}", f"batched tokens {self.max_num_batched_tokens}"]
-        if self.enable_expert_parallel:
-            extras.append(self.all2all_backend.value)
-        elif self.data_parallel_size > 1:
+        extras = self._knob_texts("words", False)
+        if not self.enable_expert_parallel and self.data_parallel_size > 1:
             extras.append(f"experts sharded over {self.gpus_per_instance} GPUs")
         if self.eplb.enabled:
             extras.append(f"EPLB {self.eplb.num_redundant_experts} redundant")
-        if self.enable_dbo:
-            extras.append("DBO")
-        return f"{n}{shape} ({', '.join(extras)})"
+        extras += self._knob_texts("words", True)
+        return f"{n}{self.shape} ({', '.join(extras)})"
 
 
 class DeploymentConfig(BaseModel):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from search_spaces.cluster import ClusterSpec
 from search_spaces.deployment import DeploymentConfig, RoleConfig
+from search_spaces.knobs import KNOBS, KV_DTYPE_BYTES
 from search_spaces.model_profile import AttentionKind, ModelProfile
 from search_spaces.packing import PackingError, pack
 
@@ -66,7 +67,14 @@ def weight_bytes_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
 
 
 def kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
-    """MLA's latent is replicated over TP ranks; GQA's KV heads are split over them (at least one each)."""
+    """MLA's latent is replicated over TP ranks; GQA's KV heads are split over them (at least one each). A
+    ``--kv-cache-dtype`` other than ``auto`` stores its own width per element instead of the model's."""
+    if role.kv_cache_dtype != "auto":
+        return _kv_bytes_per_token_per_gpu(role, model) * KV_DTYPE_BYTES[role.kv_cache_dtype] / model.kv_bytes
+    return _kv_bytes_per_token_per_gpu(role, model)
+
+
+def _kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
     if model.attention is AttentionKind.MLA:
         return model.kv_bytes_per_token
     share = max(1, model.num_kv_heads // role.tensor_parallel_size) / model.num_kv_heads
@@ -134,6 +142,13 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
         )
     if role.enable_dbo and not role.enable_expert_parallel:
         out.append(Violation("dbo-needs-ep", f"{name}: DBO needs expert parallelism"))
+    if cluster.spec.name == "CPU":
+        out += [Violation(f"{k.flag.removeprefix('--')}-gpu-only",
+                          f"{name}: {k.flag} {getattr(role, k.name)} runs only on GPUs")
+                for k in KNOBS if k.gpu_only and getattr(role, k.name) != k.default]
+    if role.kv_cache_dtype != "auto" and model.attention is AttentionKind.MLA:
+        out.append(Violation("kv-cache-dtype-mla", f"{name}: --kv-cache-dtype {role.kv_cache_dtype} is not searched "
+                             f"with MLA attention (vLLM's MLA backends take their own FP8 KV formats)"))
     weights = weight_bytes_per_gpu(role, model) / GIB
     cap = kv_capacity_tokens(role, model, cluster)
     if cap < max_model_len:

@@ -8,13 +8,16 @@ conditional tree — so the exhaustive grid and the sampler can never disagree a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, field_validator
+from pydantic import ValidationInfo, model_serializer, model_validator
 
 from search_spaces.deployment import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
+from search_spaces.knobs import KNOBS, Knob
 
 if TYPE_CHECKING:
     import optuna
@@ -33,11 +36,19 @@ def _nonempty(v: list[Any]) -> list[Any]:
     return v
 
 
-class RoleSpace(BaseModel):
-    """Choices for one role. An instance is TP × DP GPUs; with ``expert_parallel`` true its experts are spread
-    over all TP × DP ranks (DEP/EP: ``dp_sizes`` is the DEP size, or with TP1 the decode EP width), false keeps
-    attention data-parallel and shards every expert tensor-parallel over the TP × DP ranks (vLLM's behaviour
-    without ``--enable-expert-parallel``)."""
+@lru_cache(maxsize=256)
+def _knob_choices(lists: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:
+    """``RoleSpace.knob_choices`` of the knobs' lists: worked out once per space, not once per candidate."""
+    out = []
+    for k, values in zip(KNOBS, lists, strict=True):
+        encoded = [k.encode(v) for v in values]
+        decoded = [k.decode(v) for v in encoded]
+        out.append((k, encoded, decoded if any(d is not e for d, e in zip(decoded, encoded)) else None))
+    return tuple(out)
+
+
+class _RoleLayoutSpace(BaseModel):
+    """Choices of a role's layout; ``RoleSpace`` adds a list of choices per knob of ``search_spaces.knobs``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,22 +65,62 @@ class RoleSpace(BaseModel):
     expert_parallel: list[bool] = Field(default=[True], description="With TP × DP > 1: true spreads experts over "
                                         "the ranks (EP), false shards each expert over them (TP experts); "
                                         "[true, false] searches both.")
-    max_num_seqs: list[int] = Field(default=[256])
-    max_num_batched_tokens: list[int] = Field(default=[8192])
-    all2all_backends: list[All2AllBackend] = Field(default=[All2AllBackend.ALLGATHER_REDUCESCATTER])
-    dbo: list[bool] = Field(default=[False])
 
-    _check = field_validator(
-        "instances", "dp_sizes", "tp_sizes", "expert_parallel", "max_num_seqs", "max_num_batched_tokens",
-        "all2all_backends", "dbo",
-    )(_nonempty)
 
-    @field_validator("instances", "dp_sizes", "tp_sizes", "max_num_seqs", "max_num_batched_tokens")
+if TYPE_CHECKING:
+    class _RoleKnobSpace(_RoleLayoutSpace):
+        """The knobs' lists as the type checker sees them (the table declares them)."""
+
+        max_num_seqs: list[int]
+        max_num_batched_tokens: list[int]
+        all2all_backends: list[All2AllBackend]
+        dbo: list[bool]
+else:
+    _RoleKnobSpace = create_model("_RoleKnobSpace", __base__=_RoleLayoutSpace, **{
+        k.space: (list[k.kind], Field(default=[k.default], description=f"{k.label}: {k.help} "
+                                      f"(parameter {{role}}_{k.param}; vLLM's {k.flag})"))
+        for k in KNOBS})
+
+
+class RoleSpace(_RoleKnobSpace):
+    """Choices for one role. An instance is TP × DP GPUs; with ``expert_parallel`` true its experts are spread
+    over all TP × DP ranks (DEP/EP: ``dp_sizes`` is the DEP size, or with TP1 the decode EP width), false keeps
+    attention data-parallel and shards every expert tensor-parallel over the TP × DP ranks (vLLM's behaviour
+    without ``--enable-expert-parallel``). One list of choices per knob of ``search_spaces.knobs``."""
+
+    _check = field_validator("instances", "dp_sizes", "tp_sizes", "expert_parallel", *(k.space for k in KNOBS))(
+        _nonempty)
+
+    @field_validator("instances", "dp_sizes", "tp_sizes", *(k.space for k in KNOBS if k.ge == 1))
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         if any(x < 1 for x in v):
             raise ValueError("sizes must be ≥ 1")
         return v
+
+    @field_validator(*(k.space for k in KNOBS if k.ge is not None and k.ge != 1), check_fields=False)
+    @classmethod
+    def _at_least(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        ge = next(k.ge for k in KNOBS if k.space == info.field_name)
+        if any(x < ge for x in v):  # type: ignore[operator]
+            raise ValueError(f"must be ≥ {ge}")
+        return v
+
+    @property
+    def knob_choices(self) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:
+        """Each knob with its choices as the study's parameter holds them and, where they differ (an enum), as
+        the ``RoleConfig`` field takes them."""
+        return _knob_choices(tuple(tuple(getattr(self, k.space)) for k in KNOBS))
+
+    @model_serializer(mode="wrap")
+    def _knobs_named(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A knob declared after the table existed is written only where the space names it (a stored space
+        keeps the text it had)."""
+        out: dict[str, Any] = handler(self)
+        for k in KNOBS:
+            if not k.stored and getattr(self, k.space) == [k.default]:
+                out.pop(k.space, None)
+        return out
 
     @model_validator(mode="after")
     def _keyed_choices(self) -> RoleSpace:
@@ -137,6 +188,16 @@ class SearchSpace(BaseModel):
 
     _check = field_validator("modes")(_nonempty)
 
+    @model_validator(mode="after")
+    def _knobs_where_they_apply(self) -> SearchSpace:
+        """A knob searched in a role it does not apply to would be silently dropped by ``build``: refused."""
+        for name in ("mixed", "prefill", "decode"):
+            for k in KNOBS:
+                if name not in k.roles and getattr(getattr(self, name), k.space) != [k.default]:
+                    raise ValueError(f"{name}.{k.space}: {k.label} applies to the "
+                                     f"{' and '.join(sorted(k.roles))} role only")
+        return self
+
     # ------------------------------------------------------------------ building
     def build(self, choose: Choose) -> DeploymentConfig:
         """The candidate that ``choose``'s answers describe; parameter names are the study's."""
@@ -168,16 +229,14 @@ class SearchSpace(BaseModel):
         instances = choose(*rs.instances_choice(p, tp * dp)) if keyed else instances
         # EP (DEP with TP1): experts spread over the ranks; else each expert is sharded over them (TP experts)
         ep = bool(choose(f"{p}_ep", rs.expert_parallel)) if tp * dp > 1 else False
-        kw: dict[str, Any] = dict(
-            role=role, instances=instances, tensor_parallel_size=tp, data_parallel_size=dp,
-            enable_expert_parallel=ep,
-            max_num_seqs=choose(f"{p}_max_num_seqs", rs.max_num_seqs),
-            max_num_batched_tokens=choose(f"{p}_max_num_batched_tokens", rs.max_num_batched_tokens),
-        )
+        kw: dict[str, Any] = dict(role=role, instances=instances, tensor_parallel_size=tp, data_parallel_size=dp,
+                                  enable_expert_parallel=ep)
+        r = role.value
+        for k, choices, decoded in rs.knob_choices:  # each knob where it applies (the order is the study's)
+            if k.applies(r, kw):
+                v = choose(f"{p}_{k.param}", choices)
+                kw[k.name] = decoded[choices.index(v)] if decoded else v
         if ep:
-            backend = All2AllBackend(choose(f"{p}_all2all", [b.value for b in rs.all2all_backends]))
-            kw["all2all_backend"] = backend
-            kw["enable_dbo"] = bool(choose(f"{p}_dbo", rs.dbo)) if backend.supports_dbo else False
             if choose(f"{p}_eplb", self.eplb.enabled):
                 kw["eplb"] = EPLBConfig(
                     enabled=True,

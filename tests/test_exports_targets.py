@@ -116,6 +116,9 @@ def cases() -> dict[str, Case]:
                          "cluster": {"gpu": "H200", "nodes": 2, "gpus_per_node": 1},
                          "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 2000}],
                          "space": {r: {"dp_sizes": [1], "tp_sizes": [1]} for r in ("mixed", "prefill", "decode")}})
+    one_gpu = job_from_dict({"name": "h200-one-gpu", "model": {"preset": "tiny-moe"},
+                             "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 1},
+                             "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 2000}]})
     dep16 = DeploymentConfig(mode=Mode.AGGREGATED, decode=_role(
         Role.MIXED, data_parallel_size=16, enable_expert_parallel=True, max_num_seqs=128,
         max_num_batched_tokens=8192, all2all_backend=All2AllBackend.DEEPEP_LOW_LATENCY,
@@ -142,6 +145,10 @@ def cases() -> dict[str, Case]:
         Case("h200-pd-2x1", pd2, DeploymentConfig(
             mode=Mode.DISAGGREGATED, prefill=_role(Role.PREFILL, max_num_seqs=64, max_num_batched_tokens=4096),
             decode=_role(Role.DECODE, max_num_seqs=128, max_num_batched_tokens=512)), model=TINY_ID),
+        # one GPU with the one-GPU knobs away from their defaults (a negated boolean among them)
+        Case("h200-one-gpu-knobs", one_gpu, DeploymentConfig(mode=Mode.AGGREGATED, decode=_role(
+            Role.MIXED, max_num_seqs=64, async_scheduling=False, performance_mode="throughput",
+            long_prefill_token_threshold=1024, kv_cache_dtype="fp8")), model=TINY_ID),
     ]
     for c in out:
         broken = check(c.cfg, c.job.model_profile(), c.job.cluster, c.job.workload.max_model_len)
@@ -149,7 +156,7 @@ def cases() -> dict[str, Case]:
     return {c.name: c for c in out}
 
 
-CASE_NAMES = ["gb300-pd", "h200-dep16", "h200-no-rdma", "cpu-agg", "cpu-pd", "h200-pd-2x1"]
+CASE_NAMES = ["gb300-pd", "h200-dep16", "h200-no-rdma", "cpu-agg", "cpu-pd", "h200-pd-2x1", "h200-one-gpu-knobs"]
 MULTI_NODE = ["gb300-pd", "h200-dep16", "h200-no-rdma"]
 
 

@@ -23,6 +23,7 @@ import os
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the CPU build of vLLM (CI) needs it before import
 
 import argparse
+import enum
 import functools
 import json
 import random
@@ -51,10 +52,12 @@ from executors import (
     router_args,
     serve_args,
 )
-from executors.render import DEFAULT_NIXL_PORT, uses_nixl
+from executors.render import DEFAULT_NIXL_PORT, role_mapping, uses_nixl
 from search_spaces import (
+    KNOBS,
     ClusterSpec,
     DeploymentConfig,
+    Knob,
     Mode,
     ModelProfile,
     Role,
@@ -179,6 +182,31 @@ def vllm_default(dest: str) -> Any:
     return _vllm_serve()[1].get_default(dest)
 
 
+def knobs_mean(ns: argparse.Namespace, role: RoleConfig, args: list[str], context: str) -> None:
+    """Every knob of the table reaches vLLM's engine argument of its own name: the role's value where it is
+    rendered, vLLM's default where it is not."""
+    rendered = role_mapping(role)
+    for k in KNOBS:
+        value = getattr(role, k.name)
+        shown = k.flag in rendered or (k.negated_flag is not None and k.negated_flag in rendered)
+        want = k.encode(value) if shown else vllm_default(k.name)
+        assert getattr(ns, k.name) == want, f"{context}: {k.flag} of {k.name}={value!r}:\n{shlex.join(args)}"
+
+
+def knob_domain(k: Knob) -> list[Any]:
+    """The values a test renders of a knob: every value of a finite domain, two of an integer one."""
+    import typing
+
+    if isinstance(k.kind, type) and issubclass(k.kind, enum.Enum):
+        return list(k.kind)
+    args = typing.get_args(k.kind)
+    if k.kind is bool or args == (bool, type(None)):
+        return [v for v in (None, False, True) if v is not None or args]
+    if args:
+        return list(args)
+    return [k.default, max(k.ge or 0, 1) * 512]
+
+
 # ------------------------------------------------------------------------ expected, computed here
 @dataclass(frozen=True)
 class NodeLayout:
@@ -257,6 +285,7 @@ def assert_means(
         ),
     }
     assert got == want, f"{context}:\n{shlex.join(args)}"
+    knobs_mean(ns, r, args, context)
 
     # P/D: vLLM turns --kv-transfer-config's JSON into a KVTransferConfig
     if cfg.mode is Mode.DISAGGREGATED:
@@ -311,6 +340,42 @@ def test_serve_args_parse_with_vllms_own_parser(name: str, platform_name: str) -
                              pre=pre, context=context)
                 parsed += 1
     assert parsed >= len(sample(name))
+
+
+@pytest.mark.parametrize("platform_name", PLATFORMS)
+@pytest.mark.parametrize("knob", KNOBS, ids=lambda k: k.name)
+def test_every_knob_value_parses_with_vllms_own_parser(knob: Knob, platform_name: str) -> None:
+    """Each value of each knob (the presets' samples hold only the values their spaces search), rendered on a
+    role it applies to, is accepted by vLLM's parser and means that value. The parser is the CPU build's (vLLM
+    0.32); the knobs added for one GPU were also read in the GPU build's (0.26) ``EngineArgs`` (docs/jobs.md)."""
+    platform = platform_of(platform_name)
+    role = next(r for r in (Role.MIXED, Role.PREFILL, Role.DECODE) if r.value in knob.roles)
+    layout = {"enable_expert_parallel": True, "data_parallel_size": 2} if knob.requires else {}
+    if knob.name == "enable_dbo":
+        layout["all2all_backend"] = "deepep_low_latency"
+    cluster = ClusterSpec(gpu="H200", gpus_per_node=8)
+    for value in knob_domain(knob):
+        rc = RoleConfig(role=role, **layout, **{knob.name: value})
+        cfg = (DeploymentConfig(mode=Mode.AGGREGATED, decode=rc) if role is Role.MIXED else
+               DeploymentConfig(mode=Mode.DISAGGREGATED, prefill=rc if role is Role.PREFILL else
+                                RoleConfig(role=Role.PREFILL), decode=rc if role is Role.DECODE else
+                                RoleConfig(role=Role.DECODE)))
+        inst = next(i for i in place(cfg, cluster).instances if i.role is role)
+        head = Endpoint(host="10.0.0.1", port=8100, bind_host="0.0.0.0")
+        args = serve_args(inst, inst.shards[0], cfg=cfg, model=MODEL, platform=platform, head=head)
+        context = f"{knob.name}={value!r} on {platform_name}"
+        ns = parse_serve(args, context)
+        knobs_mean(ns, rc, args, context)
+
+
+def test_knob_names_are_vllms_engine_arguments() -> None:
+    """A knob's name is the engine argument its flag sets (what ``knobs_mean`` and the Ray Serve export read)."""
+    _, serve, _ = _vllm_serve()
+    dests = {s: a.dest for a in serve._actions for s in a.option_strings}
+    for k in KNOBS:
+        assert dests[k.flag] == k.name, k
+        if k.negated_flag:
+            assert dests[k.negated_flag] == k.name, k
 
 
 def _features(cfg: DeploymentConfig, cluster: ClusterSpec) -> set[str]:
