@@ -35,9 +35,9 @@ from executors.tiny_model import make_tiny_moe  # noqa: E402
 from search_spaces import Dataset, LengthDist, Workload  # noqa: E402
 from tests.shared_runs import PROBE_JOB  # noqa: E402
 
-#: (name, tokenizer folder maker, workload, the deployment's loads in order; the warm-up runs at the first one)
 CI_WORKLOAD = Workload.model_validate(PROBE_JOB["workload"])
 GPU_WORKLOAD = Workload(dataset=Dataset.RANDOM, isl=LengthDist(mean=2048), osl=LengthDist(mean=256))
+GPU_LOADS = [64, 128, 96, 80, 112, 72]
 
 
 def _word_folder(vocab: int, out: Path) -> Path:
@@ -47,15 +47,17 @@ def _word_folder(vocab: int, out: Path) -> Path:
     return out
 
 
-def _sample(tokenizer: Any, workload: Workload, spec: bench.LevelSpec) -> list[list[int]]:
-    """The level's prompts as ``vllm bench serve`` sends them, tokenized as the server does."""
+def _sample(tokenizer: Any, workload: Workload, spec: bench.LevelSpec) -> list[tuple[list[int], tuple[int, ...]]]:
+    """The level's prompts as ``vllm bench serve`` sends them: tokenized as the server does, and the first block
+    of the text's own tokens (no special tokens added: what ``PromptStarts.key`` names)."""
     from vllm.benchmarks.datasets import RandomDataset
 
     reqs = RandomDataset(random_seed=spec.seed).sample(
         tokenizer=tokenizer, num_requests=spec.num_prompts, input_len=workload.isl.mean,
         output_len=workload.osl.mean,
         range_ratio={"input": workload.isl.range_ratio, "output": workload.osl.range_ratio})
-    return [tokenizer.encode(r.prompt) for r in reqs]
+    return [(tokenizer.encode(r.prompt), tuple(tokenizer.encode(r.prompt, add_special_tokens=False)[:BLOCK_TOKENS]))
+            for r in reqs]
 
 
 def _deployment(tokenizer: Any, workload: Workload, loads: list[float], block: int, pick: bool) -> list[dict]:
@@ -71,9 +73,8 @@ def _deployment(tokenizer: Any, workload: Workload, loads: list[float], block: i
         prompts = _sample(tokenizer, workload, spec)
         predicted = [starts.key(s) for s in starts.starts(workload, spec.seed, spec.num_prompts)]
         hit = total = repeats = 0
-        for toks, key in zip(prompts, predicted, strict=True):
-            plain = tokenizer.encode(tokenizer.decode(toks, skip_special_tokens=True), add_special_tokens=False)
-            key_ok += tuple(plain[:BLOCK_TOKENS]) == key
+        for (toks, plain), key in zip(prompts, predicted, strict=True):
+            key_ok += plain == key
             key_n += 1
             first = tuple(toks[:BLOCK_TOKENS])
             repeats += first in firsts
@@ -107,8 +108,10 @@ def main() -> None:
     cases = [
         ("tiny CI model (byte-level BPE, 2,048 ids), the knee study's workload", make_tiny_moe(tmp / "tiny"),
          CI_WORKLOAD, [1, 8, 4, 2, 3, 5]),
-        ("generated word-level tokenizer, 8,192 ids, ISL 2048 / OSL 256", _word_folder(8192, tmp / "w8192"),
-         GPU_WORKLOAD, [64, 128, 96, 80, 112, 72]),
+        ("generated word-level tokenizer, 8,192 ids (issue 30's profile folders), ISL 2048 / OSL 256",
+         _word_folder(8192, tmp / "w8192"), GPU_WORKLOAD, GPU_LOADS),
+        ("generated word-level tokenizer, 129,280 ids (DeepSeek-V3's vocabulary), ISL 2048 / OSL 256",
+         _word_folder(129_280, tmp / "w129280"), GPU_WORKLOAD, GPU_LOADS),
     ]
     out: dict[str, Any] = {"argv": sys.argv, "block": args.block, "cases": []}
     for name, folder, workload, loads in cases:
