@@ -214,7 +214,7 @@ class LocalExecutor(VllmExecutor):
         try:
             yield LevelRunner(run_level, lambda: self._check_alive(h),
                               [ServerView(s.name, s.role, s.url or "", str(s.proc.log_path)) for s in h.servers],
-                              marks, eplb)
+                              marks, eplb, str(self.model_path))
         finally:
             if zygote is not None:
                 zygote.close()

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from executors import bench, metrics
+from executors import bench, metrics, prompt_seeds
 from executors.base import DeploymentFailed, FailureKind, Timings
-from search_spaces import PREFIX_REUSE_LIMIT, SLO, Measurement, Workload, slo_violation
+from search_spaces import PREFIX_REUSE_LIMIT, SLO, Dataset, Measurement, Workload, slo_violation
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,9 @@ class LevelRunner:
 
     ``run_level(spec) -> (saved JSON, wall seconds)`` raises ``bench.BenchFailed``;
     ``check_alive()`` raises ``DeploymentFailed(CRASH)`` when a server of the deployment has died;
-    ``eplb(marks)`` reads EPLB balancedness logged since ``marks()`` (``None``: not available).
+    ``eplb(marks)`` reads EPLB balancedness logged since ``marks()`` (``None``: not available);
+    ``tokenizer`` is the folder the load generator tokenizes with (``prompt_seeds`` picks random prompts' seeds
+    from it; ``None``: levels keep their own seeds).
     """
 
     run_level: Callable[[bench.LevelSpec], tuple[dict[str, Any], float]]
@@ -316,6 +318,7 @@ class LevelRunner:
     servers: list[ServerView]
     marks: Callable[[], dict[str, int]] = lambda: {}
     eplb: Callable[[dict[str, int]], float | None] = lambda _m: None
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -339,18 +342,28 @@ class LevelProbe:
     warm: bool = False
     requests_per_s: float | None = None  # the last level's, to size the next one (``min_level_s``)
     expert_routing: str | None = None  # what the servers route with (``ExpertRouting`` text), stored per level
+    # the first KV blocks this deployment's random prompts have sent (``prompt_seeds``), across its levels
+    starts: prompt_seeds.PromptStarts | None = None
+
+    def __post_init__(self) -> None:
+        if self.starts is None and self.workload.dataset is Dataset.RANDOM and self.workload.fresh_prompts:
+            self.starts = prompt_seeds.PromptStarts.load(self.runner.tokenizer)
+
+    def _spec(self, load: float, **kw: Any) -> bench.LevelSpec:
+        """The level's run, its seed one whose random prompts are new to the deployment."""
+        spec = bench.LevelSpec.for_load(self.workload, load, **kw)
+        return prompt_seeds.fresh_spec(self.starts, self.workload, spec)
 
     def __call__(self, load: float, short: bool = False) -> Measurement:
         if not self.warm:
             self._warm_up(load)
-        spec = bench.LevelSpec.for_load(self.workload, load, requests_per_s=self.requests_per_s, short=short)
+        spec = self._spec(load, requests_per_s=self.requests_per_s, short=short)
         run = self._run(spec)
         m = self._measurement(spec, run)
         close = [s for s in self.plan.slos if s.close_call(m)]
         if close:
             log.info("%s: %s inside the interval; measuring the level again", m.label(), ", ".join(map(str, close)))
-            again = self._run(bench.LevelSpec.for_load(self.workload, load, attempt=1,
-                                                       requests_per_s=self.requests_per_s, short=short))
+            again = self._run(self._spec(load, attempt=1, requests_per_s=self.requests_per_s, short=short))
             pooled = _Run(bench.pool_results(run.data, again.data),
                           _sum_deltas(run.deltas, again.deltas), _min(run.eplb, again.eplb), run.wall_s + again.wall_s)
             m = self._measurement(spec, pooled, extra_flags=["remeasured"])
@@ -365,7 +378,7 @@ class LevelProbe:
 
     def _warm_up(self, load: float) -> None:
         self.warm = True
-        spec = bench.LevelSpec.for_load(self.workload, load, warmup=True)
+        spec = self._spec(load, warmup=True)
         if spec.num_prompts <= 0:
             return
         t0 = time.monotonic()

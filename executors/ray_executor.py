@@ -399,7 +399,7 @@ class RayExecutor(VllmExecutor):
 
         servers = [ServerView(n, s.role, h.urls[n]) for n, s in heads.items()]
         try:
-            yield LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb)
+            yield LevelRunner(run_level, lambda: self._check_alive(h), servers, marks, eplb, str(self.model_path))
         except Exception as e:
             env_failure = environment_failure(e)
             if env_failure is not None:
