@@ -180,8 +180,8 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         return cls(model_path, **common)  # type: ignore[call-arg]
     from executors import PreflightFailed
 
-    ex = cls(model_path,  # type: ignore[call-arg] ray_address=ray_address or spec.ray_address, placement_timeout_s=t.placement_s,
-                     port_base=spec.port_base, **common)
+    ex = cls(model_path, ray_address=ray_address or spec.ray_address,  # type: ignore[call-arg]
+             placement_timeout_s=t.placement_s, port_base=spec.port_base, **common)
     try:
         ex.preflight(job.cluster)  # a cluster that cannot run the job: one line, exit 2, before any write
     except PreflightFailed as e:
