@@ -78,3 +78,33 @@ def test_every_place_answers_alike_whether_an_executor_is_simulated(case: str, t
     answers["dashboard"] = any("the performance model's numbers" in c.value for c in at.caption)
     assert answers == dict.fromkeys(answers, simulated), f"{stored_kind}: {answers}"
     assert "measure_s" in table.columns  # recorded for every kind here: shown
+
+
+def test_the_ray_executor_is_built_with_the_jobs_cluster_and_placement_timeout(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``make_executor`` builds the class ``executor_class`` names with the job's settings: a refactor once dropped
+    ``ray_address`` (every Ray study then started a private head, and the two-host tests ran on one host).
+    A real TCP listener stands in for the Ray head's port (``_check_ray_address`` connects to it); ``preflight``,
+    which would ask that cluster for its GPUs, is skipped — no Ray cluster runs in this test."""
+    import socket
+
+    from advisor.executor_factory import make_executor
+    from executors.ray_executor import RayExecutor
+
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        monkeypatch.setattr(RayExecutor, "preflight", lambda self, cluster: None)
+        job = job_from_dict({"name": "r", "preset": "cpu-tiny-moe",
+                             "executor": {"kind": "ray", "ray_address": address, "run_dir": str(tmp_path),
+                                          "timeouts": {"placement_s": 77}}})
+        ex = make_executor(job)
+        try:
+            assert isinstance(ex, RayExecutor)
+            assert (ex.ray_address, ex.placement_timeout_s) == (address, 77)
+            other = make_executor(job, ray_address=address)
+            assert other.ray_address == address
+            other.close()
+        finally:
+            ex.close()
