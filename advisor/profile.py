@@ -252,6 +252,13 @@ class _Measured:
     checkpoints: list[Path] = field(default_factory=list)  # one per deployment, removed once the profile is stored
     reused: list[str] = field(default_factory=list)  # the checkpoints an unfinished profile had left
 
+    def add(self, probe_job: TuningJob, config: DeploymentConfig, measured: dict[int, dict[str, float]],
+            comm: bool) -> None:
+        """One probe's fit sample (none where no level of it completed), measured now or by a checkpoint."""
+        if measured:
+            (self.comm if comm else self.samples).append(
+                Sample("profile", len(self.samples) + len(self.comm), config, probe_job, measured))
+
 
 def probe_executor_job(job: TuningJob, folder: Path, probes: Sequence[Probe], gpus: int) -> TuningJob:
     """The job one probe deployment is launched from: the ``folder``'s model on ``gpus`` GPUs of one node, KV
@@ -287,10 +294,7 @@ def _reuse(path: Path, job: TuningJob, folder: Path, config: DeploymentConfig, c
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
     for probe, m in zip(probes, measured, strict=True):
-        if m:
-            target = into.comm if comm else into.samples
-            target.append(Sample("profile", len(into.samples) + len(into.comm), config,
-                                 probe_job(job, folder, probe.workload(), cluster), m))
+        into.add(probe_job(job, folder, probe.workload(), cluster), config, m, comm)
     into.levels.extend(got["levels"])
     into.deploy_s.append(float(got["deploy_s"]))
     into.measure_s.append(float(got["measure_s"]))
@@ -332,10 +336,7 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
                 step = f"{probe.kind} probe ISL {probe.isl} OSL {probe.osl}"
                 levels = [m for c in probe.loads for m in executor.measure(dep, probe.workload(c), MeasurePlan())]
                 measured.append({m.concurrency: v for m in levels if (v := fitted_values(m))})
-                if measured[-1]:
-                    target = into.comm if comm else into.samples
-                    target.append(Sample("profile", len(into.samples) + len(into.comm), config,
-                                         probe_job(job, folder, probe.workload(), cluster), measured[-1]))
+                into.add(probe_job(job, folder, probe.workload(), cluster), config, measured[-1], comm)
                 for m in levels:
                     into.levels.append({"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl,
                                         "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
