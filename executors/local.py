@@ -32,10 +32,10 @@ from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
 from executors.render import Endpoint, router_args, slot_env
 from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead.py imports it from here
+    compile_cache_env,
     engine_version,
     server_unhealthy,
     start_failure,
-    vllm_cache_root,
     wait_router,
 )
 from executors.topology import Instance, NodeShard, Topology
@@ -137,7 +137,7 @@ class LocalExecutor(VllmExecutor):
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
             env = {**platform.env, **routing_env(self.expert_routing), **slot_env(platform, shard.gpus),
-                   "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, inst.name, self._cache_key))}
+                   **compile_cache_env(self.run_dir, inst.name, self._cache_key)}
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
             self._record(dep, inst.name, proc, port)

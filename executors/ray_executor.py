@@ -50,7 +50,7 @@ from executors.ray_cluster import (
     check_cluster, environment_failure, has_gpus, init_ray, ray_get, release, stop_head,
 )
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
-from executors.serving import server_unhealthy, start_failure, vllm_cache_root
+from executors.serving import server_unhealthy, start_failure, compile_cache_env
 from executors.topology import Instance, Topology
 from executors.vllm_executor import VllmExecutor
 from search_spaces import ClusterSpec, Mode, Workload
@@ -271,7 +271,7 @@ class RayExecutor(VllmExecutor):
                       head: Endpoint, platform: Platform, topology: Topology, pd: bool,
                       nixl_port: int | None = None) -> None:
         env, unset = self._slot_env(platform, sh.info)
-        env = {**platform.env, **routing_env(self.expert_routing), **env, "VLLM_CACHE_ROOT": str(vllm_cache_root(self.run_dir, sh.proc_name, self._cache_key))}
+        env = {**platform.env, **routing_env(self.expert_routing), **env, **compile_cache_env(self.run_dir, sh.proc_name, self._cache_key)}
         if nixl_port is not None:
             # vLLM's default side-channel host is localhost, which the prefill side advertises to decode
             env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = sh.info["ip"]

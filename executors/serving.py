@@ -105,6 +105,22 @@ def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     return root
 
 
+def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, str]:
+    """The cache folders of one server: ``VLLM_CACHE_ROOT`` (``vllm_cache_root``) and ``TRITON_CACHE_DIR``.
+
+    vLLM keys its compiled graphs by a hash that includes the batch sizes (inductor picks 32- or 64-bit indexing
+    from them), and puts inductor's Triton kernels under that hash too (``TORCHINDUCTOR_CACHE_DIR``; torch puts
+    Triton's cache inside it unless ``TRITON_CACHE_DIR`` is set). So a trial that changes only its batch sizes
+    compiled every kernel again on the H200 (issue 30: "a second configuration compiled again"). Triton's cache is
+    content-addressed (kernel source, constants, GPU, Triton version): one folder for every deployment cannot
+    hand a kernel to the wrong shape, and vLLM itself keeps a ``TRITON_CACHE_DIR`` its caller set. The folder sits
+    beside the study folders (``run_dir`` is ``executor.run_dir/<study>``), so a profile's kernels serve the
+    study that follows it. The graphs themselves stay per hash, as vLLM keys them.
+    """
+    return {"VLLM_CACHE_ROOT": str(vllm_cache_root(run_dir, instance, key)),
+            "TRITON_CACHE_DIR": str((Path(run_dir).parent / "triton-cache").resolve())}
+
+
 def _lock(root: Path) -> bool:
     """Take ``root``'s slot lock for this process's lifetime (False: another live process holds it)."""
     fh = open(root.with_name(root.name + ".lock"), "a+")  # noqa: SIM115 — held open on purpose

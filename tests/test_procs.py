@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from executors import procs
-from executors.serving import vllm_cache_root
+from executors.serving import compile_cache_env, vllm_cache_root
 
 _IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 _CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -49,6 +49,26 @@ def test_vllm_cache_root_is_kept_per_slot_and_seeded_with_the_model_inspection(t
     assert (second / "modelinfos" / "x.json").read_text() == "{}"
     keyed = vllm_cache_root(tmp_path, "mixed-0", "abc123")
     assert keyed.name == "abc123-mixed-0"
+
+
+def test_every_deployment_of_every_study_shares_one_triton_cache(tmp_path: Path) -> None:
+    """Issue 30: a trial that changes only its batch sizes gets a new vLLM compile hash (a new
+    ``TORCHINDUCTOR_CACHE_DIR``), but the Triton kernels it compiles are found where the profile and earlier
+    trials left them: torch's own lookup (``triton_cache_dir``) prefers ``TRITON_CACHE_DIR`` to the per-hash
+    inductor folder vLLM sets."""
+    import subprocess
+    import sys
+
+    profile = compile_cache_env(tmp_path / "job-profile", "mixed-0", "k")
+    study = compile_cache_env(tmp_path / "job", "mixed-0", "k")
+    assert profile["VLLM_CACHE_ROOT"] != study["VLLM_CACHE_ROOT"]  # compiled graphs stay per study and slot
+    assert profile["TRITON_CACHE_DIR"] == study["TRITON_CACHE_DIR"] == str((tmp_path / "triton-cache").resolve())
+    code = ("import os; from torch._inductor.runtime.cache_dir_utils import triton_cache_dir; "
+            "print(triton_cache_dir(0))")
+    per_hash = str(tmp_path / "job" / "hash-of-this-config" / "inductor_cache")
+    seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, **study, "TORCHINDUCTOR_CACHE_DIR": per_hash}).stdout.strip()
+    assert seen == study["TRITON_CACHE_DIR"]
 
 
 def test_vllm_cache_slot_held_by_another_process_is_not_shared(tmp_path: Path) -> None:

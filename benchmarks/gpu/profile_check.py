@@ -10,6 +10,10 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
 * ``compare GEN.yaml PRED.json --out CHECK.json``: the study's measured fixed levels against the predictions
   (median |predicted / measured - 1| per metric, profile vs defaults) and each knee search's levels (where it
   started, how many levels until the bracket held a feasible and an infeasible level).
+* ``heldout STUDY_JOB --out CHECK.json``: every level a study measured (any deployment, any knob), predicted
+  with the stored profile and with the GPU kind's defaults — the profile is fitted before the study and never
+  re-fitted by it, so each level is held out —, and each trial's phases (deploy, warm-up, measure), levels and
+  full-length levels (issue 30: at most 4 per knee).
 * ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
   the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
 
@@ -153,6 +157,42 @@ def cmd_compare(a: argparse.Namespace) -> None:
     print(json.dumps(out["pooled"], indent=2))
 
 
+def cmd_heldout(a: argparse.Namespace) -> None:
+    job = load_job(a.job)
+    database = db.connect(job.storage)
+    sets = param_sets(job, database)
+    model, out, pooled = job.model_profile(), {"profile": sets["profile"][1], "trials": {}}, {n: {} for n in sets}
+    for t in db.queries.list_trials(database, job.name):
+        trial = db.queries.get_trial(database, job.name, t.number)
+        if trial is None or trial.config is None or not trial.measurements:
+            continue
+        ms = [m for m in trial.measurements if m.completed]
+        meas = {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": values(m) for m in ms}
+        topo = place(trial.config, job.cluster)
+        loads = sorted({m.concurrency for m in ms})
+        pred = {}
+        for name, (params, _) in sets.items():
+            at = dict(zip(loads, predict(topo, model, job.workload, params, loads)))
+            pred[name] = {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": values(at[m.concurrency])
+                          for m in ms}
+        search = [m for m in trial.measurements if m.purpose in ("search", "knee")]
+        out["trials"][t.number] = {
+            "state": str(trial.state), "baseline": trial.baseline, "repeat_of": trial.repeat_of,
+            "config": trial.config_text, "objectives": trial.objectives,
+            "phases_s": {"deploy": trial.deploy_s, "warmup": trial.warmup_s, "measure": trial.measure_s,
+                         "teardown": trial.teardown_s},
+            "levels": len(trial.measurements), "full_levels": sum("short" not in m.flags for m in trial.measurements),
+            "levels_to_bracket": bracket_levels(search, list(job.slos)), "measured": meas,
+            "predicted": pred, "errors": {name: errors(p, meas) for name, p in pred.items()}}
+        for name, p in pred.items():
+            pooled[name].update({f"{t.number}@{c}": (p[c], mv) for c, mv in meas.items()})
+    out["pooled"] = {name: errors({k: v[0] for k, v in d.items()}, {k: v[1] for k, v in d.items()})
+                     for name, d in pooled.items()}
+    Path(a.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(json.dumps({"pooled": out["pooled"], "trials": {n: {k: v[k] for k in ("config", "phases_s", "levels",
+                      "full_levels", "levels_to_bracket")} for n, v in out["trials"].items()}}, indent=2, default=str))
+
+
 def cmd_stack(a: argparse.Namespace) -> None:
     from advisor.executor_factory import make_executor
     from advisor.profile import plan_profile, source_config, with_probe_kv
@@ -205,13 +245,16 @@ def main() -> None:
     c.add_argument("job")
     c.add_argument("pred")
     c.add_argument("--out", required=True)
+    h = sub.add_parser("heldout")
+    h.add_argument("job")
+    h.add_argument("--out", required=True)
     s = sub.add_parser("stack")
     s.add_argument("job")
     s.add_argument("--depth", type=int, required=True)
     s.add_argument("--loads", default="8,64")
     s.add_argument("--out", required=True)
     a = ap.parse_args()
-    {"predict": cmd_predict, "compare": cmd_compare, "stack": cmd_stack}[a.cmd](a)
+    {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "stack": cmd_stack}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@
 #     predict-30b    profile_check.py predict: knees and fixed levels from the profile, before any measurement
 #     study-30b      advisor tune on the generated study job (continues where the last call stopped)
 #     compare-30b    profile_check.py compare: the study's levels against the predictions
+#     study          advisor tune h200-study-30b.yaml (issue 30's study; profiles first when none is stored; continues
+#                    where the last call stopped), then advisor best
+#     heldout        profile_check.py heldout: every level of that study against the profile, and each trial's phases
 #     stack-dsv3     profile_check.py stack: the DeepSeek-V3 shape at 3 layers, predicted then measured
 #     pack           /tmp/da-gpu and every bench JSON and log -> $OUT/h200-profile.tgz
 #
@@ -32,6 +35,9 @@ for step in "$@"; do
     study-30b) run python3 -m advisor tune $G/h200-profile-30b-study.gen.yaml --wall-time $(( hard - 300 - ($(date +%s) - t0) )) ;;
     compare-30b) run python3 $G/profile_check.py compare $G/h200-profile-30b-study.gen.yaml /tmp/da-gpu/predicted-30b.json \
                    --out /tmp/da-gpu/check-30b.json ;;
+    study) run python3 -m advisor tune $G/h200-study-30b.yaml --wall-time $(( hard - 240 - ($(date +%s) - t0) ))
+           run python3 -m advisor best h200-study-30b --storage sqlite:////tmp/da-gpu/results.db ;;
+    heldout) run python3 $G/profile_check.py heldout $G/h200-study-30b.yaml --out /tmp/da-gpu/heldout-30b.json ;;
     stack-dsv3) run python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 8,64 \
                   --out /tmp/da-gpu/check-dsv3-L3.json ;;
     pack) cp $G/h200-profile-30b-study.gen.yaml /tmp/da-gpu/ 2>/dev/null
