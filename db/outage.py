@@ -52,7 +52,10 @@ def is_outage(error: BaseException) -> bool:
     """The error (or one it was raised from) is a lost or refused connection, not a wrong statement: SQLAlchemy
     saw the connection invalidated, or the driver raised its ``OperationalError``/``InterfaceError`` (psycopg:
     server shut down, connection closed or refused). SQLite's "locked" waits in its own busy handler instead."""
-    import psycopg
+    try:  # a driver that is not installed raised nothing of its own (the GPU image has SQLite only)
+        import psycopg
+    except ImportError:
+        psycopg = None
     from sqlalchemy.exc import DBAPIError  # here: ``DatabaseOutage`` is imported by commands that open no database
 
     seen: set[int] = set()
@@ -68,7 +71,7 @@ def is_outage(error: BaseException) -> bool:
 
 
 def _driver_outage(e: BaseException | None, psycopg: Any) -> bool:
-    return isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
+    return psycopg is not None and isinstance(e, psycopg.OperationalError | psycopg.InterfaceError)
 
 
 def retry_outage(fn: F) -> F:
