@@ -54,7 +54,7 @@ def test_a_missing_name_is_caught():
     doc = DOC.read_text()
     grid = "advisor/proposers/grid.py"
     assert unnamed(doc.replace(f"`{grid}`", "grid"), product_modules()) == [grid]
-    assert named_but_missing(doc + " `executors/perf_batch.py`") == ["executors/perf_batch.py"]
+    assert named_but_missing(doc + " `executors/perf/batch.py`") == ["executors/perf/batch.py"]
 
 
 def test_every_named_module_exists():
