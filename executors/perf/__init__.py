@@ -31,9 +31,14 @@ This package's face is the model's public API (what other packages import); the 
 * ``executors.perf.params`` — ``PerfParams``, per-GPU-kind defaults, the calibration vector;
 * ``executors.perf.derived`` — per-model, per-workload and per-role derived quantities;
 * ``executors.perf.step`` — the step-time model over arrays of roles, and the public step/throughput functions;
+* ``executors.perf.deployments`` — what does not depend on the load level (KV hand-off, a lone request's prefill,
+  the decode step grid), gathered per deployment;
 * ``executors.perf.levels`` — the load-level (closed-loop queueing) model over arrays of (deployment, level) pairs
   (``Batch``: the guide's rankings, ``executors.simulated.model_levels_many``), ``predict`` and ``predict_load``;
 * ``executors.perf.measurement`` — percentiles and the assembly of ``Measurement``s (``LevelTable``).
+
+Besides ``predict`` and the step functions, the face gives the batch side other modules use: ``Batch``,
+``LazyLevel``, ``collector_paused`` (rankings), ``memo`` and ``same_lengths`` (the per-workload caches).
 
 Seeded perturbed parameters (a stand-in machine for research) are ``benchmarks/truths.py``.
 """
