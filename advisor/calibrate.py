@@ -35,8 +35,7 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob
 from db import queries
 from executors import place
-from executors.perf_levels import Batch
-from executors.perf_model import CALIBRATABLE, PerfParams, default_params, predict
+from executors.perf import CALIBRATABLE, Batch, PerfParams, default_params, predict
 from search_spaces import DeploymentConfig, Measurement, ModelProfile, TrialState
 
 #: What is fitted: the metrics vllm bench serve measures and the model predicts, per load level.
@@ -188,7 +187,7 @@ class Problem:
 
     def log_ratios(self, params: PerfParams) -> list[tuple[str, float]]:
         """(metric, log(predicted / measured)) for every measured value, in the samples' order: each job's samples
-        predicted at once (``executors.perf_levels.Batch``) — a re-fit evaluates this hundreds of times, and one by
+        predicted at once (``executors.perf.levels.Batch``) — a re-fit evaluates this hundreds of times, and one by
         one it was most of a guided study's tuner time."""
         pred: list[dict[int, Any]] = [{} for _ in self.samples]
         for idx, asked in self._groups:

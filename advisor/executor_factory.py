@@ -12,7 +12,7 @@ from advisor.job import ExecutorKind, ExecutorSpec, TuningJob
 from executors import Executor, Platform, cpu_platform, gpu_platform
 
 if TYPE_CHECKING:
-    from executors.perf_model import PerfParams
+    from executors.perf import PerfParams
 
 
 def platform_for(job: TuningJob, *, resolve_env: bool = False) -> Platform:
@@ -104,7 +104,7 @@ def model_params(job: TuningJob) -> PerfParams:
     """The performance model's parameters for this job: ``executor.perf_params`` (a calibrated profile) or the
     defaults of the cluster's GPU kind. The simulated executor predicts with them; a guided study starts
     its model from them."""
-    from executors.perf_model import PerfParams, default_params
+    from executors.perf import PerfParams, default_params
 
     spec = job.executor
     if not spec.perf_params:

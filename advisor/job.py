@@ -145,7 +145,7 @@ class SamplerSpec(BaseModel):
     seed: int = 0
     n_startup_trials: int = Field(10, ge=0)
     guide: bool = Field(True, description="TPE only: every other trial is the performance model's pick, the model "
-                        "re-fitted to the study's measured trials (advisor.guide).")
+                        "re-fitted to the study's measured trials (advisor.proposers.guide).")
     guided_trials: int = Field(20, ge=0, description="At most this many model-proposed trials per study.")
 
 
@@ -426,7 +426,7 @@ def load_job(path: str | Path) -> TuningJob:
     doc = read_yaml_file(p, "job file", max_bytes=MAX_JOB_BYTES)
     job = job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())
     if job.executor.perf_params:
-        from executors.perf_model import PerfParams
+        from executors.perf import PerfParams
 
         params = job.resolve_path(job.executor.perf_params)
         try:

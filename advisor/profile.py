@@ -42,7 +42,7 @@ from executors import place
 from executors.base import DeploymentFailed
 from executors.measure import MeasurePlan
 from executors.model_folder import at_depth, hf_config, write_model_folder
-from executors.perf_model import PerfParams, default_params
+from executors.perf import PerfParams, default_params
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,

@@ -13,7 +13,7 @@ from advisor.errors import BadInput
 from advisor.job import SamplerKind, TuningJob
 from db import redact_url, scrub
 from advisor.objectives import objective_names
-from advisor.valid_sampler import ValidSpaceSampler
+from advisor.proposers.valid_sampler import ValidSpaceSampler
 from search_spaces import higher_is_better
 
 __all__ = ["make_sampler", "open_study", "storage_for", "trial_by_number"]
@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
     """The job's sampler, steered onto the valid space where the space can be enumerated role by role
-    (``advisor.valid_sampler``); the grid enumerates valid points itself."""
+    (``advisor.proposers.valid_sampler``); the grid enumerates valid points itself."""
     base = _base_sampler(job)
     space = job.valid_space() if job.sampler.kind is not SamplerKind.GRID else None
     return base if space is None else ValidSpaceSampler(base, space, job.sampler.seed)

@@ -3,7 +3,7 @@
 Kept short on purpose; what a trial's outcome means for Optuna is in ``objectives``, what is stored is
 in ``db``, and how a deployment runs is the executor's business. Nothing a trial does can stop the loop:
 a failure is a recorded state, not an exception. Recording and telling are ``advisor.trial_record``;
-heartbeats and closing what a dead tuner left are ``advisor.recovery``; the shuffled grid is ``advisor.grid``.
+heartbeats and closing what a dead tuner left are ``advisor.recovery``; the shuffled grid is ``advisor.proposers.grid``.
 """
 
 from __future__ import annotations
@@ -24,21 +24,21 @@ from advisor.errors import BadInput
 from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor
 from advisor.profile import ModelParams
-from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
-from advisor.guide_study import enqueue_turn, resume_guide, study_taken, study_turns
+from advisor.proposers.grid import grid_points
+from advisor.proposers.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
+from advisor.proposers.guide_turns import enqueue_turn, resume_guide, study_taken, study_turns
+from advisor.proposers.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
+from advisor.proposers.valid_sampler import taken_keys
 from advisor.job import ExecutorKind, SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
 from executors import Executor, FailureKind, RunResult, Topology, place
 from executors.measure import MeasurePlan, knee_of
-from executors.perf_model import PerfParams
+from executors.perf import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
-from advisor.valid_sampler import taken_keys
-from advisor.grid import grid_points
 from advisor.tune_summary import TrialReport, TuneSummary
-from advisor.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
     CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXECUTED_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value,

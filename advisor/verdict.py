@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from advisor.answer import rank
 from advisor.executor_factory import is_simulated
-from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
+from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
 from advisor.job import Per, Scope, TuningJob
 from advisor.objectives import cluster_served, copies, objective_names, served_unit
 from db import Trial

@@ -57,7 +57,7 @@ from typing import Any
 from advisor.job import job_from_dict
 from executors import place
 from executors.measure import MeasurePlan, knee_of, search_levels
-from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict_load
+from executors.perf import MODEL_VERSION, PerfParams, default_params, predict_load
 from executors.simulated import predicted_knee
 from executors.topology import Topology
 from search_spaces import Measurement, check, slo_violation

@@ -38,8 +38,8 @@ from benchmarks.seed_scenario import (  # noqa: E402
     pd,
     prefill,
 )
-from executors import perf_deployments, perf_derived, perf_levels, perf_measurement, perf_params, perf_step, place  # noqa: E402,E501
-from executors.perf_model import (  # noqa: E402
+from executors import place  # noqa: E402
+from executors.perf import (  # noqa: E402
     PerfParams,
     decode_step_time,
     decode_throughput_per_gpu,
@@ -48,12 +48,13 @@ from executors.perf_model import (  # noqa: E402
     predict,
     prefill_throughput_per_gpu,
 )
-from executors.perf_params import _GPU_OVERRIDES  # noqa: E402
+from executors.perf import deployments, derived, levels, measurement, params, step  # noqa: E402
+from executors.perf.params import _GPU_OVERRIDES  # noqa: E402
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig  # noqa: E402
 
 DOC = ROOT / "docs" / "performance-model.md"
 README = ROOT / "README.md"
-MODULES = [perf_params, perf_derived, perf_step, perf_deployments, perf_levels, perf_measurement]
+MODULES = [params, derived, step, deployments, levels, measurement]
 BLOCK = re.compile(r"<!-- figures:([\w-]+) -->(.*?)<!-- /figures -->", re.S)
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 TOLERANCE = 0.01
@@ -125,7 +126,7 @@ def constants() -> list[tuple[str, str, Any, str]]:
                 doc.insert(0, lines[i][2:].strip())
                 i -= 1
             for n in names:
-                out.append((n, mod.__name__.split(".")[-1], getattr(mod, n), " ".join(doc)))
+                out.append((n, mod.__name__.replace(".", "/"), getattr(mod, n), " ".join(doc)))
     return out
 
 
@@ -146,7 +147,7 @@ def shown(v: Any) -> str:
 def constants_table() -> str:
     rows = ["| constant | module | value | meaning and source |", "|---|---|---|---|"]
     for name, mod, v, doc in constants():
-        rows.append(f"| `{name}` | `executors/{mod}.py` | {shown(v)} | {doc} |")
+        rows.append(f"| `{name}` | `{mod}.py` | {shown(v)} | {doc} |")
     return "\n".join(rows)
 
 

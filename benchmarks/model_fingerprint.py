@@ -5,11 +5,13 @@ floats, compared through ``repr``). Covers every preset's valid candidates (up t
 default and at seeded perturbed parameters (plus one set with the per-request costs switched on), through
 ``predict`` (every load level), ``predict_load`` at a request rate, and the public step/throughput functions.
 
-``--against FILE`` evaluates a second copy of the model (e.g. ``git show REV:executors/perf_model.py > old.py``,
-a single-file version) in the same process, on the same inputs, and counts the numbers that differ — robust to
-fields the rest of the tree adds to ``Measurement`` meanwhile (a field only one side has is counted apart).
+``--against FILE`` evaluates a second copy of the model written as one file (a revision from before the model
+was split into parts) in the same process, on the same inputs, and counts the numbers that differ — robust to
+fields the rest of the tree adds to ``Measurement`` meanwhile (a field only one side has is counted apart). The
+model is now the package ``executors/perf/``: compare two revisions by running this script in a checkout of each
+(``--dump`` both and diff, or compare the printed hashes).
 
-    python benchmarks/model_fingerprint.py [--n 150] [--dump out.json] [--against old_perf_model.py]
+    python benchmarks/model_fingerprint.py [--n 150] [--dump out.json] [--against old_model.py]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from truths import perturbed
 
-import executors.perf_model as current
+import executors.perf as current
 from executors import place
 from search_spaces import ClusterSpec, SearchSpace, Workload, check, load_preset, model_preset, preset_names
 

@@ -4,10 +4,10 @@ Two problems, as issue 29 states them: DeepSeek-V3 (FP8) on 32 H200 and Qwen3-23
 request 4,000 tokens in and 1,000 out, TTFT ≤ 2 s and ≥ 20 tokens/s per user (TPOT ≤ 50 ms). For each, four
 deployments — each tool's best aggregated and best disaggregated — and each deployment predicted by both tools:
 
-* **Ours**: the performance model (``executors.perf_model``) over the preset's space (``h200-dsv3`` widened to
+* **Ours**: the performance model (``executors.perf``) over the preset's space (``h200-dsv3`` widened to
   TP-sharded experts too, so both tools' vocabularies are searched; ``h200-qwen3-235b``), every valid candidate
-  scored as a trial would be (``advisor.guide_rank.exhaustive``: its knee under P90 SLOs), the objective output
-  tokens/s per GPU of the cluster. A deployment's number is its knee; "at the point" is the model at the
+  scored as a trial would be (``advisor.proposers.model_rank.exhaustive``: its knee under P90 SLOs), the objective
+  output tokens/s per GPU of the cluster. A deployment's number is its knee; "at the point" is the model at the
   other tool's concurrency.
 * **aiconfigurator 0.12** (PyPI ``aiconfigurator``, its vLLM 0.24.0 database of H200 kernel measurements; a venv
   of its own, ``.venv-aic/``, made by this script; ``benchmarks/aic_side.py`` runs there): its best deployments
@@ -47,10 +47,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
-from advisor.guide_rank import exhaustive, predicted_outcome  # noqa: E402
+from advisor.proposers.model_rank import exhaustive, predicted_outcome  # noqa: E402
 from advisor.job import TuningJob, job_from_dict  # noqa: E402
 from executors import place  # noqa: E402
-from executors.perf_model import MODEL_VERSION, default_params, predict  # noqa: E402
+from executors.perf import MODEL_VERSION, default_params, predict  # noqa: E402
 from search_spaces import DeploymentConfig, Measurement, Mode, Role, RoleConfig, check  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

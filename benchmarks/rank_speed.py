@@ -1,5 +1,5 @@
 """What the guide's first ranking costs: the model's knee of every candidate it ranks, one by one (the scalar model,
-``advisor.guide_rank.predicted_outcome``) against all at once (the batch model, ``predicted_outcomes``).
+``advisor.proposers.model_rank.predicted_outcome``) against all at once (the batch model, ``predicted_outcomes``).
 
 For every preset the candidates are those the guide's first model turn ranks (every valid candidate, or on
 GB300 its shape-stratified sample of 2,000), the parameters the preset's defaults. Each way is timed
@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor.executor_factory import model_params
-from advisor.guide import ModelGuide
-from advisor.guide_rank import predicted_outcome, predicted_outcomes
+from advisor.proposers.guide import ModelGuide
+from advisor.proposers.model_rank import predicted_outcome, predicted_outcomes
 from advisor.job import job_from_dict
 from executors.measure import MeasurePlan
 from search_spaces import preset_names

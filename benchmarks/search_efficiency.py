@@ -7,7 +7,7 @@ optimum of max throughput/GPU under the preset's SLOs). Then, per seed:
 - ``random``: Optuna's RandomSampler over the same conditional space.
 - ``tpe``: multivariate grouped TPE alone (``sampler.guide: false``).
 - ``guided``: the tuner's default — TPE with every other trial proposed by the performance model, re-fitted
-  to the trials measured so far (``advisor.guide``).
+  to the trials measured so far (``advisor.proposers.guide``).
 
 ``--truth exact``: the ground truth is the model the guide starts from (the default parameters), so the
 guide knows the answer before it measures anything — what a study of the simulated executor sees, and no
@@ -35,13 +35,13 @@ from pathlib import Path
 
 import optuna
 
-from advisor.guide_study import enqueue_turn, make_guide
-from advisor.guide_rank import exhaustive
+from advisor.proposers.guide_turns import enqueue_turn, make_guide
+from advisor.proposers.model_rank import exhaustive
 from advisor.job import SamplerKind, SamplerSpec, job_from_dict
 from advisor.objectives import worst
 from advisor.study import make_sampler
 from executors import place
-from executors.perf_model import PerfParams
+from executors.perf import PerfParams
 from executors.simulated import SimulatedExecutor, default_params
 from search_spaces import check, preset_names
 from truths import perturbed  # benchmarks/truths.py (this folder is on the path)

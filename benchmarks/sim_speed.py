@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from executors import place
-from executors.perf_model import MODEL_VERSION, default_params, predict
+from executors.perf import MODEL_VERSION, default_params, predict
 from search_spaces import ClusterSpec, SearchSpace, Workload, check, load_preset, model_preset, preset_names
 
 GOAL_PER_S = 2000.0

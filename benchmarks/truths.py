@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import random
 
-from executors.perf_model import PerfParams
+from executors.perf import PerfParams
 
 
 def perturbed(params: PerfParams, seed: int, spread: float = 2.0) -> PerfParams:

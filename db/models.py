@@ -121,7 +121,7 @@ class TrialRow(Base):
     resources: Mapped[dict[str, Any] | None] = mapped_column(_json())
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     worker: Mapped[str | None] = mapped_column(String(200))
-    #: Who proposed the candidate: "model" (``advisor.guide``), "sampler" (Optuna), "grid"; NULL before 0002.
+    #: Who proposed the candidate: "model" (``advisor.proposers.guide``), "sampler" (Optuna), "grid"; NULL before 0002.
     proposer: Mapped[str | None] = mapped_column(String(16))
     #: Since 0003: the performance model's objective values for this candidate before it ran ({name: value}).
     predicted: Mapped[dict[str, Any] | None] = mapped_column(_json())

@@ -250,7 +250,7 @@ def search_many(probe: Callable[[list[tuple[int, float]]], list[Any]], workload:
                 known: Sequence[list[Any]], judge: Callable[[Any], bool] | None = None) -> list[list[Any]]:
     """``search_levels`` for many deployments at once, in lockstep: ``probe`` gets every (deployment index, load)
     the searches need next and answers them together, which lets the model answer as arrays
-    (``executors.perf_levels.Batch``). Deployment ``i``'s levels are exactly ``search_levels(probe_i, workload, plan,
+    (``executors.perf.levels.Batch``). Deployment ``i``'s levels are exactly ``search_levels(probe_i, workload, plan,
     known[i])``'s (``test_perf_batch``). ``judge`` (default: ``feasible`` under the plan's SLOs) says whether a level
     meets every SLO; the batch model's lazy levels answer it from their table."""
     searches = [_Search(_not_probed, workload, plan, judge) for _ in known]

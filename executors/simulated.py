@@ -1,4 +1,4 @@
-"""The simulated executor: the performance model (``executors.perf_model``) behind the Executor contract.
+"""The simulated executor: the performance model (``executors.perf``) behind the Executor contract.
 
 Nothing is launched: ``deploy`` returns a Deployment without processes, ``measure`` predicts one
 Measurement per load level (``source="simulated"``), ``teardown`` has nothing to stop. It is the
@@ -13,9 +13,16 @@ from typing import Any
 
 from executors.base import Deployment, Executor
 from executors.measure import MeasurePlan, knee_of, search_levels, search_many
-from executors.perf_derived import same_lengths
-from executors.perf_levels import Batch, collector_paused
-from executors.perf_model import MODEL_VERSION, PerfParams, default_params, predict, predict_load
+from executors.perf import (
+    MODEL_VERSION,
+    Batch,
+    PerfParams,
+    collector_paused,
+    default_params,
+    predict,
+    predict_load,
+    same_lengths,
+)
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload
 
@@ -82,9 +89,9 @@ def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workl
                       params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16,
                       lazy: bool = False) -> list[list[Any]]:
     """``model_levels`` of each of ``topologies``, the same levels, with the model answering every deployment's
-    next level at once as arrays (``executors.perf_levels.Batch``; its searches run in lockstep). Where the lockstep
+    next level at once as arrays (``executors.perf.levels.Batch``; its searches run in lockstep). Where the lockstep
     search does not reach (a rate workload, no fixed levels, a predicted start, no knee to search) each deployment
-    takes ``model_levels``. ``lazy``: the batch's levels are ``perf_measurement.LazyLevel``s, each built as its
+    takes ``model_levels``. ``lazy``: the batch's levels are ``perf.measurement.LazyLevel``s, each built as its
     Measurement only when asked (a ranking keeps one level per candidate)."""
     if not (workload.load_levels and workload.load_by == "concurrency" and plan.searchable
             and workload.knee_search and not plan.start and topologies):

@@ -107,23 +107,23 @@ KNOBS: tuple[Knob, ...] = (
     Knob("max_num_seqs", "--max-num-seqs", 256, int, "max_num_seqs", "max_num_seqs", "max-num-seqs",
          "Most sequences a DP rank schedules in one step.", ge=1, after_eplb=False, stored=True,
          cell=lambda v, c: f"s{v}", words=lambda v, c: f"max-num-seqs {v}",
-         model_term="the decode batch (perf_levels: a level's concurrency is capped at it per rank)"),
+         model_term="the decode batch (perf.levels: a level's concurrency is capped at it per rank)"),
     Knob("max_num_batched_tokens", "--max-num-batched-tokens", 8192, int, "max_num_batched_tokens",
          "max_num_batched_tokens", "max-num-batched-tokens", "Token budget of one step (the prefill chunk).",
          ge=1, after_eplb=False, stored=True, cell=lambda v, c: f"b{v // 1024}k",
          words=lambda v, c: f"batched tokens {v}",
-         model_term="the prefill chunk and the activation memory (perf_step, rules.kv_capacity_tokens)"),
+         model_term="the prefill chunk and the activation memory (perf.step, rules.kv_capacity_tokens)"),
     Knob("all2all_backend", "--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER, All2AllBackend,
          "all2all_backends", "all2all", "all-to-all backend", "The MoE dispatch/combine kernels (expert "
          "parallelism only).", requires="enable_expert_parallel", after_eplb=False, stored=True,
          when=lambda c: bool(c["enable_expert_parallel"]),
          words=lambda v, c: v.value if c["enable_expert_parallel"] else None,
-         model_term="the all-to-all cost (perf_derived: latency, chunking, DeepEP low-latency limits)"),
+         model_term="the all-to-all cost (perf.derived: latency, chunking, DeepEP low-latency limits)"),
     Knob("enable_dbo", "--enable-dbo", False, bool, "dbo", "dbo", "DBO", "Dual-batch overlap: one micro-batch's "
          "all-to-all hides behind the other's compute.", stored=True,
          when=lambda c: bool(c["enable_expert_parallel"]) and c["all2all_backend"].supports_dbo,
          cell=lambda v, c: "DBO" if v else None, words=lambda v, c: "DBO" if v else None,
-         model_term="the all-to-all overlap (perf_step: split steps above the DBO thresholds)"),
+         model_term="the all-to-all overlap (perf.step: split steps above the DBO thresholds)"),
     # ---- one-GPU serving settings (issue 30.6); in a space only where it names them (docs/jobs.md)
     Knob("async_scheduling", "--async-scheduling", None, bool | None, "async_scheduling", "async_scheduling",
          "async scheduling", "Schedule step n+1 while step n runs on the GPU; null: vLLM decides (on where "

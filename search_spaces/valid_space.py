@@ -6,7 +6,7 @@ built and checked once, and a disaggregated candidate is a pair of role rows who
 a space of millions of candidates costs thousands of checks, and questions about it ("is there a valid,
 unmeasured candidate with these parameters?") are answered with bitsets, in microseconds.
 
-That is what lets the sampler see the valid space (``advisor.valid_sampler``): every parameter it proposes
+That is what lets the sampler see the valid space (``advisor.proposers.valid_sampler``): every parameter it proposes
 is steered to a choice that still has a valid, unmeasured completion, so an invalid candidate or a repeat
 never costs a trial, and the study knows when every valid candidate has been measured.
 """

@@ -25,7 +25,7 @@ MAY_IMPORT = {
     "advisor": {"search_spaces", "executors", "db"},
     "ui": {"advisor", "db", "search_spaces"},
 }
-UPWARD = {("executors/perf_params.py", "advisor.errors")}
+UPWARD = {("executors/perf/params.py", "advisor.errors")}
 
 
 def product_modules() -> list[str]:
@@ -52,8 +52,9 @@ def test_every_product_module_is_named():
 
 def test_a_missing_name_is_caught():
     doc = DOC.read_text()
-    assert unnamed(doc.replace("`advisor/grid.py`", "grid"), product_modules()) == ["advisor/grid.py"]
-    assert named_but_missing(doc + " `executors/perf_batch.py`") == ["executors/perf_batch.py"]
+    grid = "advisor/proposers/grid.py"
+    assert unnamed(doc.replace(f"`{grid}`", "grid"), product_modules()) == [grid]
+    assert named_but_missing(doc + " `executors/perf/batch.py`") == ["executors/perf/batch.py"]
 
 
 def test_every_named_module_exists():

@@ -20,7 +20,7 @@ from advisor.calibrate import calibrate, folds_of, measured_samples
 from advisor.job import job_from_dict
 from advisor.tune import tune
 from executors import place
-from executors.perf_model import PerfParams, default_params, predict
+from executors.perf import PerfParams, default_params, predict
 from db import queries
 from search_spaces import TrialState
 

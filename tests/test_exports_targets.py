@@ -53,8 +53,8 @@ import yaml
 
 from advisor.errors import BadInput
 from advisor.executor_factory import platform_for
-from advisor.export_k8s_objects import API_PORT, GPU_RESOURCE, RDMA_RESOURCE
-from advisor.export_ray_serve import RAY_OWNED
+from advisor.exports.k8s_objects import API_PORT, GPU_RESOURCE, RDMA_RESOURCE
+from advisor.exports.ray_serve import RAY_OWNED
 from advisor.exports import (
     FOLDER_MARK,
     FORMATS,
@@ -416,7 +416,7 @@ def test_kubelet_expansion_stand_in() -> None:
 def test_k8s_environment_references_come_from_the_secret() -> None:
     """``${NAME}`` in a job's environment is read at run time: in a pod, from the Secret; inside a value, through
     the kubelet's ``$(NAME)`` after NAME is defined; a literal ``$(`` survives the kubelet."""
-    from advisor.export_k8s_objects import env_entries
+    from advisor.exports.k8s_objects import env_entries
 
     def ref(key: str) -> dict:
         return {"secretKeyRef": {"name": "s", "key": key, "optional": False}}

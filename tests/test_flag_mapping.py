@@ -1,8 +1,8 @@
 """Each vLLM flag once: every preset's best deployment, rendered to every export format, carries each flag with
 the value of the one ``{flag: value}`` mapping ``executors.render.serve_flags`` builds for that node shard.
 
-The best deployment is the performance model's best (``advisor.guide_rank.predicted_outcome``, default parameters)
-among the valid candidates of the preset's space: all of them when there are few, else a seeded sample — the
+The best deployment is the performance model's best (``advisor.proposers.model_rank.predicted_outcome``, default
+parameters) among the valid candidates of the preset's space: all of them when there are few, else a seeded sample — the
 guide's own search takes tens of seconds on the large spaces. A variant adds the JSON-valued flags no preset's
 best sets (``--speculative-config``, a named KV connector).
 
@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from advisor.export_k8s_objects import API_PORT, k8s_platform, lws_name
+from advisor.exports.k8s_objects import API_PORT, k8s_platform, lws_name
 from advisor.executor_factory import platform_for
 from advisor.exports import FORMATS, Evidence, ExportOptions, render_export
-from advisor.guide_rank import predicted_outcome
+from advisor.proposers.model_rank import predicted_outcome
 from advisor.job import TuningJob, job_from_dict
 from executors import Endpoint, place
 from executors.render import DEFAULT_DP_RPC_PORT, Flags, launch_plan, serve_flags

@@ -450,7 +450,7 @@ def test_perf_params(work: Path, params: bytes | None, command: str) -> None:
     if command == "validate":
         o = assert_exit_0_or_one_line(advisor("validate", str(job), count="perf_params"), params)
     else:
-        from executors.perf_model import PerfParams
+        from executors.perf import PerfParams
 
         try:  # a valid file would start a study: only broken ones go to tune
             PerfParams.load(pp)

@@ -61,7 +61,7 @@ def test_recorded_h200_results_match_what_the_docs_cite() -> None:
     assert round(tuned) == 83810 and round(default) == 73784  # the figures docs/benchmarks.md quotes
     cal = summary["calibration"]
     assert cal["error_after"]["held_out"]["overall"] < cal["error_before"]["held_out"]["overall"]
-    from executors.perf_model import PerfParams
+    from executors.perf import PerfParams
 
     PerfParams.load(RESULTS / "perf-params-h200.json")
 

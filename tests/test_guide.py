@@ -1,4 +1,4 @@
-"""Model-guided proposals (advisor.guide) in the real tune loop, on the simulated executor.
+"""Model-guided proposals (advisor.proposers.guide) in the real tune loop, on the simulated executor.
 
 The ground truth of these tests is the performance model with *different* parameters from the ones the guide
 starts from (``benchmarks.truths.perturbed``): the guide must find the truth's optimum by measuring
@@ -15,8 +15,8 @@ import pytest
 
 import db
 from advisor.calibrate import METRICS
-from advisor.guide import PROPOSER_ATTR, ModelGuide
-from advisor.guide_rank import exhaustive
+from advisor.proposers.guide import PROPOSER_ATTR, ModelGuide
+from advisor.proposers.model_rank import exhaustive
 from advisor.job import job_from_dict
 from advisor.study import open_study
 from advisor.tune import CONFIG_KEY_ATTR, EXECUTED_ATTR, tune
@@ -101,7 +101,7 @@ def test_model_turns_alternate_never_repeat_and_resume(tmp_path: Path) -> None:
 def test_the_model_earns_its_turns() -> None:
     """Model turns yield while the model's out-of-sample error exceeds 30%, resume when it is good again, and a
     pick predicted no better than the best measured value is not made."""
-    from advisor.guide import JUDGE_WINDOW, MAX_CV_ERROR
+    from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR
 
     job = _job()
     guide = ModelGuide(job, default_params("H200"))
@@ -177,8 +177,8 @@ def test_a_large_space_is_sampled_shape_by_shape() -> None:
     """Past ``EXHAUSTIVE_MAX`` valid candidates the guide ranks a seeded sample: every shape (mode, and per role
     instances × TP × DP × EP) is in it with its share, in the space's own order, the same for the same seed; and
     the hill-climbs start from distinct shapes."""
-    from advisor.guide import EXHAUSTIVE_MAX, SAMPLE
-    from advisor.guide_sample import PER_SHAPE_SAMPLE, best_of_each_shape, params_shape, shape_of
+    from advisor.proposers.guide import EXHAUSTIVE_MAX, SAMPLE
+    from advisor.proposers.shape_sample import PER_SHAPE_SAMPLE, best_of_each_shape, params_shape, shape_of
     from advisor.objectives import Outcome
 
     job = _job(preset="gb300-rack-dsv3")
@@ -213,10 +213,10 @@ def test_lockstep_climbs_are_the_one_at_a_time_climbs(steps: int, monkeypatch: p
     its own ends, trying one-knob neighbours in order, each predicted alone, and moving to the first that ranks
     higher (the reference below), from the same starts, with some candidates taken and one mode allowed. Cut
     short after one and two moves, every step of the path is compared, not only where it ends."""
-    from advisor import guide as guide_mod
-    from advisor.guide import CLIMB_STARTS
-    from advisor.guide_rank import predicted_outcome
-    from advisor.guide_sample import best_of_each_shape
+    from advisor.proposers import guide as guide_mod
+    from advisor.proposers.guide import CLIMB_STARTS
+    from advisor.proposers.model_rank import predicted_outcome
+    from advisor.proposers.shape_sample import best_of_each_shape
 
     monkeypatch.setattr(guide_mod, "CLIMB_STEPS", steps)
     job = _job(preset="gb300-rack-dsv3")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.model_figures import BLOCK, DOC, README, blocks, constants, disagreements
-from executors.perf_model import PerfParams
+from executors.perf import PerfParams
 
 
 @pytest.fixture(scope="module")

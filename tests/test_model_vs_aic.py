@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks.model_vs_aic import PROBLEMS, NotExpressible, aic_terms, from_aic, job_of, to_aic
 from executors import place
-from executors.perf_model import default_params, predict
+from executors.perf import default_params, predict
 from search_spaces import Mode, check
 
 #: Shaped like cli_default's best disaggregated row for DeepSeek-V3 on 32 H200 (aiconfigurator 0.12), trimmed, with

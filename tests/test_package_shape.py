@@ -50,9 +50,10 @@ def test_the_job_does_not_import_the_study():
 def test_the_model_is_written_once():
     """Issue #29: one implementation over arrays of candidates, a single candidate a batch of one — no scalar twin
     of the step, level or measurement model to keep equal (there were ``perf_batch.py`` and ``perf_batch_step.py``
-    beside ``perf_step.py`` and ``perf_levels.py``)."""
+    beside the step and level parts, now ``executors/perf/step.py`` and ``levels.py``)."""
     assert not list((ROOT / "executors").glob("perf_batch*.py"))
-    defined = [n.name for p in sorted((ROOT / "executors").glob("perf_*.py"))
+    assert not list((ROOT / "executors" / "perf").glob("batch*.py"))
+    defined = [n.name for p in sorted((ROOT / "executors" / "perf").glob("*.py"))
                for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.FunctionDef)]
     parts = ("_step", "_decode_cv", "_prefill_cv", "_prefill_capacity", "_interp", "_md1_wait", "_front_capped",
              "_finish", "_prefill_alone", "_decode_grid")
@@ -60,7 +61,7 @@ def test_the_model_is_written_once():
 
 
 def test_model_facade_is_thin_and_research_helpers_live_in_benchmarks():
-    import executors.perf_model as pm
+    import executors.perf as pm
 
     assert not hasattr(pm, "perturbed")
     assert (ROOT / "benchmarks" / "truths.py").exists()
@@ -90,12 +91,38 @@ def _runtime_imports(path: Path) -> set[str]:
     return out
 
 
+def _package_modules(pkg: str) -> dict[str, Path]:
+    """``pkg``'s modules by dotted name below it (``tune``, ``exports.k8s``); a sub-package's face is its own name
+    (``exports``), the package's own ``__init__`` left out (it only re-exports)."""
+    out: dict[str, Path] = {}
+    for p in (ROOT / pkg).rglob("*.py"):
+        parts = p.relative_to(ROOT / pkg).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and "migrations" not in parts:
+            out[".".join(parts)] = p
+    return out
+
+
+def _module_of(name: str, pkg: str, mods: dict[str, Path]) -> str | None:
+    """The longest module of ``mods`` that an import of ``name`` runs (``advisor.exports.k8s.render`` →
+    ``exports.k8s``)."""
+    parts = name.split(".")
+    if parts[0] != pkg:
+        return None
+    for n in range(len(parts), 1, -1):
+        if ".".join(parts[1:n]) in mods:
+            return ".".join(parts[1:n])
+    return None
+
+
 @pytest.mark.parametrize("pkg", _SPLIT_PACKAGES)
 def test_no_import_cycle_inside_the_package(pkg):
-    """Modules import each other in one direction only (type-only imports aside); a public face re-exports parts."""
-    mods = {p.stem: _runtime_imports(p) for p in (ROOT / pkg).glob("*.py") if p.stem != "__init__"}
-    graph = {m: {i.split(".")[1] for i in imps if i.startswith(f"{pkg}.") and i.split(".")[1] in mods} - {m}
-             for m, imps in mods.items()}
+    """Modules import each other in one direction only (type-only imports aside), sub-packages included: a public
+    face re-exports its parts, and a part never imports its face at run time."""
+    paths = _package_modules(pkg)
+    graph = {m: {t for i in _runtime_imports(p) if (t := _module_of(i, pkg, paths))} - {m}
+             for m, p in paths.items()}
     done: set[str] = set()
 
     def visit(m: str, path: tuple[str, ...]) -> None:
@@ -109,7 +136,43 @@ def test_no_import_cycle_inside_the_package(pkg):
         visit(m, ())
 
 
-@pytest.mark.parametrize("module", ["db", "db.queries", "db.engine", "executors.procs", "executors.bench"])
+def test_a_part_importing_its_face_is_a_cycle():
+    """The sub-package rule the cycle test keeps: ``exports`` (the face) imports ``exports.k8s``, so ``exports.k8s``
+    importing the face at run time closes a loop."""
+    paths = _package_modules("advisor")
+    assert {"exports", "exports.k8s", "proposers.guide", "tune"} <= set(paths)
+    assert _module_of("advisor.exports.k8s", "advisor", paths) == "exports.k8s"
+    assert _module_of("advisor.exports.Evidence", "advisor", paths) == "exports"
+    assert _module_of("executors.perf", "advisor", paths) is None
+
+
+def test_every_sub_package_is_shipped():
+    """``pip install .`` installs only the packages pyproject.toml lists: a sub-package left out imports here, from
+    the checkout, and fails where the project is installed."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for pkg in _SPLIT_PACKAGES for p in (ROOT / pkg).rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+    assert {"advisor.exports", "advisor.proposers", "executors.perf"} <= found
+
+
+def test_no_module_is_left_under_its_old_name():
+    """The families moved into sub-packages with no back-up module re-exporting them under the old names: beside a
+    sub-package, no module of its name, of its parts' names, or of its family's old prefix."""
+    left = []
+    for pkg, sub, prefix in (("advisor", "exports", "export_"), ("advisor", "proposers", "guide_"),
+                             ("executors", "perf", "perf_")):
+        parts = {p.stem for p in (ROOT / pkg / sub).glob("*.py")} - {"__init__"}
+        assert parts, sub
+        left += [p.name for p in (ROOT / pkg).glob("*.py")
+                 if p.stem == sub or p.stem in parts or p.stem.startswith(prefix)]
+    assert left == []
+
+
+@pytest.mark.parametrize("module", ["db", "db.queries", "db.engine", "executors.procs", "executors.bench",
+                                    "executors.perf"])
 def test_split_modules_keep_their_public_names(module):
     import importlib
 

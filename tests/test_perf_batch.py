@@ -1,4 +1,4 @@
-"""Many deployments predicted at once (``executors.perf_levels.Batch``, the lockstep knee search
+"""Many deployments predicted at once (``executors.perf.levels.Batch``, the lockstep knee search
 ``executors.measure.search_many``) against each deployment predicted alone (a batch of one, ``search_levels``):
 the guide ranks thousands together, a trial is predicted alone, and the answer must not depend on the company a
 deployment keeps — the batch mixes modes, pads each decode step grid to the longest, shares role constants and
@@ -16,13 +16,12 @@ import random
 
 import pytest
 
-from advisor.guide_rank import predicted_outcome, predicted_outcomes
+from advisor.proposers.model_rank import predicted_outcome, predicted_outcomes
 from advisor.job import job_from_dict
 from benchmarks.truths import perturbed
 from executors import place
 from executors.measure import MeasurePlan, search_levels, search_many
-from executors.perf_model import default_params
-from executors.perf_levels import Batch
+from executors.perf import Batch, default_params
 from executors.simulated import model_levels, model_levels_many
 from search_spaces import SLO, Measurement, Workload, check, slo_violation
 

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.seed_scenario import AGENTIC, DSV3_FP4, GB300, A, decode, pd, prefill
 from executors import place
-from executors.perf_model import (
+from executors.perf import (
     CALIBRATABLE,
     PerfParams,
     decode_step_time,

@@ -17,7 +17,7 @@ import db
 from advisor.job import job_from_dict, load_job
 from advisor.profile import default_depths, plan_profile, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
-from executors.perf_model import default_params
+from executors.perf import default_params
 from search_spaces import ModelProfile, model_preset
 
 

@@ -32,7 +32,7 @@ import db
 from advisor.job import job_from_dict, load_job
 from executors import place
 from executors.measure import MeasurePlan
-from executors.perf_model import PerfParams, default_params, predict
+from executors.perf import PerfParams, default_params, predict
 from executors.simulated import predicted_knee
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 

@@ -25,7 +25,7 @@ import math
 import pytest
 
 from executors import Endpoint, gpu_platform, place, serve_args
-from executors.perf_model import (
+from executors.perf import (
     PerfParams,
     decode_throughput_per_gpu,
     default_params,
@@ -257,7 +257,7 @@ def test_narrow_expert_shards_cost_exactly_the_documented_factor() -> None:
 
 
 def test_new_parameter_is_calibratable_and_bounded() -> None:
-    from executors.perf_model import CALIBRATABLE
+    from executors.perf import CALIBRATABLE
 
     assert CALIBRATABLE[-1] == "expert_shard_min_width"
     lo, hi = PerfParams.bounds()[-1]

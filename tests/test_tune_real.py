@@ -207,7 +207,7 @@ def test_calibrate_fits_the_model_to_the_real_measurements(study) -> None:
     before, after = report["error_before"]["in_sample"], report["error_after"]["in_sample"]
     assert after["rms_log"] < before["rms_log"], (before, after)
     assert report["error_after"]["held_out"]["levels"] == report["error_before"]["in_sample"]["levels"]
-    from executors.perf_model import PerfParams
+    from executors.perf import PerfParams
 
     PerfParams.load(work / "cpu.json")  # what a job's executor.perf_params loads
 

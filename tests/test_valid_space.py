@@ -14,14 +14,14 @@ import pytest
 from typer.testing import CliRunner
 
 from advisor.cli import app
-from advisor.guide import DECLINED_ATTR, PROPOSER_ATTR
-from advisor.guide_sample import params_shape
+from advisor.proposers.guide import DECLINED_ATTR, PROPOSER_ATTR
+from advisor.proposers.shape_sample import params_shape
 from advisor.job import job_from_dict
 from advisor.space_report import space_report
 from advisor.study import open_study
 from advisor.tune import EXECUTED_ATTR, tune
-from advisor.valid_sampler import ValidSpaceSampler
-from advisor.progress import STALE_PROPOSALS
+from advisor.proposers.valid_sampler import ValidSpaceSampler
+from advisor.proposers.progress import STALE_PROPOSALS
 from search_spaces import check, preset_names
 from search_spaces import valid_space as valid_space_mod
 from search_spaces.valid_space import params_key

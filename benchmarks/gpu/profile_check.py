@@ -39,7 +39,7 @@ from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import probe_job, resolve_params  # noqa: E402
 from executors import place  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
-from executors.perf_model import PerfParams, default_params, predict  # noqa: E402
+from executors.perf import PerfParams, default_params, predict  # noqa: E402
 from executors.simulated import predicted_knee  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, Measurement, Mode, Role, RoleConfig  # noqa: E402
 

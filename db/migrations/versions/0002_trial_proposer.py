@@ -4,7 +4,7 @@ Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-01
 
-A guided study alternates model-proposed and sampler-proposed trials (``advisor.guide``); readers of the
+A guided study alternates model-proposed and sampler-proposed trials (``advisor.proposers.guide``); readers of the
 results must be able to tell which is which. Trials recorded before this revision keep NULL (unknown).
 """
 

@@ -1,6 +1,6 @@
 """Turning a load level's mean times into a ``Measurement``: percentiles from assumed distribution shapes
 (uniform prompt lengths, exponential queue waits, normal TPOT spread), and the rule that a non-finite or
-negative number is reported as missing. Part of ``executors.perf_model`` (``docs/performance-model.md`` §4)."""
+negative number is reported as missing. Part of ``executors.perf`` (``docs/performance-model.md`` §4)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from executors.perf_derived import _WorkloadDerived
-from executors.perf_step import Arr, _pow
+from executors.perf.derived import _WorkloadDerived
+from executors.perf.step import Arr, _pow
 from search_spaces import SLO, Measurement, Workload
 
 #: Standard-normal quantiles of P90 and P99 (spreads modelled as normal).
@@ -117,7 +117,7 @@ _new, _put = Measurement.__new__, object.__setattr__  # bound once: ``_built`` r
 
 
 class LevelTable:
-    """Levels given field by field, as the model makes them (``executors.perf_levels``: tens of thousands of levels a
+    """Levels given field by field, as the model makes them (``executors.perf.levels``: tens of thousands of levels a
     ranking). Each of ``columns`` (every field but ``raw``) is a NumPy array (one value per level), a list,
     a type (a fresh empty one of it for each level), or one value for every level; ``raw`` holds arrays or single
     values, one per entry of the ``raw`` dict. A level becomes a ``Measurement`` (a non-finite or negative number

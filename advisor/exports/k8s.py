@@ -1,4 +1,4 @@
-"""Kubernetes export: the objects of ``advisor.export_k8s_objects`` (one LeaderWorkerSet per role, a Service
+"""Kubernetes export: the objects of ``advisor.exports.k8s_objects`` (one LeaderWorkerSet per role, a Service
 per role, the vllm-router in front) written as YAML files, with a README that says what is there, what the
 cluster needs and how to apply it."""
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from advisor.export_k8s_objects import (
+from advisor.exports.k8s_objects import (
     ANNOTATION_PREFIX,
     HF_TOKEN_KEY,
     RDMA_RESOURCE,

@@ -9,8 +9,8 @@ from typing import Any
 
 import optuna
 
-from advisor.guide import PROPOSER_ATTR, ModelGuide
-from advisor.guide_study import study_taken
+from advisor.proposers.guide import PROPOSER_ATTR, ModelGuide
+from advisor.proposers.guide_turns import study_taken
 from advisor.job import TuningJob
 from search_spaces import check
 from search_spaces.valid_space import ValidSpace, params_key

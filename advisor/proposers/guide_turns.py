@@ -1,6 +1,6 @@
 """The model guide inside a study: who gets a turn, the model's pick enqueued for the next ask, the turns and the
 measured trials a study already has (a resumed study, or another worker's) — what ``advisor.tune`` asks of
-``advisor.guide.ModelGuide``."""
+``advisor.proposers.guide.ModelGuide``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import optuna
 
 import db
 from advisor.executor_factory import model_params
-from advisor.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
+from advisor.proposers.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
 from advisor.job import SamplerKind, TuningJob
 from advisor.trial_record import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
-from executors.perf_model import PerfParams
+from executors.perf import PerfParams
 from search_spaces import TrialState
 
 

@@ -1,8 +1,8 @@
 """The step-time model: one step of the slowest DP rank of a role (roofline per kernel family, collectives, DBO,
 overheads, the API-server bound), over arrays of roles, and the public step and throughput functions built on it.
-Part of ``executors.perf_model``; the equations are ``docs/performance-model.md`` §3.
+Part of ``executors.perf``; the equations are ``docs/performance-model.md`` §3.
 
-Written once, over arrays: each of a role's constants (``perf_derived._Role``) is gathered into an array with one
+Written once, over arrays: each of a role's constants (``perf.derived._Role``) is gathered into an array with one
 element per (deployment, level) asked (``_Roles``), and one NumPy operation computes one term for all of them — the
 guide asks thousands at once; a single role is an array of one (the public functions here, and ``predict``).
 ``exp`` and ``**`` are Python's ``math`` element by element (NumPy's own may differ in the last bit, and the
@@ -17,8 +17,8 @@ from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-from executors.perf_derived import _md, _Role, _wd, _WorkloadDerived
-from executors.perf_params import PerfParams, default_params
+from executors.perf.derived import _md, _Role, _wd, _WorkloadDerived
+from executors.perf.params import PerfParams, default_params
 from search_spaces import ClusterSpec, ModelProfile, RoleConfig, Workload
 
 #: Low-latency kernels dispatch at most this many tokens per rank per call; vLLM chunks larger batches.
@@ -53,7 +53,7 @@ def _one(x: float) -> Arr:
 
 
 class _Roles:
-    """Roles' constants (``perf_derived._Role``), attribute by attribute, one element per role: rows of one
+    """Roles' constants (``perf.derived._Role``), attribute by attribute, one element per role: rows of one
     matrix of numbers and one of flags (``take`` is then two gathers, whatever the number of constants)."""
 
     def __init__(self, roles: Sequence[_Role], p: PerfParams, wd: _WorkloadDerived) -> None:

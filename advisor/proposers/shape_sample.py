@@ -1,5 +1,5 @@
 """What the guide ranks on a space too large to rank whole: a seeded sample drawn shape by shape, and where its
-hill-climbs start (``advisor.guide``).
+hill-climbs start (``advisor.proposers.guide``).
 
 A candidate's *shape* is its mode and, per role, instances × TP × DP × EP: the choices that move a deployment's
 throughput by multiples, where batch sizes, kernels and EPLB move it by percents. A one-knob climb rarely

@@ -26,24 +26,30 @@ Written once, over arrays: one evaluation computes a term for every (deployment,
 operation — the guide's rankings ask thousands at once, and a single deployment is a batch of one. Per-model,
 per-workload and per-role derived numbers are computed once (cached).
 
-This module is the model's public face; the parts live beside it, each one concern:
+This package's face is the model's public API (what other packages import); the parts live in it, each one concern:
 
-* ``executors.perf_params`` — ``PerfParams``, per-GPU-kind defaults, the calibration vector;
-* ``executors.perf_derived`` — per-model, per-workload and per-role derived quantities;
-* ``executors.perf_step`` — the step-time model over arrays of roles, and the public step/throughput functions;
-* ``executors.perf_levels`` — the load-level (closed-loop queueing) model over arrays of (deployment, level) pairs
+* ``executors.perf.params`` — ``PerfParams``, per-GPU-kind defaults, the calibration vector;
+* ``executors.perf.derived`` — per-model, per-workload and per-role derived quantities;
+* ``executors.perf.step`` — the step-time model over arrays of roles, and the public step/throughput functions;
+* ``executors.perf.deployments`` — what does not depend on the load level (KV hand-off, a lone request's prefill,
+  the decode step grid), gathered per deployment;
+* ``executors.perf.levels`` — the load-level (closed-loop queueing) model over arrays of (deployment, level) pairs
   (``Batch``: the guide's rankings, ``executors.simulated.model_levels_many``), ``predict`` and ``predict_load``;
-* ``executors.perf_measurement`` — percentiles and the assembly of ``Measurement``s (``LevelTable``).
+* ``executors.perf.measurement`` — percentiles and the assembly of ``Measurement``s (``LevelTable``).
+
+Besides ``predict`` and the step functions, the face gives the batch side other modules use: ``Batch``,
+``LazyLevel``, ``collector_paused`` (rankings), ``memo`` and ``same_lengths`` (the per-workload caches).
 
 Seeded perturbed parameters (a stand-in machine for research) are ``benchmarks/truths.py``.
 """
 
 from __future__ import annotations
 
-from executors.perf_derived import expected_max_z
-from executors.perf_levels import predict, predict_load
-from executors.perf_params import CALIBRATABLE, MODEL_VERSION, PerfParams, default_params
-from executors.perf_step import (
+from executors.perf.derived import expected_max_z, memo, same_lengths
+from executors.perf.levels import Batch, collector_paused, predict, predict_load
+from executors.perf.measurement import LazyLevel
+from executors.perf.params import CALIBRATABLE, MODEL_VERSION, PerfParams, default_params
+from executors.perf.step import (
     Step,
     decode_step_time,
     decode_throughput_per_gpu,
@@ -52,7 +58,7 @@ from executors.perf_step import (
 )
 
 __all__ = [
-    "CALIBRATABLE", "MODEL_VERSION", "PerfParams", "Step", "decode_step_time", "decode_throughput_per_gpu",
-    "default_params", "expected_max_z", "predict", "predict_load", "prefill_step_time",
-    "prefill_throughput_per_gpu",
+    "CALIBRATABLE", "MODEL_VERSION", "Batch", "LazyLevel", "PerfParams", "Step", "collector_paused",
+    "decode_step_time", "decode_throughput_per_gpu", "default_params", "expected_max_z", "memo", "predict",
+    "predict_load", "prefill_step_time", "prefill_throughput_per_gpu", "same_lengths",
 ]

@@ -10,9 +10,7 @@ from advisor.job import TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
 from executors.measure import MeasurePlan
-from executors.perf_levels import collector_paused
-from executors.perf_measurement import LazyLevel
-from executors.perf_model import PerfParams
+from executors.perf import LazyLevel, PerfParams, collector_paused
 from executors.simulated import model_levels, model_levels_many
 from search_spaces import DeploymentConfig, check
 

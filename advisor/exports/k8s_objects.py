@@ -1,5 +1,5 @@
 """The Kubernetes export's objects: one LeaderWorkerSet per role, a Service per role, and the vllm-router in
-front (``advisor.export_k8s`` writes them as YAML with a README).
+front (``advisor.exports.k8s`` writes them as YAML with a README).
 
 One instance of a role is one LeaderWorkerSet *group*: a leader pod on the instance's first node and one
 worker pod on each further node, so ``size`` = nodes of the instance and ``replicas`` = instances of the role

@@ -1,5 +1,5 @@
 """The performance model's parameters: ``PerfParams`` (efficiencies, latencies, overheads), their per-GPU-kind
-defaults, and the flat vector form ``advisor calibrate`` fits. Part of ``executors.perf_model`` (the public face);
+defaults, and the flat vector form ``advisor calibrate`` fits. Part of ``executors.perf`` (the public face);
 ``docs/performance-model.md`` §6 lists every field with its default, bounds and source."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Ready-to-run output of a chosen trial: a launch script (``vllm``), the whole config with its evidence
-(``json``), Kubernetes manifests (``k8s``, one LeaderWorkerSet per role: ``advisor.export_k8s``) and a Ray
-Serve LLM application (``ray-serve``: ``advisor.export_ray_serve``). Every format is written from the
-``{flag: value}`` mapping of each node shard that ``executors.render`` builds (``ShardCommand.flags``), the one
-real runs launch from; no format reads an argv back.
+(``json``; both ``advisor.exports.launch``), Kubernetes manifests (``k8s``, one LeaderWorkerSet per role:
+``advisor.exports.k8s``) and a Ray Serve LLM application (``ray-serve``: ``advisor.exports.ray_serve``). This
+package's face holds what every format shares (the evidence, the options, the model name, writing). Every format
+is written from the ``{flag: value}`` mapping of each node shard that ``executors.render`` builds
+(``ShardCommand.flags``), the one real runs launch from; no format reads an argv back.
 
 A format writes one file (``launch.sh``, ``deployment.json``) or a folder of files (``k8s/``, ``ray-serve/``).
 Every format is right across nodes: what differs per node (NIXL's side-channel host, addresses) is each node's
@@ -13,21 +14,21 @@ cluster can load (``model_name``).
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from advisor.errors import BadInput
-from advisor.executor_factory import is_simulated, model_path_for, platform_for
+from advisor.executor_factory import is_simulated, model_path_for
 from advisor.job import TuningJob
-from executors import Topology, launch_script
-from executors.render import launch_plan
 from search_spaces import Measurement
+
+if TYPE_CHECKING:
+    from executors import Topology
 
 FORMATS = ("vllm", "json", "k8s", "ray-serve")
 #: The container image the Kubernetes export runs (``ExportOptions.image``).
@@ -119,34 +120,6 @@ def model_name(job: TuningJob, override: str | None = None) -> str:
     return HUB_IDS[job.model.preset]
 
 
-def render_vllm(job: TuningJob, topo: Topology, ev: Evidence, model: str) -> str:
-    return launch_script(
-        topo, model=model, platform=platform_for(job), max_model_len=job.workload.max_model_len,
-        served_model_name=job.executor.served_model_name, header=ev.header(),
-    )
-
-
-def render_json(job: TuningJob, topo: Topology, ev: Evidence, model: str) -> str:
-    cfg = topo.config
-    platform = platform_for(job)
-    plan = launch_plan(topo, model=model, platform=platform, max_model_len=job.workload.max_model_len,
-                       served_model_name=job.executor.served_model_name)
-    doc = {
-        "description": cfg.describe(),
-        "config": cfg.model_dump(mode="json"),
-        "topology": topo.to_dict(),
-        "model": model,
-        "env": platform.env,  # ${NAME}: read from the environment where it runs, never a value here
-        "commands": [{"instance": c.instance.name, "role": c.instance.role.value, "node": c.shard.node,
-                      "gpus": list(c.shard.gpus), "env": {**c.slot_env, **c.node_env}, "flags": c.flags,
-                      "argv": c.argv}
-                     for c in plan.commands],
-        "router": plan.router_argv,
-        "evidence": ev.as_dict(),
-    }
-    return json.dumps(doc, indent=2) + "\n"
-
-
 #: One file's text, or a folder's files (relative path → text).
 Rendered = str | dict[str, str]
 
@@ -161,14 +134,15 @@ class Renderer(NamedTuple):
 
 
 def _renderers() -> dict[str, Renderer]:
-    from advisor import export_k8s, export_ray_serve
+    from advisor.exports import k8s, launch, ray_serve
 
     return {
-        "vllm": Renderer("launch.sh", lambda job, topo, ev, model, _o: render_vllm(job, topo, ev, model),
+        "vllm": Renderer("launch.sh", lambda job, topo, ev, model, _o: launch.render_vllm(job, topo, ev, model),
                          executable=True),
-        "json": Renderer("deployment.json", lambda job, topo, ev, model, _o: render_json(job, topo, ev, model)),
-        "k8s": Renderer("k8s", export_k8s.render),
-        "ray-serve": Renderer("ray-serve", export_ray_serve.render),
+        "json": Renderer("deployment.json",
+                         lambda job, topo, ev, model, _o: launch.render_json(job, topo, ev, model)),
+        "k8s": Renderer("k8s", k8s.render),
+        "ray-serve": Renderer("ray-serve", ray_serve.render),
     }
 
 

@@ -1,7 +1,7 @@
 """The load-level model: a closed loop of ``C`` users on an aggregated or a disaggregated (P/D) deployment —
 batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 queueing — over arrays of
 (deployment, level) pairs (``Batch``), and ``predict`` / ``predict_load``, the model's entry points: one deployment
-is a batch of one. Part of ``executors.perf_model`` (``docs/performance-model.md`` §4).
+is a batch of one. Part of ``executors.perf`` (``docs/performance-model.md`` §4).
 
 Why arrays: the guide ranks every valid candidate of a space by the model's knee (thousands of candidates, about
 seven levels each); the knee searches run in lockstep (``executors.measure.search_many``), each round asking every
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from executors.perf_deployments import Deployments
-from executors.perf_derived import _wd, _WorkloadDerived, memo
-from executors.perf_measurement import LazyLevel, LevelTable, _finish, _Levels
-from executors.perf_params import MODEL_VERSION, PerfParams, default_params
-from executors.perf_step import Arr, Step, _breakdown, _decode_cv, _pow, _prefill_capacity, _step
+from executors.perf.deployments import Deployments
+from executors.perf.derived import _wd, _WorkloadDerived, memo
+from executors.perf.measurement import LazyLevel, LevelTable, _finish, _Levels
+from executors.perf.params import MODEL_VERSION, PerfParams, default_params
+from executors.perf.step import Arr, Step, _breakdown, _decode_cv, _pow, _prefill_capacity, _step
 from search_spaces import PERCENTILES, Measurement, ModelProfile, Workload
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def collector_paused() -> Iterator[None]:
 
 
 class Batch(Deployments):
-    """Deployments (``perf_deployments``) ready to be predicted at any (deployment, concurrency) pairs: ``predict``,
+    """Deployments (``perf.deployments``) ready to be predicted at any (deployment, concurrency) pairs: ``predict``,
     each mode's levels as arrays."""
 
     def predict(self, asked: Sequence[tuple[int, float]], workload: Workload | None = None,
@@ -94,7 +94,7 @@ class Batch(Deployments):
         """The Measurement of deployment ``i`` at concurrency ``max(1, int(load))`` for each ``(i, load)``, with
         ``purpose`` (the knee search's levels are made as "search" levels rather than copied into them).
         ``workload`` (default: the batch's) sizes each level (``num_prompts``); its lengths must be the batch's.
-        ``lazy``: levels built as Measurements only when asked (``perf_measurement.LazyLevel``)."""
+        ``lazy``: levels built as Measurements only when asked (``perf.measurement.LazyLevel``)."""
         wl = workload or self.wl
         if not asked:
             return []
@@ -235,7 +235,7 @@ def _raw_disaggregated(b: Arr, b_cap: Arr, b_kv: Arr, kv_cap: Arr, ranks_d: Arr,
 
 #: A deployment asked alone, kept while the same objects are asked again: the knee search and ``predict_load``
 #: predict one level at a time (keyed by the derived numbers, which workloads that differ only in their levels
-#: share: ``perf_derived.same_lengths``; a study's candidates pass through; emptied at 1,024 entries).
+#: share: ``perf.derived.same_lengths``; a study's candidates pass through; emptied at 1,024 entries).
 _ALONE_CACHE: dict[tuple[int, ...], tuple[tuple[Any, ...], Batch]] = {}
 
 

@@ -26,8 +26,8 @@ Candidates are ranked by the model's *knee* (the same knee search the executors 
 model is asked the question a trial answers.
 
 Ranking is exhaustive on spaces of up to ``EXHAUSTIVE_MAX`` valid candidates; larger spaces are ranked on a
-seeded sample drawn shape by shape (``advisor.guide_sample``: every shape is in it) plus hill-climbing (one knob
-at a time) from the best candidate of each of the best few shapes, so on the 91,008-candidate GB300 space a
+seeded sample drawn shape by shape (``advisor.proposers.shape_sample``: every shape is in it) plus hill-climbing
+(one knob at a time) from the best candidate of each of the best few shapes, so on the 91,008-candidate GB300 space a
 first model turn costs about half a CPU second and a later one ~0.15 s. In Pareto mode a turn maximises a random
 Chebyshev weighting of the two predicted objectives (ParEGO), so successive turns spread along the front.
 """
@@ -39,20 +39,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
-from advisor.guide_rank import predicted_outcomes
-from advisor.guide_sample import best_of_each_shape, params_shape, shape_of, stratified
+from advisor.proposers.model_rank import predicted_outcomes
+from advisor.proposers.shape_sample import best_of_each_shape, params_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, TuningJob
 from advisor.objectives import Outcome
 from executors.measure import MeasurePlan
-from executors.perf_derived import memo
-from executors.perf_model import CALIBRATABLE, PerfParams
+from executors.perf import CALIBRATABLE, PerfParams, memo
 from search_spaces import DeploymentConfig, Measurement, check
 
 #: Spaces with at most this many valid candidates are ranked exhaustively on every model turn.
 EXHAUSTIVE_MAX = 8_000
 #: Larger spaces: this many seeded random valid candidates, then hill-climbing from the best few.
 SAMPLE = 2_000
-#: ... drawn shape by shape (``guide_sample.stratified``) where the valid space can be listed.
+#: ... drawn shape by shape (``shape_sample.stratified``) where the valid space can be listed.
 ENUMERATE_MAX = 200_000
 CLIMB_STARTS = 6
 #: A climb stops after this many moves.
@@ -210,7 +209,7 @@ class ModelGuide:
     # ---------------------------------------------------------------------------------------- ranking
     def _scored(self, cands: list[tuple[Params, DeploymentConfig]]) -> list[tuple[Params, DeploymentConfig, Outcome]]:
         """Each candidate with its predicted outcome, the model answering all of them at once (the same outcomes as
-        ``guide_rank.predicted_outcome`` one by one, less the operating point: the guide ranks on values and
+        ``model_rank.predicted_outcome`` one by one, less the operating point: the guide ranks on values and
         violations, and building a Measurement for each candidate's point was a tenth of a ranking)."""
         outs = predicted_outcomes(self.job, [c for _, c in cands], self.params, self.plan, points=False)
         return [(p, c, o) for (p, c), o in zip(cands, outs, strict=True)]

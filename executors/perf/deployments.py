@@ -1,7 +1,7 @@
-"""The deployments a prediction is asked about, as the load-level model (``executors.perf_levels``) reads them:
+"""The deployments a prediction is asked about, as the load-level model (``executors.perf.levels``) reads them:
 what does not depend on the load level — the roles' constants gathered into arrays, the KV hand-off, a lone
 request's prefill, the decode step grid — computed once per deployment (each distinct role once). Part of
-``executors.perf_model`` (``docs/performance-model.md`` §4)."""
+``executors.perf`` (``docs/performance-model.md`` §4)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from executors.perf_derived import _md, _ModelDerived, _Role, _wd, _WorkloadDerived
-from executors.perf_params import PerfParams
-from executors.perf_step import Arr, _decode_cv, _Roles, _step
+from executors.perf.derived import _md, _ModelDerived, _Role, _wd, _WorkloadDerived
+from executors.perf.params import PerfParams
+from executors.perf.step import Arr, _decode_cv, _Roles, _step
 from search_spaces import Mode, ModelProfile, Workload
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Quantities derived once per model, per workload and per role: the model's FLOPs and bytes per token, the
 workload's length statistics, and one role's constants for the step model (rates, shares, all-to-all volumes,
-imbalance factors). Part of ``executors.perf_model``; the equations are ``docs/performance-model.md`` §2–§3."""
+imbalance factors). Part of ``executors.perf``; the equations are ``docs/performance-model.md`` §2–§3."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any, TypeVar
 
-from executors.perf_params import PerfParams
+from executors.perf.params import PerfParams
 from search_spaces import (
     All2AllBackend,
     AttentionKind,
