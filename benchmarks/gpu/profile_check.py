@@ -14,6 +14,8 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
   with the stored profile and with the GPU kind's defaults — the profile is fitted before the study and never
   re-fitted by it, so each level is held out —, and each trial's phases (deploy, warm-up, measure), levels and
   full-length levels (issue 30: at most 4 per knee).
+* ``probes JOB --out CHECK.json``: the stored profile's own probe levels against what its fitted parameters and the
+  defaults predict for each (where the fit misses, level by level).
 * ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
   the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
 
@@ -36,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 import db  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
-from advisor.profile import probe_job, resolve_params  # noqa: E402
+from advisor.profile import matching_profile, probe_job, resolve_params  # noqa: E402
 from executors import place  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params, predict  # noqa: E402
@@ -193,6 +195,35 @@ def cmd_heldout(a: argparse.Namespace) -> None:
                       "full_levels", "levels_to_bracket")} for n, v in out["trials"].items()}}, indent=2, default=str))
 
 
+def cmd_probes(a: argparse.Namespace) -> None:
+    from advisor.profile import plan_profile, source_config
+    from executors.model_folder import at_depth, write_model_folder
+
+    job = load_job(a.job)
+    database = db.connect(job.storage)
+    sets = param_sets(job, database)
+    profile = matching_profile(database, job)
+    plan, (cfg, tok) = plan_profile(job), source_config(job)
+    probes = {(p.kind, p.isl, p.osl): p for p in plan.probes}
+    one_gpu = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1)
+    rows = []
+    for lv in profile.probes:
+        folder = write_model_folder(at_depth(cfg, lv["depth"]), job.resolve_path(job.executor.run_dir)
+                                    / "check-models" / f"{job.model_profile().shape_key}-L{lv['depth']}",
+                                    tokenizer_from=tok)
+        wl = probes[(lv["kind"], lv["isl"], lv["osl"])].workload(lv["concurrency"])
+        pj = probe_job(job, folder, wl, one_gpu)
+        topo = place(plan.config, pj.cluster)
+        pred = {name: {k: getattr(predict(topo, pj.model_profile(), wl, params, [lv["concurrency"]])[0], k)
+                       for k in lv["values"]} for name, (params, _) in sets.items()}
+        rows.append({k: lv[k] for k in ("depth", "kind", "isl", "osl", "concurrency")}
+                    | {"measured": lv["values"], "predicted": pred})
+        print(f"L{lv['depth']} {lv['kind']:7} {lv['isl']:5}+{lv['osl']:<3} c={lv['concurrency']:<4} " + "  ".join(
+            f"{k} {v:,.1f} (profile {pred['profile'][k]:,.1f}, defaults {pred['defaults'][k]:,.1f})"
+            for k, v in lv["values"].items()))
+    Path(a.out).write_text(json.dumps({"profile": profile.label, "levels": rows}, indent=2) + "\n")
+
+
 def cmd_stack(a: argparse.Namespace) -> None:
     from advisor.executor_factory import make_executor
     from advisor.profile import plan_profile, source_config, with_probe_kv
@@ -248,13 +279,17 @@ def main() -> None:
     h = sub.add_parser("heldout")
     h.add_argument("job")
     h.add_argument("--out", required=True)
+    q = sub.add_parser("probes")
+    q.add_argument("job")
+    q.add_argument("--out", required=True)
     s = sub.add_parser("stack")
     s.add_argument("job")
     s.add_argument("--depth", type=int, required=True)
     s.add_argument("--loads", default="8,64")
     s.add_argument("--out", required=True)
     a = ap.parse_args()
-    {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "stack": cmd_stack}[a.cmd](a)
+    {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "probes": cmd_probes,
+     "stack": cmd_stack}[a.cmd](a)
 
 
 if __name__ == "__main__":
