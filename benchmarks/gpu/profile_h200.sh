@@ -11,7 +11,7 @@
 #                    where the last call stopped), then advisor best
 #     heldout        profile_check.py heldout: every level of that study against the profile, and each trial's phases
 #     stack-dsv3     profile_check.py stack: the DeepSeek-V3 shape at 3 layers, predicted then measured
-#     pack           /tmp/da-gpu and every bench JSON and log -> $OUT/h200-profile.tgz
+#     pack           /tmp/da-gpu (with deploy_phases.{md,json}) and every bench JSON and log -> $OUT/h200-profile.tgz
 #
 # A step still running at HARD_S (default 560) seconds after $DA_T0 (the call's start; default: this script's)
 # gets SIGTERM, so the device call's 600 s limit never kills vLLM with the GPU still held.
@@ -41,6 +41,7 @@ for step in "$@"; do
     stack-dsv3) run python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 8,64 \
                   --out /tmp/da-gpu/check-dsv3-L3.json ;;
     pack) cp $G/h200-profile-30b-study.gen.yaml /tmp/da-gpu/ 2>/dev/null
+          python3 benchmarks/deploy_phases.py /tmp/da-runs --out /tmp/da-gpu/deploy_phases.json > /tmp/da-gpu/deploy_phases.md
           (cd /tmp && tar czf "$OUT/h200-profile.tgz" da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null | grep -v -E '/kv/|profile-models|check-models'))
           ls -la "$OUT" ;;
     *) echo "unknown step $step"; exit 2 ;;
