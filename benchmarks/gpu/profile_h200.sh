@@ -42,7 +42,7 @@ for step in "$@"; do
                   --out /tmp/da-gpu/check-dsv3-L3.json ;;
     pack) cp $G/h200-profile-30b-study.gen.yaml /tmp/da-gpu/ 2>/dev/null
           python3 benchmarks/deploy_phases.py /tmp/da-runs --out /tmp/da-gpu/deploy_phases.json > /tmp/da-gpu/deploy_phases.md
-          (cd /tmp && tar czf "$OUT/h200-profile.tgz" da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null | grep -v -E '/kv/|profile-models|check-models'))
+          (cd /tmp && tar czf "$OUT/h200-profile.tgz" da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null | grep -v -E '/kv/|profile-models|check-models|triton-cache|vllm-cache'))
           ls -la "$OUT" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
