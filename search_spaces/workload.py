@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 from search_spaces.metrics import metric, slo_metrics
 
@@ -160,7 +160,7 @@ class Workload(BaseModel):
     bracket_prompts_per_concurrency: float = Field(
         3.0, ge=0, description="Knee search on a real deployment: levels that only bracket the knee send this × "
         "concurrency prompts (≥ half of min_prompts); the knee and the level above it are then measured at full "
-        "length. 0: every level at full length.")
+        "length. 0: every level at full length; else at least 2 (a level of 1 × concurrency is all ramp-up).")
     max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD,
                                       description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
@@ -183,6 +183,17 @@ class Workload(BaseModel):
     eplb_log_balancedness: bool = Field(False, description="Diagnosis: servers with EPLB log their balancedness "
                                         "(--eplb-config log_balancedness), read into each level's "
                                         "eplb_balancedness. Costs a sync per step: for studying EPLB, not tuning.")
+
+    @field_validator("bracket_prompts_per_concurrency")
+    @classmethod
+    def _holds_its_load(cls, v: float) -> float:
+        """A short level's load is only held once every one of its c first requests has started, and the client
+        starts them one after another: at 1 × c the whole level is that ramp (on an H200 at c = 70: 31 requests in
+        flight on average, measured again at full length). From 2 × c on, the level holds c for a while."""
+        if 0 < v < 2:
+            raise ValueError(f"{v:g} is too few: a short level needs at least 2 prompts per concurrency to hold its "
+                             "load (1 × concurrency is all ramp-up); 0 measures every level at full length")
+        return v
 
     @model_validator(mode="after")
     def _valid(self) -> Workload:

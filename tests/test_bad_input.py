@@ -33,6 +33,7 @@ EXPECT = {
     "tp_wider_than_node.yaml": ["space.mixed.tp_sizes"],
     "bad_objective_metric.yaml": ["objective", "p90_ttft_ms", "allowed"],
     "range_ratio_too_big.yaml": ["workload.isl.range_ratio"],
+    "short_levels_too_short.yaml": ["workload.bracket_prompts_per_concurrency", "at least 2", "0 measures"],
     "bad_all2all.yaml": ["space.decode.all2all_backends", "carrier_pigeon"],
     "duplicate_choices.yaml": ["space.decode.max_num_seqs", "repeat"],
     "real_executor_without_weights.yaml": ["model.preset", "model.path"],
