@@ -6,8 +6,12 @@ trial's *operating point* — so a trial's point on a Pareto chart is a point so
 
 - the knee the knee search found (the highest load meeting every SLO), when it found one;
 - else the feasible level with the best ``objective.metric`` (knee search off, or no SLO load can break);
-- else (nothing feasible) the level closest to feasibility, with the constraint set to its violation (> 0):
-  TPE/NSGA-II learn the infeasible region and still see which way is better.
+- else (nothing feasible) the level closest to feasibility, with the constraint set to its violation (> 0).
+  The samplers read that violation (``advisor.study._base_sampler``): TPE puts an infeasible trial among its
+  good ones only when too few feasible trials fill that group, and ranks infeasible ones by violation alone; NSGA-II's
+  constrained domination puts every feasible trial ahead and compares infeasible ones by violation; only GP
+  uses an infeasible trial's values too — its objective model is fitted on every trial, beside a separate model
+  of the constraint — which is why they are the measured values at that level, not the worst.
 
 ``max_under_slo``: value = ``metric`` at the operating point. ``pareto``: (``metric``, ``pareto_y``) at the same
 point; the study's front over every (trial, level) point comes from the database. With

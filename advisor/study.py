@@ -39,6 +39,10 @@ def make_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
 
 
 def _base_sampler(job: TuningJob) -> optuna.samplers.BaseSampler:
+    """No ``constraints_func``: Optuna 5's TPE, NSGA-II and GP read each trial's ``FrozenTrial.constraints``
+    themselves (TPE's ``_split_trials``, NSGA-II's constrained domination, GP's constraint model), and the tuner
+    stores the SLO violation there before it tells the trial (``advisor.trial_record``). A ``constraints_func``
+    would only write the same attribute again in ``after_trial``, and Optuna 5.0 deprecates it."""
     s = job.sampler
     if s.kind is SamplerKind.TPE:
         # multivariate + group: the space is conditional (prefill dims exist only when disaggregated),

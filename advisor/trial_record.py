@@ -22,6 +22,8 @@ CONFIG_KEY_ATTR = "advisor_config_key"
 #: ``constraints_func`` writes (``optuna.samplers._base._CONSTRAINTS_KEY``), a list of floats, feasible when each
 #: is ≤ 0. optuna-dashboard reads only this key; Optuna's ``FrozenTrial.constraints`` (best trial, Pareto front,
 #: samplers, plots) reads it too. Ours holds one value: the SLO violation (``advisor.objectives.Outcome``).
+#: optuna-dashboard's *best trial* is ``storage.get_best_trial``, which ranks values only: it is ``advisor best``
+#: while some trial is feasible and out-measures every infeasible one's operating point (``tests/test_ledger.py``).
 OPTUNA_CONSTRAINTS_KEY = "constraints"
 STATE_ATTR = "advisor_state"
 #: True on a trial whose deployment ran and whose result judges its configuration: the row's ``executed``.

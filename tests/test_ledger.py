@@ -112,7 +112,13 @@ def test_the_budget_is_one_count_for_the_tuner_the_cli_the_api_and_the_dashboard
 
 def test_optunas_feasibility_and_best_trial_are_advisor_bests(tmp_path: Path) -> None:
     """The SLO violation is stored under the key Optuna's ``constraints_func`` writes and optuna-dashboard reads,
-    so each trial's feasibility there is the row's, and Optuna's constrained best trial is ``advisor best``'s."""
+    so each trial's feasibility there is the row's, Optuna's constrained best trial is ``advisor best``'s, and
+    so is optuna-dashboard's (``storage.get_best_trial``, which ranks values only: an infeasible trial's value
+    comes from its level closest to feasibility, here below every feasible knee). The samplers are built without
+    ``constraints_func`` (``advisor.study._base_sampler``): TPE, NSGA-II and GP must read the stored violation."""
+    from optuna.samplers._gp.sampler import _get_constraint_vals_and_feasibility
+    from optuna.samplers._tpe.sampler import _split_trials
+    from optuna.samplers.nsgaii._constraints_evaluation import _constrained_dominates
     from optuna.study._constrained_optimization import _CONSTRAINTS_KEY  # the private constant we mirror
 
     assert OPTUNA_CONSTRAINTS_KEY == _CONSTRAINTS_KEY
@@ -131,6 +137,14 @@ def test_optunas_feasibility_and_best_trial_are_advisor_bests(tmp_path: Path) ->
     assert True in flags.values() and False in flags.values()  # a constrained study: both kinds
     best = api.best_report(url, "slo").rows[0][0]
     assert study.best_trial.number == best and rows[best].feasible
+    storage = db.optuna_storage(url)  # what optuna-dashboard opens, read through the public storage API
+    assert storage.get_best_trial(storage.get_study_id_from_name("slo")).number == best
+    feasible = sorted(n for n, ok in flags.items() if ok)
+    below, _ = _split_trials(study, complete, len(feasible))  # TPE's good group, as large as the feasible set
+    assert sorted(t.number for t in below) == feasible
+    weakest = min((t for t in complete if flags[t.number]), key=lambda t: t.values[0])  # NSGA-II: still ahead
+    assert all(_constrained_dominates(weakest, t, study.directions) for t in complete if not flags[t.number])
+    assert list(_get_constraint_vals_and_feasibility(study, complete)[1]) == [flags[t.number] for t in complete]
 
 
 class Crash(BaseException):
