@@ -46,6 +46,15 @@ METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms", 
 #: A level's values the fit compares, by how its tokens were delivered.
 SERVED_METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms")
 BURSTY_METRICS: tuple[str, ...] = ("throughput_per_gpu", "p50_e2el_ms")
+
+
+def metric_headers() -> list[str]:
+    """``METRICS`` as the error tables' column headers: each metric's short label without its percentile (every
+    latency fitted is a P50) and unit (the cells are relative errors). With the long names a table of four metrics
+    folded its row labels on an 80-column terminal ("calibrat" / "ed")."""
+    from search_spaces.metrics import metric
+
+    return [(m.short.removeprefix("P50 ").removesuffix(" (ms)") if (m := metric(k)) else k) for k in METRICS]
 #: Ridge weight towards the defaults, in units of a parameter's range.
 RIDGE = 0.05
 #: A parameter is fitted only if moving it by 5% of its range moves some prediction by at least this (log).
@@ -141,8 +150,8 @@ def fitted_values(m: Measurement) -> dict[str, float]:
     the 1-layer decode probe at c=1 read P50 TPOT 0.022 ms (every token of a request in one lump) beside 4.1-6.7 ms
     on the other decode probes. Its log ratio against the model's 10 ms step was 6.1 where every other level's was
     under 1.5, and the least squares drove ``step_latency_s``, ``cpu_step_s`` and ``eager_layer_latency_s`` to
-    their lower bound, 0: the profiled model then predicted the real study's level at 1.75x its throughput (4.3x in
-    an earlier run). Refitted with E2E latency in that level's place, the same probes gave those terms 1.3 ms each
+    their lower bound, 0: the profiled model then predicted the real study's level at 1.75x its throughput (the
+    4.3x of a 3 Dec run may have had the same cause; its probes were not kept). Refitted with E2E latency in that level's place, the same probes gave those terms 1.3 ms each
     and the study's level 1.23x. On GPUs no level has been flagged (at most 0.02% of gaps in bursts over the H200
     knee study's 22 levels, docs/measurement.md), so a fit there compares what it compared before."""
     if not m.completed or m.request_rate is not None:
