@@ -21,9 +21,9 @@ now compares E2E latency there (`advisor.calibrate.fitted_values`), and run 1's 
 depth (run 2's E2E at c=4: 111 ms with 1 layer, 215 ms with 2; run 3 read 235 and 170: noise of that size too) and
 the model has no term that can say so within its bounds — a decode step is modelled as CUDA-graphed (no per-layer
 launch time) and the compute terms at the CPU slot's nominal 0.2 TFLOP/s are microseconds — so the fit splits the
-difference between the depths and predicts the 2-layer model's decode too fast (E2E 0.69x at c=4, in sample); and
-in run 2 the study's deployment ran slower than the same-depth probe deployment minutes before it (P50 E2E 207 ms at c=3 with
-24 output tokens against 215 ms at c=4 with 32). On an H200 the profile did predict real levels better
+difference between the depths and predicts the 2-layer model's decode too fast (E2E 0.69x at c=4, in sample); and in
+run 2 the study's deployment ran slower than the same-depth probe deployment minutes before it (P50 E2E 207 ms at
+c=3 with 24 output tokens against 215 ms at c=4 with 32). On an H200 the profile did predict real levels better
 (docs/benchmarks.md: 15.5% vs 35.9% median error).
 """
 
