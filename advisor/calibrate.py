@@ -148,11 +148,12 @@ def fitted_values(m: Measurement) -> dict[str, float]:
     arrived, not where the server made its tokens (docs/measurement.md); its E2E latency and throughput still hold.
     Fitted as they were, one such level decided the profile: on vLLM's CPU build (4 Dec, ``tests/test_profile_real``)
     the 1-layer decode probe at c=1 read P50 TPOT 0.022 ms (every token of a request in one lump) beside 4.1-6.7 ms
-    on the other decode probes. Its log ratio against the model's 10 ms step was 6.1 where every other level's was
-    under 1.5, and the least squares drove ``step_latency_s``, ``cpu_step_s`` and ``eager_layer_latency_s`` to
-    their lower bound, 0: the profiled model then predicted the real study's level at 1.75x its throughput (the
-    4.3x of a 3 Dec run may have had the same cause; its probes were not kept). Refitted with E2E latency in that level's place, the same probes gave those terms 1.3 ms each
-    and the study's level 1.23x. On GPUs no level has been flagged (at most 0.02% of gaps in bursts over the H200
+    on the other decode probes. Its log ratio against the default model's 10 ms step was 6.1 where every other
+    value's was at most 2.1, and the least squares drove ``step_latency_s``, ``cpu_step_s`` and
+    ``eager_layer_latency_s`` to their lower bound, 0: the profiled model then predicted the real study's level at
+    1.75x its throughput (the 4.3x of a 3 Dec run may have had the same cause; its probes were not kept). Refitted
+    with E2E latency in that level's place, the same probes gave those terms 1.3 ms each and the study's level
+    1.23x. On GPUs no level has been flagged (at most 0.02% of gaps in bursts over the H200
     knee study's 22 levels, docs/measurement.md), so a fit there compares what it compared before."""
     if not m.completed or m.request_rate is not None:
         return {}
