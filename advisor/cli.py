@@ -319,7 +319,7 @@ def profile(
     """Measure the job's model shape on this machine's GPU (two reduced depths, prefill and decode probes with
     vllm bench serve), fit the performance model to it and store the profile: later studies of the same shape
     on the same GPU kind start from it."""
-    from advisor.calibrate import METRICS
+    from advisor.calibrate import metric_headers
     from advisor.profile import plan_profile
 
     job = load_job(job_file)
@@ -347,7 +347,7 @@ def profile(
              *(f"{x:.1%}" if x is not None else None for x in errs[part].row())]
             for part in ("in_sample", "held_out") if part in cal.after
             for when, errs in (("default", cal.before), ("profiled", cal.after))]
-    print_rows("", ["levels", "n", "all", *METRICS], rows)
+    print_rows("", ["levels", "n", "all", *metric_headers()], rows)
     print_rows("", ["parameter", "default", "fitted"],
                [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     if out is not None:
@@ -370,20 +370,20 @@ def calibrate(
     storage: StorageOpt = None,
 ) -> None:
     """Fit the performance model's efficiency parameters to measured trials; report cross-validated error."""
-    from advisor.calibrate import METRICS
+    from advisor.calibrate import metric_headers
 
     names = [n.strip() for n in params.split(",") if n.strip()] if params else None
     models = {Path(m).name: m for m in model or []}
     with console.status("fitting the performance model to the measured trials"):
         cal = api.calibrate(_storage(storage), studies, out=out, folds=folds, seed=seed, names=names, models=models)
-    console.print(f"{len(cal.trials)} measured trials on {cal.gpu}; median |predicted / measured − 1| "
-                  f"(held out: {cal.folds}-fold cross-validation by trial):")
+    console.print(f"{len(cal.trials)} measured trials on {cal.gpu}; median |predicted / measured − 1| of "
+                  f"throughput and P50 latencies (held out: {cal.folds}-fold cross-validation by trial):")
     rows = [[f"{part.replace('_', ' ')}, {when}", errs[part].levels,
              *(f"{x:.1%}" if x is not None else None for x in errs[part].row()),
              f"{errs[part].rms_log:.3g}" if errs[part].rms_log is not None else None]
             for part in ("in_sample", "held_out") if part in cal.after
             for when, errs in (("default", cal.before), ("calibrated", cal.after))]
-    print_rows("", ["levels", "n", "all", *METRICS, "rms log (fitted)"], rows)
+    print_rows("", ["levels", "n", "all", *metric_headers(), "rms log (fitted)"], rows)
     print_rows("", ["parameter", "default", "fitted"],
                 [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")

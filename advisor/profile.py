@@ -11,8 +11,9 @@ measures with ``vllm bench serve``:
   context length).
 
 The model's compute and overhead terms are then fitted to those levels by the same least squares as
-``advisor calibrate`` (``advisor.calibrate``: log ratios of throughput, TTFT and TPOT, a ridge towards the
-defaults, only the parameters the levels move), cross-validated by probe so that the reported error is on
+``advisor calibrate`` (``advisor.calibrate``: log ratios of throughput, TTFT and TPOT — E2E latency in their place on
+a level whose tokens reached the client in bursts —, a ridge towards the defaults, only the parameters the levels
+move), cross-validated by probe so that the reported error is on
 levels the fit did not see. The profile — GPU kind and count, vLLM's version, the model's shape, every probe
 level, the fitted parameters and their errors — goes into the database and a parameter file; a study of the
 same shape on the same GPU kind then starts from it without being told (``resolve_params``), and says so.
@@ -342,7 +343,7 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
                                         "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
                                         "p50_e2el_ms": m.p50_e2el_ms, "completed": m.completed,
                                         "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-                                        "bench_wall_s": m.raw.get("bench_wall_s")})
+                                        "bench_wall_s": m.raw.get("bench_wall_s"), "flags": list(m.flags)})
                     if on_level:
                         on_level(f"{tag}: {probe.kind} ISL {probe.isl} OSL {probe.osl} c={m.concurrency}")
             into.measure_s.append(time.monotonic() - t0)

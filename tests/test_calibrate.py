@@ -158,3 +158,26 @@ def test_a_problems_log_ratios_are_its_samples_one_by_one() -> None:
         got = problem.log_ratios(params)
         want = [r for i in range(len(samples)) for r in problem.sample_log_ratios(i, params)]
         assert got == want and len(got) == 3 * problem.levels
+
+
+def test_a_bursty_level_is_fitted_by_its_e2e_latency_not_its_delivery() -> None:
+    """A level whose tokens reached the client in lumps (``bursty-delivery``: the CPU build on a loaded machine)
+    has a TTFT and TPOT of the delivery; the fit compares its E2E latency instead, and so recovers a known step
+    term that the lumped TPOT — every token at once, 0.02 ms — would drive to its bound (advisor/calibrate.py,
+    ``fitted_values``: what a real CPU profile did before)."""
+    from advisor.calibrate import BURSTY_METRICS, SERVED_METRICS, Sample, fitted_values
+
+    job = job_from_dict({"name": "b", "preset": "h200-qwen3-235b"})
+    truth = default_params("H200").model_copy(update={"cpu_step_s": 2e-3})
+    cfgs = [c for _, c in job.valid_space().iter_valid_configs()][::50][:4]
+    samples = []
+    for i, cfg in enumerate(cfgs):
+        levels = predict(place(cfg, job.cluster), job.model_profile(), job.workload, truth, [1, 8, 64])
+        if i == 0:  # its first level delivered in one lump per request
+            levels[0] = levels[0].model_copy(update={"flags": ["bursty-delivery"], "p50_tpot_ms": 0.02,
+                                                     "p50_ttft_ms": levels[0].p50_e2el_ms})
+        samples.append(Sample("b", i, cfg, job, {m.concurrency: fitted_values(m) for m in levels}))
+    assert set(samples[0].measured[1]) == set(BURSTY_METRICS)
+    assert set(samples[0].measured[8]) == set(samples[1].measured[1]) == set(SERVED_METRICS)
+    cal = calibrate(samples, names=["cpu_step_s"])
+    assert cal.params.cpu_step_s == pytest.approx(2e-3, rel=0.05), cal.params.cpu_step_s

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import db
-from advisor.calibrate import METRICS
+from advisor.calibrate import SERVED_METRICS
 from advisor.proposers.guide import PROPOSER_ATTR, ModelGuide
 from advisor.proposers.model_rank import exhaustive
 from advisor.job import job_from_dict
@@ -141,7 +141,7 @@ def test_refit_moves_the_model_towards_the_measurements() -> None:
             topo = place(c, job.cluster)
             want = {m.concurrency: m for m in truth.evaluate(topo, job.workload).measurements}
             got = SimulatedExecutor(job.model_profile(), params).evaluate(topo, job.workload).measurements
-            errs += [abs(math.log(getattr(g, k) / getattr(want[g.concurrency], k))) for g in got for k in METRICS
+            errs += [abs(math.log(getattr(g, k) / getattr(want[g.concurrency], k))) for g in got for k in SERVED_METRICS
                      if getattr(g, k) and getattr(want[g.concurrency], k)]
         return sorted(errs)[len(errs) // 2]
 

@@ -10,10 +10,21 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
   starts its knee search where the profiled model puts the knee;
 * a simulated study of the same shape on the same GPU kind predicts with it, and every level says so.
 
-Not asserted here: that the profile predicts the real study's levels better than the CPU defaults. On the CPU
-build it did not (3 Dec, a loaded 2-core machine: rms log ratio 1.35 profiled vs 0.55 with the defaults; throughput
-predicted 4.3x the measured) — its steps are overhead and delivery, which a 2-core machine does not repeat from
-one deployment to the next. On an H200 it did (docs/benchmarks.md: 15.5% vs 35.9% median error).
+Not asserted here: that the profile predicts the real study's level (c=3 of max-num-seqs 4, ISL 192 / OSL 24) better
+than the CPU defaults. Median |predicted / measured - 1| over the values the fit compares (throughput, P50 TTFT and
+TPOT, or P50 E2E latency on a level flagged `bursty-delivery`), profiled vs defaults, on a loaded 2-core machine: 3
+Dec 1.35 vs 0.55 (rms log; throughput predicted 4.3x; its probes were not kept); 4 Dec run 1 0.61 vs 0.60
+(throughput 1.75x) — it fitted a bursty probe's TPOT (0.022 ms), which drove the step's fixed terms to 0; the fit
+now compares E2E latency there (`advisor.calibrate.fitted_values`), and run 1's probes refitted so gave 0.24 vs
+0.60. With that fix, 4 Dec run 2: 0.68 vs 0.33 (throughput 1.89x); run 3 (load average 4.5): 0.38 vs 0.53 — a win in
+2 of 3 runs (counting run 1 refitted) is not a CI assertion. What remains: on the CPU build a decode step grows with
+depth (run 2's E2E at c=4: 111 ms with 1 layer, 215 ms with 2; run 3 read 235 and 170: noise of that size too) and
+the model has no term that can say so within its bounds — a decode step is modelled as CUDA-graphed (no per-layer
+launch time) and the compute terms at the CPU slot's nominal 0.2 TFLOP/s are microseconds — so the fit splits the
+difference between the depths and predicts the 2-layer model's decode too fast (E2E 0.69x at c=4, in sample); and in
+run 2 the study's deployment ran slower than the same-depth probe deployment minutes before it (P50 E2E 207 ms at
+c=3 with 24 output tokens against 215 ms at c=4 with 32). On an H200 the profile did predict real levels better
+(docs/benchmarks.md: 15.5% vs 35.9% median error).
 """
 
 from __future__ import annotations
@@ -86,7 +97,7 @@ def test_profile_is_stored_whole_and_written_as_a_parameter_file(profiled):
     # every probe level, at both depths, prefill (one output token) and decode
     assert {(lv["depth"], lv["kind"]) for lv in p.probes} == {(1, "prefill"), (1, "decode"), (2, "prefill"),
                                                                (2, "decode")}
-    assert len(p.probes) == 8 and all(lv["completed"] for lv in p.probes)
+    assert len(p.probes) == 8 and all(lv["completed"] and "flags" in lv for lv in p.probes)
     # probes of one deployment never share prompts (each has its own seed): no prefix-cache hits
     assert all((lv["prefix_cache_hit_rate"] or 0.0) <= 0.01 for lv in p.probes), \
         [(lv["kind"], lv["isl"], lv["concurrency"], lv["prefix_cache_hit_rate"]) for lv in p.probes]
