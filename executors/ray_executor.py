@@ -50,7 +50,7 @@ from executors.ray_cluster import (
     check_cluster, environment_failure, has_gpus, init_ray, ray_get, release, stop_head,
 )
 from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
-from executors.serving import server_unhealthy, start_failure, compile_cache_env
+from executors.serving import compile_cache_env, server_unhealthy, start_failure
 from executors.topology import Instance, Topology
 from executors.vllm_executor import VllmExecutor
 from search_spaces import ClusterSpec, Mode, Workload

@@ -113,7 +113,8 @@ def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, 
     Triton's cache inside it unless ``TRITON_CACHE_DIR`` is set). So a trial that changes only its batch sizes
     compiled every kernel again on the H200 (issue 30: "a second configuration compiled again"). Triton's cache is
     content-addressed (kernel source, constants, GPU, Triton version): one folder for every deployment cannot
-    hand a kernel to the wrong shape, and vLLM itself keeps a ``TRITON_CACHE_DIR`` its caller set. The folder sits
+    hand a kernel to the wrong shape; vLLM 0.32 keeps a ``TRITON_CACHE_DIR`` its caller set, and 0.26's default
+    (standalone) compile never sets one. The folder sits
     beside the study folders (``run_dir`` is ``executor.run_dir/<study>``), so a profile's kernels serve the
     study that follows it. The graphs themselves stay per hash, as vLLM keys them.
     """
