@@ -86,7 +86,10 @@ def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     (``cache_key``: model, vLLM build, platform) and the instance slot, so the next ``advisor tune`` of the
     same model starts warm; this process holds a lock on the slot while it may use it, so two tuner workers
     never write one compile cache at once (the second takes ``…-2``). A new slot starts with the model
-    inspection another slot already did (small JSON files, written atomically by vLLM).
+    inspection every other slot already did, of this study and of the studies beside it (``run_dir`` is
+    ``executor.run_dir/<study>``): small JSON files, written atomically, one per model class, which vLLM checks
+    against its module's source hash before it uses one. On the H200 a study's first server, whose folder
+    had none, spent 24 s inspecting the class its profile's servers had inspected minutes before.
     """
     base = Path(run_dir) / "vllm-cache"
     base.mkdir(parents=True, exist_ok=True)
@@ -98,9 +101,8 @@ def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     else:
         raise RuntimeError(f"no free vLLM cache slot under {base} for {stem}")
     if not root.exists():
-        for seen in sorted(base.glob(f"{key}-*/modelinfos" if key else "*/modelinfos")):
+        for seen in sorted(Path(run_dir).parent.glob("*/vllm-cache/*/modelinfos")):
             shutil.copytree(seen, root / "modelinfos", dirs_exist_ok=True)
-            break
     root.mkdir(parents=True, exist_ok=True)
     return root
 
