@@ -21,8 +21,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from executors.vllm_executor import DEPLOYMENT_TIME  # noqa: E402
+
 _TS = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
-_FOLDER = re.compile(r"^(\d{8})-(\d{6})-")
 #: vLLM log line → (field, the number it carries; None: the line's time is what is kept)
 _LINES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("engine_first_s", re.compile(r"Initializing a V1 LLM engine")),
@@ -64,10 +68,10 @@ def phases(log: Path, start: datetime) -> dict[str, float]:
 
 
 def deployment(folder: Path) -> dict[str, Any] | None:
-    m = _FOLDER.match(folder.name)
-    if m is None:
+    try:
+        start = datetime.strptime(folder.name[:15], DEPLOYMENT_TIME)
+    except ValueError:
         return None
-    start = datetime.strptime(m.group(1) + m.group(2), "%Y%m%d%H%M%S")
     servers = {log.stem: phases(log, start) for log in sorted(folder.glob("*.log")) if log.stem != "router"}
     return {"study": folder.parent.name, "deployment": folder.name, "servers": servers}
 

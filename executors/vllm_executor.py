@@ -25,6 +25,10 @@ from executors.topology import Instance, NodeShard, Topology
 from search_spaces import Measurement, Mode, Workload
 from search_spaces.workload import ExpertRouting
 
+#: A deployment's id (and its run folder's name) starts with the time it began, in this format
+#: (``benchmarks/deploy_phases.py`` reads a deploy's start from it).
+DEPLOYMENT_TIME = "%Y%m%d-%H%M%S"
+
 
 class VllmExecutor(Executor):
     """An executor whose deployments are real ``vllm serve`` processes behind ``vllm-router``."""
@@ -66,7 +70,7 @@ class VllmExecutor(Executor):
     def _deployment_dirs(self) -> tuple[str, Path, Path, Platform]:
         """A new deployment's id, its folder (created), its KV shared-storage folder and the platform that
         points the KV connector there."""
-        dep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        dep_id = f"{time.strftime(DEPLOYMENT_TIME)}-{uuid.uuid4().hex[:6]}"
         ddir = self.run_dir / dep_id
         ddir.mkdir(parents=True, exist_ok=True)
         kv_dir = Path(self.platform.kv_connector_extra.get("shared_storage_path", str(ddir))) / dep_id

@@ -195,24 +195,31 @@ def cmd_heldout(a: argparse.Namespace) -> None:
                       "full_levels", "levels_to_bracket")} for n, v in out["trials"].items()}}, indent=2, default=str))
 
 
-def cmd_probes(a: argparse.Namespace) -> None:
-    from advisor.profile import plan_profile, source_config
+def check_folder(job: TuningJob, depth: int) -> Path:
+    """The job's model shape at ``depth`` layers, written once under the run folder for this script's checks."""
+    from advisor.profile import source_config
     from executors.model_folder import at_depth, write_model_folder
+
+    cfg, tok = source_config(job)
+    return write_model_folder(at_depth(cfg, depth), job.resolve_path(job.executor.run_dir) / "check-models"
+                              / f"{job.model_profile().shape_key}-L{depth}", tokenizer_from=tok)
+
+
+def cmd_probes(a: argparse.Namespace) -> None:
+    from advisor.profile import plan_profile
 
     job = load_job(a.job)
     database = db.connect(job.storage)
     sets = param_sets(job, database)
     profile = matching_profile(database, job)
-    plan, (cfg, tok) = plan_profile(job), source_config(job)
+    plan = plan_profile(job)
     probes = {(p.kind, p.isl, p.osl): p for p in plan.probes}
+    folders = {d: check_folder(job, d) for d in {lv["depth"] for lv in profile.probes}}
     one_gpu = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1)
     rows = []
     for lv in profile.probes:
-        folder = write_model_folder(at_depth(cfg, lv["depth"]), job.resolve_path(job.executor.run_dir)
-                                    / "check-models" / f"{job.model_profile().shape_key}-L{lv['depth']}",
-                                    tokenizer_from=tok)
         wl = probes[(lv["kind"], lv["isl"], lv["osl"])].workload(lv["concurrency"])
-        pj = probe_job(job, folder, wl, one_gpu)
+        pj = probe_job(job, folders[lv["depth"]], wl, one_gpu)
         topo = place(plan.config, pj.cluster)
         pred = {name: {k: getattr(predict(topo, pj.model_profile(), wl, params, [lv["concurrency"]])[0], k)
                        for k in lv["values"]} for name, (params, _) in sets.items()}
@@ -226,16 +233,13 @@ def cmd_probes(a: argparse.Namespace) -> None:
 
 def cmd_stack(a: argparse.Namespace) -> None:
     from advisor.executor_factory import make_executor
-    from advisor.profile import plan_profile, source_config, with_probe_kv
-    from executors.model_folder import at_depth, write_model_folder
-    from search_spaces import LengthDist, Workload
+    from advisor.profile import plan_profile, with_probe_kv
+    from search_spaces import Workload
 
     job = load_job(a.job)
     database = db.connect(job.storage)
     sets = param_sets(job, database)
-    cfg, tok = source_config(job)
-    folder = write_model_folder(at_depth(cfg, a.depth), job.resolve_path(job.executor.run_dir) / "check-models"
-                                / f"{job.model_profile().shape_key}-L{a.depth}", tokenizer_from=tok)
+    folder = check_folder(job, a.depth)
     loads = [int(x) for x in a.loads.split(",")]
     wl = Workload(isl=job.workload.isl, osl=job.workload.osl, load_levels=loads, knee_search=False,
                   prompts_per_concurrency=2.0, min_prompts=16, warmups_per_concurrency=1.0)
