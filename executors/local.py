@@ -33,6 +33,7 @@ from executors.platform import Platform
 from executors.render import Endpoint, router_args, slot_env
 from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead.py imports it from here
     compile_cache_env,
+    engine_start_env,
     engine_version,
     server_unhealthy,
     start_failure,
@@ -136,7 +137,8 @@ class LocalExecutor(VllmExecutor):
             shard = inst.head  # single node: one shard per instance
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
-            env = {**platform.env, **routing_env(self.expert_routing), **slot_env(platform, shard.gpus),
+            env = {**engine_start_env(platform), **platform.env, **routing_env(self.expert_routing),
+                   **slot_env(platform, shard.gpus),
                    **compile_cache_env(self.run_dir, inst.name, self._cache_key)}
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))

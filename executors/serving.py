@@ -124,6 +124,26 @@ def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, 
             "TRITON_CACHE_DIR": str((Path(run_dir).parent / "triton-cache").resolve())}
 
 
+#: How ``vllm serve`` starts its engine core when the environment does not say (vLLM's ``cli_env_setup``).
+START_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
+
+
+def engine_start_env(platform: Platform) -> dict[str, str]:
+    """``VLLM_WORKER_MULTIPROC_METHOD=fork`` for a server on a GPU host, unless the platform's (the job's)
+    environment names a method.
+
+    ``vllm serve`` sets ``spawn`` when nothing is set, so its engine core is a fresh Python that imports vLLM and
+    torch again after the API server did: 22 s of a deploy on the H200 (``benchmarks/deploy_phases.py``, 4 Dec:
+    from the API server's first line to the engine core's, where the model class's inspection was cached).
+    ``fork`` starts it from the API server's imports. vLLM itself falls back to ``spawn`` where fork is unsafe
+    (CUDA already initialised in the parent, a Ray actor, NUMA binding: ``_maybe_force_spawn``), so this only
+    removes the second import. Not on the CPU build: there a server's cores are pinned per GPU slot and its
+    start-up is not where a CI minute goes; vLLM's own choice stays."""
+    if platform.cpu_per_gpu_slot or START_METHOD_ENV in platform.env:
+        return {}
+    return {START_METHOD_ENV: "fork"}
+
+
 def _lock(root: Path) -> bool:
     """Take ``root``'s slot lock for this process's lifetime (False: another live process holds it)."""
     fh = open(root.with_name(root.name + ".lock"), "a+")  # noqa: SIM115 — held open on purpose

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from executors import procs
-from executors.serving import compile_cache_env, vllm_cache_root
+from executors.platform import cpu_platform, gpu_platform
+from executors.serving import compile_cache_env, engine_start_env, vllm_cache_root
 
 _IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 _CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -81,6 +82,29 @@ def test_every_deployment_of_every_study_shares_one_triton_cache(tmp_path: Path)
     seen = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env={**os.environ, **study, "TORCHINDUCTOR_CACHE_DIR": per_hash}).stdout.strip()
     assert seen == study["TRITON_CACHE_DIR"]
+
+
+def test_a_gpu_server_starts_its_engine_core_by_fork_unless_the_job_says(tmp_path: Path) -> None:
+    """Issue 30: ``vllm serve`` picks ``spawn`` when the environment names no method, and the engine core then
+    imports vLLM again (22 s of an H200 deploy). The local executor's servers on a GPU host name ``fork``; vLLM's
+    own code (its CLI set-up, then the context it starts the engine core with) must read it so. A job's
+    ``executor.env`` still wins; the CPU build keeps vLLM's choice."""
+    import subprocess
+
+    code = ("from vllm.entrypoints.serve.utils.api_utils import cli_env_setup; cli_env_setup(); "
+            "from vllm.utils.system_utils import get_mp_context; print(get_mp_context().get_start_method())")
+
+    def method(env: dict[str, str]) -> str:
+        base = {k: v for k, v in os.environ.items() if k != "VLLM_WORKER_MULTIPROC_METHOD"}
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**base, **env, "VLLM_TARGET_DEVICE": "cpu"}, cwd=tmp_path).stdout.split()[-1]
+
+    gpu = gpu_platform()
+    assert method({}) == "spawn"  # what a plain `vllm serve` does
+    assert method(engine_start_env(gpu)) == "fork"
+    told = gpu.model_copy(update={"env": {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}})
+    assert engine_start_env(told) == {}  # the job's own choice is left as it is
+    assert engine_start_env(cpu_platform()) == {}
 
 
 def test_vllm_cache_slot_held_by_another_process_is_not_shared(tmp_path: Path) -> None:

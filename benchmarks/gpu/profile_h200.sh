@@ -11,7 +11,20 @@
 #                    where the last call stopped), then advisor best
 #     heldout        profile_check.py heldout: every level of that study against the profile, and each trial's phases
 #     stack-dsv3     profile_check.py stack: the DeepSeek-V3 shape at 3 layers, predicted then measured
-#     pack           /tmp/da-gpu (with deploy_phases.{md,json}) and every bench JSON and log -> $OUT/h200-profile.tgz
+#     pack           /tmp/da-gpu (with deploy_phases.{md,json}) and every bench JSON and log -> $OUT/raw.tar.xz.NN
+#                    (parts: cat them)
+#   Issue 30's study across device calls (a detached session lives on between calls of one warm machine, so no
+#   trial is cut at a call's limit):
+#     carried-db     start from .gpu/db/results.db (an earlier session's database: its stored profile) when
+#                    /tmp/da-gpu holds none
+#     study-bg       advisor tune $G/h200-study-30b.yaml as study $STUDY (default h200-study-30b-r2), detached
+#                    (setsid: its own session and process group), --wall-time $WALL_S (default 1300), then
+#                    advisor best; output in /tmp/da-gpu/study.log
+#     wait           follow study.log until the study ends or HARD_S; a copy of the database, the log and every
+#                    deployment's phases -> $OUT
+#     stop           SIGTERM to the study's process group (the tuner keeps the measured levels and tears down),
+#                    KILL after 90 s
+#     heldout-bg     profile_check.py heldout of $STUDY
 #
 # A step still running at HARD_S (default 560) seconds after $DA_T0 (the call's start; default: this script's)
 # gets SIGTERM, so the device call's 600 s limit never kills vLLM with the GPU still held.
@@ -24,6 +37,19 @@ run() {  # run "$@" until HARD_S, its output to stdout and /tmp/da-gpu/steps.log
   if [ "$stop" -lt 30 ]; then echo "=== skipped (less than 30 s left): $*"; return 1; fi
   echo "=== $(date -u +%H:%M:%S) ($stop s left): $*" | tee -a /tmp/da-gpu/steps.log
   timeout -k 20 "$stop" "$@" 2>&1 | grep -v -E "━━━━━━━━━━━━" | tee -a /tmp/da-gpu/steps.log
+}
+STUDY=${STUDY:-h200-study-30b-r2}
+study_job() {  # the study job under the name $STUDY (beside the original: its model path is relative to it)
+  local gen=$G/$STUDY.gen.yaml
+  [ -e "$gen" ] || sed "s/^name: .*/name: $STUDY/" $G/h200-study-30b.yaml > "$gen"
+  echo "$gen"
+}
+snapshot() {  # what has been measured so far, brought back even if the machine is taken back before the next call
+  python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
+    /tmp/da-gpu/results.db "$OUT/results.db"
+  cp /tmp/da-gpu/study.log "$OUT/" 2>/dev/null
+  python3 benchmarks/deploy_phases.py /tmp/da-runs --out "$OUT/deploy_phases.json" > "$OUT/deploy_phases.md" 2>&1
+  ls -la "$OUT"
 }
 for step in "$@"; do
   case "$step" in
@@ -42,8 +68,38 @@ for step in "$@"; do
                   --out /tmp/da-gpu/check-dsv3-L3.json ;;
     pack) cp $G/h200-profile-30b-study.gen.yaml /tmp/da-gpu/ 2>/dev/null
           python3 benchmarks/deploy_phases.py /tmp/da-runs --out /tmp/da-gpu/deploy_phases.json > /tmp/da-gpu/deploy_phases.md
-          (cd /tmp && tar czf "$OUT/h200-profile.tgz" da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null | grep -v -E '/kv/|profile-models|check-models|triton-cache|vllm-cache'))
+          # xz, in parts of 15 MiB: a study's per-request bench JSONs pass the 16 MiB a returned file may hold
+          (cd /tmp && tar cf - da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null \
+             | grep -v -E '/kv/|profile-models|check-models|triton-cache|vllm-cache') | xz -T0 -6 \
+             | split -b 15M -d - "$OUT/raw.tar.xz.")
           ls -la "$OUT" ;;
+    carried-db) [ -e /tmp/da-gpu/results.db ] || cp .gpu/db/results.db /tmp/da-gpu/results.db
+                python3 -m advisor studies --storage sqlite:////tmp/da-gpu/results.db ;;
+    study-bg) study_job >/dev/null; rm -f /tmp/da-gpu/study.pgid
+              # the session leader writes its own id (its process group's); the tuner's output goes straight to
+              # the log (no pipe that a signal could break while it tears down)
+              setsid bash -c "echo \$\$ > /tmp/da-gpu/study.pgid; \
+                              python3 -m advisor tune $(study_job) --wall-time ${WALL_S:-1300}; \
+                              python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db; \
+                              echo '=== study done'" >> /tmp/da-gpu/study.log 2>&1 < /dev/null &
+              for _ in $(seq 50); do [ -s /tmp/da-gpu/study.pgid ] && break; sleep 0.1; done
+              echo "study $STUDY: process group $(cat /tmp/da-gpu/study.pgid)" ;;
+    wait) pg=$(cat /tmp/da-gpu/study.pgid); seen=0
+          show() { local n; n=$(wc -l < /tmp/da-gpu/study.log)
+                   [ "$n" -gt "$seen" ] && sed -n "$((seen + 1)),${n}p" /tmp/da-gpu/study.log | grep -v -E "━━━━━━━━━━━━"
+                   seen=$n; }
+          while kill -0 -- "-$pg" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt $(( hard - 15 )) ]; do show; sleep 5; done
+          show
+          kill -0 -- "-$pg" 2>/dev/null && echo "=== study still running" || echo "=== study process group ended"
+          snapshot ;;
+    stop) pg=$(cat /tmp/da-gpu/study.pgid)
+          kill -TERM -- "-$pg" 2>/dev/null; for _ in $(seq 90); do kill -0 -- "-$pg" 2>/dev/null || break; sleep 1; done
+          kill -0 -- "-$pg" 2>/dev/null && { echo "=== KILL after 90 s"; kill -KILL -- "-$pg"; }
+          tail -20 /tmp/da-gpu/study.log | grep -v -E "━━━━━━━━━━━━"
+          nvidia-smi --query-gpu=memory.used --format=csv
+          run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
+          snapshot ;;
+    heldout-bg) run python3 $G/profile_check.py heldout $(study_job) --out /tmp/da-gpu/heldout-$STUDY.json ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
