@@ -13,9 +13,15 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
 * ``heldout STUDY_JOB --out CHECK.json``: every level a study measured (any deployment, any knob), predicted
   with the stored profile and with the GPU kind's defaults — the profile is fitted before the study and never
   re-fitted by it, so each level is held out —, and each trial's phases (deploy, warm-up, measure), levels and
-  full-length levels (issue 30: at most 4 per knee).
+  full-length levels (issue 30: at most 4 per knee). ``--profile-from DB`` takes the profile from another
+  database and ``--levels-from DB`` (with ``--study NAME``) the levels, so one day's profile is held to another
+  day's study; ``--params NAME=FILE`` adds a parameter file as a further column (a refit, ``refit`` below).
 * ``probes JOB --out CHECK.json``: the stored profile's own probe levels against what its fitted parameters and the
   defaults predict for each (where the fit misses, level by level).
+* ``refit JOB --out PARAMS.json``: the stored profile's probe levels fitted again by the profile's own
+  ``calibrate`` (the same parameters, start and ridge as ``advisor profile``), with the model as it is now —
+  to see what a change of the model's formulas does to a profile without a GPU; the report (cross-validated by
+  probe) beside the parameter file. ``--profile-from DB`` as for ``heldout``.
 * ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
   the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
 
@@ -59,11 +65,26 @@ def values(m: Measurement) -> dict[str, float | None]:
     return {k: getattr(m, k) for k in METRICS}
 
 
-def param_sets(job: TuningJob, database: db.Database) -> dict[str, tuple[PerfParams, str]]:
+def param_sets(job: TuningJob, database: db.Database, files: list[str] | None = None
+               ) -> dict[str, tuple[PerfParams, str]]:
+    """The stored profile's parameters, the GPU kind's defaults, and each ``NAME=FILE`` of ``files``."""
     prof = resolve_params(job, database)
     if prof.profile_id is None:
         raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}: run advisor profile")
-    return {"profile": (prof.params, prof.source), "defaults": (default_params(job.cluster.gpu), "defaults")}
+    sets = {"profile": (prof.params, prof.source), "defaults": (default_params(job.cluster.gpu), "defaults")}
+    for spec in files or ():
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise SystemExit(f"--params: give NAME=FILE (got {spec!r})")
+        sets[name] = (PerfParams.load(path), f"parameter file {path}")
+    return sets
+
+
+def open_db(job: TuningJob, other: str | None) -> db.Database:
+    """The job's database, or ``other`` (a SQLite file or a URL), read only."""
+    if other is None:
+        return db.connect(job.storage)
+    return db.connect(other if "://" in other else f"sqlite:///{Path(other).resolve()}", read_only=True)
 
 
 def predictions(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], configs: list[DeploymentConfig],
@@ -161,11 +182,14 @@ def cmd_compare(a: argparse.Namespace) -> None:
 
 def cmd_heldout(a: argparse.Namespace) -> None:
     job = load_job(a.job)
-    database = db.connect(job.storage)
-    sets = param_sets(job, database)
-    model, out, pooled = job.model_profile(), {"profile": sets["profile"][1], "trials": {}}, {n: {} for n in sets}
-    for t in db.queries.list_trials(database, job.name):
-        trial = db.queries.get_trial(database, job.name, t.number)
+    sets = param_sets(job, open_db(job, a.profile_from), a.params)
+    database = open_db(job, a.levels_from)
+    study = a.study or job.name
+    model, out, pooled = job.model_profile(), {"profile": sets["profile"][1], "study": study, "trials": {}}, {
+        n: {} for n in sets}
+    under: dict[str, dict[str, Any]] = {n: {} for n in sets}  # the levels at or under each trial's measured knee
+    for t in db.queries.list_trials(database, study):
+        trial = db.queries.get_trial(database, study, t.number)
         if trial is None or trial.config is None or not trial.measurements:
             continue
         ms = [m for m in trial.measurements if m.completed]
@@ -186,13 +210,22 @@ def cmd_heldout(a: argparse.Namespace) -> None:
             "levels": len(trial.measurements), "full_levels": sum("short" not in m.flags for m in trial.measurements),
             "levels_to_bracket": bracket_levels(search, list(job.slos)), "measured": meas,
             "predicted": pred, "errors": {name: errors(p, meas) for name, p in pred.items()}}
+        knee = max((m.concurrency for m in ms if m.purpose == "knee"), default=None)
         for name, p in pred.items():
             pooled[name].update({f"{t.number}@{c}": (p[c], mv) for c, mv in meas.items()})
+            if knee is not None:
+                under[name].update({f"{t.number}@{c}": (p[c], meas[c]) for m in ms if m.concurrency <= knee
+                                    for c in [f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}"]})
     out["pooled"] = {name: errors({k: v[0] for k, v in d.items()}, {k: v[1] for k, v in d.items()})
                      for name, d in pooled.items()}
+    if any(under.values()):
+        out["pooled_under_knee"] = {name: errors({k: v[0] for k, v in d.items()}, {k: v[1] for k, v in d.items()})
+                                    for name, d in under.items()}
     Path(a.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
-    print(json.dumps({"pooled": out["pooled"], "trials": {n: {k: v[k] for k in ("config", "phases_s", "levels",
-                      "full_levels", "levels_to_bracket")} for n, v in out["trials"].items()}}, indent=2, default=str))
+    summary = {n: {k: v[k] for k in ("config", "phases_s", "levels", "full_levels", "levels_to_bracket")}
+               for n, v in out["trials"].items()}
+    print(json.dumps({"pooled": out["pooled"], "pooled_under_knee": out.get("pooled_under_knee"), "trials": summary},
+                     indent=2, default=str))
 
 
 def check_folder(job: TuningJob, depth: int) -> Path:
@@ -205,28 +238,73 @@ def check_folder(job: TuningJob, depth: int) -> Path:
                               / f"{job.model_profile().shape_key}-L{depth}", tokenizer_from=tok)
 
 
-def cmd_probes(a: argparse.Namespace) -> None:
-    from advisor.profile import plan_profile
+class ProbeLevels:
+    """A stored profile's probe levels, each with the probe job it was measured as (the job's model shape at the
+    level's depth on one GPU, the probe's workload) — what ``advisor profile`` fitted, rebuilt from the database."""
+
+    def __init__(self, job: TuningJob, database: db.Database) -> None:
+        from advisor.profile import plan_profile
+
+        self.profile = matching_profile(database, job)
+        if self.profile is None:
+            raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}")
+        self.plan = plan_profile(job)
+        self.probes = {(p.kind, p.isl, p.osl): p for p in self.plan.probes}
+        self.folders = {d: check_folder(job, d) for d in {lv["depth"] for lv in self.profile.probes}}
+        self.one_gpu = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1)
+        self.job = job
+
+    def level_job(self, lv: dict[str, Any], load: int | None = None) -> TuningJob:
+        wl = self.probes[(lv["kind"], lv["isl"], lv["osl"])].workload(load)
+        return probe_job(self.job, self.folders[lv["depth"]], wl, self.one_gpu)
+
+    def samples(self) -> list[Any]:
+        """One fit sample per probe family and depth, as ``advisor.profile`` made them (single-GPU levels)."""
+        from advisor.calibrate import Sample
+
+        groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
+        first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
+        for lv in self.profile.probes:
+            if lv.get("gpus", 1) != 1 or not lv["values"]:
+                continue
+            key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
+            groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
+            first.setdefault(key, lv)
+        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured)
+                for i, (key, measured) in enumerate(groups.items())]
+
+
+def cmd_refit(a: argparse.Namespace) -> None:
+    from advisor.calibrate import calibrate
+    from advisor.profile import STEP_PARAMS
 
     job = load_job(a.job)
-    database = db.connect(job.storage)
-    sets = param_sets(job, database)
-    profile = matching_profile(database, job)
-    plan = plan_profile(job)
-    probes = {(p.kind, p.isl, p.osl): p for p in plan.probes}
-    folders = {d: check_folder(job, d) for d in {lv["depth"] for lv in profile.probes}}
-    one_gpu = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1)
+    levels = ProbeLevels(job, open_db(job, a.profile_from))
+    cal = calibrate(levels.samples(), start=default_params(job.cluster.gpu), names=list(STEP_PARAMS))
+    cal.params.save(a.out)
+    report = {"profile": levels.profile.label, **cal.to_dict()}
+    Path(a.out).with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: report[k] for k in ("profile", "fitted", "error_before", "error_after", "changes")},
+                     indent=2))
+
+
+def cmd_probes(a: argparse.Namespace) -> None:
+    job = load_job(a.job)
+    database = open_db(job, a.profile_from)
+    sets = param_sets(job, database, a.params)
+    levels = ProbeLevels(job, database)
+    profile, plan = levels.profile, levels.plan
     rows = []
     for lv in profile.probes:
-        wl = probes[(lv["kind"], lv["isl"], lv["osl"])].workload(lv["concurrency"])
-        pj = probe_job(job, folders[lv["depth"]], wl, one_gpu)
+        pj = levels.level_job(lv, lv["concurrency"])
+        wl = pj.workload
         topo = place(plan.config, pj.cluster)
         pred = {name: {k: getattr(predict(topo, pj.model_profile(), wl, params, [lv["concurrency"]])[0], k)
                        for k in lv["values"]} for name, (params, _) in sets.items()}
         rows.append({k: lv[k] for k in ("depth", "kind", "isl", "osl", "concurrency")}
                     | {"measured": lv["values"], "predicted": pred})
         print(f"L{lv['depth']} {lv['kind']:7} {lv['isl']:5}+{lv['osl']:<3} c={lv['concurrency']:<4} " + "  ".join(
-            f"{k} {v:,.1f} (profile {pred['profile'][k]:,.1f}, defaults {pred['defaults'][k]:,.1f})"
+            f"{k} {v:,.1f} (" + ", ".join(f"{n} {pred[n][k]:,.1f}" for n in pred) + ")"
             for k, v in lv["values"].items()))
     Path(a.out).write_text(json.dumps({"profile": profile.label, "levels": rows}, indent=2) + "\n")
 
@@ -283,9 +361,19 @@ def main() -> None:
     h = sub.add_parser("heldout")
     h.add_argument("job")
     h.add_argument("--out", required=True)
+    h.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
+    h.add_argument("--levels-from", help="the database holding the study's levels (default: the job's storage)")
+    h.add_argument("--study", help="the study whose levels are predicted (default: the job's name)")
+    h.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
+    r = sub.add_parser("refit")
+    r.add_argument("job")
+    r.add_argument("--out", required=True)
+    r.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     q = sub.add_parser("probes")
     q.add_argument("job")
     q.add_argument("--out", required=True)
+    q.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
+    q.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
     s = sub.add_parser("stack")
     s.add_argument("job")
     s.add_argument("--depth", type=int, required=True)
@@ -293,6 +381,7 @@ def main() -> None:
     s.add_argument("--out", required=True)
     a = ap.parse_args()
     {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "probes": cmd_probes,
+     "refit": cmd_refit,
      "stack": cmd_stack}[a.cmd](a)
 
 
