@@ -124,7 +124,7 @@ def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, 
             "TRITON_CACHE_DIR": str((Path(run_dir).parent / "triton-cache").resolve())}
 
 
-#: How ``vllm serve`` starts its engine core when the environment does not say (vLLM's ``cli_env_setup``).
+#: The variable naming how vLLM starts its engine core (``vllm serve`` sets ``spawn`` when it is unset).
 START_METHOD_ENV = "VLLM_WORKER_MULTIPROC_METHOD"
 
 

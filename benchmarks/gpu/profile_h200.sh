@@ -39,11 +39,6 @@ run() {  # run "$@" until HARD_S, its output to stdout and /tmp/da-gpu/steps.log
   timeout -k 20 "$stop" "$@" 2>&1 | grep -v -E "━━━━━━━━━━━━" | tee -a /tmp/da-gpu/steps.log
 }
 STUDY=${STUDY:-h200-study-30b-r2}
-study_job() {  # the study job under the name $STUDY (beside the original: its model path is relative to it)
-  local gen=$G/$STUDY.gen.yaml
-  [ -e "$gen" ] || sed "s/^name: .*/name: $STUDY/" $G/h200-study-30b.yaml > "$gen"
-  echo "$gen"
-}
 snapshot() {  # what has been measured so far, brought back even if the machine is taken back before the next call
   python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
     /tmp/da-gpu/results.db "$OUT/results.db"
@@ -75,11 +70,11 @@ for step in "$@"; do
           ls -la "$OUT" ;;
     carried-db) [ -e /tmp/da-gpu/results.db ] || cp .gpu/db/results.db /tmp/da-gpu/results.db
                 python3 -m advisor studies --storage sqlite:////tmp/da-gpu/results.db ;;
-    study-bg) study_job >/dev/null; rm -f /tmp/da-gpu/study.pgid
+    study-bg) rm -f /tmp/da-gpu/study.pgid
               # the session leader writes its own id (its process group's); the tuner's output goes straight to
               # the log (no pipe that a signal could break while it tears down)
               setsid bash -c "echo \$\$ > /tmp/da-gpu/study.pgid; \
-                              python3 -m advisor tune $(study_job) --wall-time ${WALL_S:-1300}; \
+                              python3 -m advisor tune $G/h200-study-30b.yaml --study $STUDY --wall-time ${WALL_S:-1300}; \
                               python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db; \
                               echo '=== study done'" >> /tmp/da-gpu/study.log 2>&1 < /dev/null &
               for _ in $(seq 50); do [ -s /tmp/da-gpu/study.pgid ] && break; sleep 0.1; done
@@ -99,7 +94,7 @@ for step in "$@"; do
           nvidia-smi --query-gpu=memory.used --format=csv
           run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
           snapshot ;;
-    heldout-bg) run python3 $G/profile_check.py heldout $(study_job) --out /tmp/da-gpu/heldout-$STUDY.json ;;
+    heldout-bg) run python3 $G/profile_check.py heldout $G/h200-study-30b.yaml --study $STUDY --out /tmp/da-gpu/heldout-$STUDY.json ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done
