@@ -363,6 +363,12 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
         executor.close()
 
 
+def fit_probes(samples: Sequence[Sample], gpu: str) -> Calibration:
+    """The single-GPU terms fitted to a profile's probe levels, from the GPU kind's defaults (``advisor profile``,
+    and ``profile_check.py refit`` refitting stored levels after a change of the model's formulas)."""
+    return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS))
+
+
 def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,
                 out: Path | None = None, on_level: Callable[[str], None] | None = None) -> ProfileResult:
     """Deploy each depth, measure every probe on it, fit, store. ``on_level(text)`` hears of each step (a
@@ -384,7 +390,7 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
         _measure(job, folders[plan.depths[0]], comm_cfg, 2, decode, plan.depths[0], got, True, on_level)
     if not got.samples:
         raise BadInput("profile: no probe level completed; see the servers' logs under executor.run_dir")
-    cal = calibrate(got.samples, start=default_params(job.cluster.gpu), names=list(STEP_PARAMS))
+    cal = fit_probes(got.samples, job.cluster.gpu)
     report: dict[str, Any] = {**cal.to_dict(), "depths": list(plan.depths), "deploy_s": got.deploy_s,
                               "measure_s": got.measure_s, "levels": len(got.levels), "resumed_from": got.reused}
     params = cal.params

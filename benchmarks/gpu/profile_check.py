@@ -275,12 +275,11 @@ class ProbeLevels:
 
 
 def cmd_refit(a: argparse.Namespace) -> None:
-    from advisor.calibrate import calibrate
-    from advisor.profile import STEP_PARAMS
+    from advisor.profile import fit_probes
 
     job = load_job(a.job)
     levels = ProbeLevels(job, open_db(job, a.profile_from))
-    cal = calibrate(levels.samples(), start=default_params(job.cluster.gpu), names=list(STEP_PARAMS))
+    cal = fit_probes(levels.samples(), job.cluster.gpu)
     cal.params.save(a.out)
     report = {"profile": levels.profile.label, **cal.to_dict()}
     Path(a.out).with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
