@@ -42,6 +42,9 @@ def _margin(a: Runs, b: Runs) -> str:
     """``a`` against ``b``: mean ratio, its range over the runs' worst and best pairings, and the word."""
     lo, hi = a.low / b.high, a.high / b.low
     word = "a tie (within the run-to-run spread)" if a.ties(b) else ("a gain" if lo > 1 else "a loss")
+    once = [f"trial {r.trial}" for r in (a, b) if len(r.values) < 2]
+    if once:  # one run has no range: the word rests on one draw of it
+        word += f" ({' and '.join(once)} measured once: the spread is not known)"
     return f"{a.mean / b.mean:.2f}× (range {lo:.2f}–{hi:.2f}×): {word}"
 
 

@@ -95,11 +95,20 @@ TIE_TRIALS: list[tuple[str, int | None, list[Level]]] = [
 ]
 
 
+ONCE = "once"
+#: The 4 Dec H200 study stopped before its repeats: the defaults and the search's best measured once each.
+ONCE_TRIALS: list[tuple[str, int | None, list[Level]]] = [
+    ("baseline", None, [(61, 17_462.0, 33.8, "knee"), (70, 17_622.0, 25.9, "search")]),
+    ("sampler", None, [(70, 19_966.0, 32.0, "knee"), (81, 21_471.0, 29.8, "search")]),
+]
+
+
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     u = f"sqlite:///{tmp_path_factory.mktemp('answer') / 'advisor.db'}"
     _study(u, DEFAULTS_BEST, DEFAULTS_BEST_TRIALS)
     _study(u, TIE, TIE_TRIALS)
+    _study(u, ONCE, ONCE_TRIALS)
     return u
 
 
@@ -212,3 +221,13 @@ def test_rank_deployments_keeps_the_defaults_unless_beaten() -> None:
     lat = [r._replace(objectives={"m_ms": (r.objectives or {}).get("m", (r.objectives or {}).get("m_ms"))})
            for r in lat]
     assert [r.trial for r in rank_deployments(lat, "m_ms")] == [1, 0]
+
+
+def test_a_margin_on_single_runs_says_its_spread_is_not_known(url: str) -> None:
+    """One run of each has a range of one value: the word stays, with what it rests on (issue 30: a gain is
+    stated with its spread)."""
+    notes = api.best_report(url, ONCE).notes
+    assert "vs vLLM's defaults (trial 0, 17,462.0 over 1 run(s)): trial 1 is 1.14× (range 1.14–1.14×): a gain " \
+        "(trial 1 and trial 0 measured once: the spread is not known)" in notes, notes
+    # with repeats on both sides nothing is added (the defaults-best study above)
+    assert not any("measured once" in line for line in api.best_report(url, DEFAULTS_BEST).notes)
