@@ -157,6 +157,7 @@ def _preload() -> None:
 
     vllm_cli.install_version_shim()
     importlib.import_module("vllm.entrypoints.cli.benchmark.serve")  # torch, transformers, the datasets
+    vllm_cli.install_stream_fix()
 
 
 def _child(req: dict[str, object]) -> int:

@@ -4,15 +4,19 @@ Each CPU vLLM cold start costs tens of seconds on the 2-core CI machine, so a de
 files' questions is started once per session.
 
 ``tiny_local_probe``: the tiny dummy-weight MoE (max-num-seqs 4, one instance) on the local executor, measured by
-``evaluate`` at concurrency 1 and 8 — the SLO probe of tests/test_knee_real.py (its study uses the same deployment
-and workload) and the local-executor checks of tests/test_executors_real.py. On the same servers, after those two
-levels and before the teardown, the agentic and prefix workloads run (what tests/test_executors_real.py asserts
-on them); they cannot change the probe's numbers, which were taken first.
+``evaluate`` at concurrency 1 and 8 (``evaluate_probe``) — the local-executor checks of tests/test_executors_real.py.
+On the same servers, after those two levels and before the teardown, the agentic and prefix workloads run (what
+tests/test_executors_real.py asserts on them); they cannot change the probe's numbers, which were taken first.
+tests/test_knee_real.py evaluates the same probe again right before its study (``evaluate_probe``): an SLO taken
+from a probe measured minutes earlier failed every level of the study once (CI, 4 Dec: c=1 73 ms in the session's
+probe, 165 ms in the study).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,45 +50,54 @@ PREFIX = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0
                   min_prompts=8)
 
 
-@pytest.fixture(scope="session")
-def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
-    """``evaluate`` of the probe deployment (deploy, warm-up, c=1 and c=8, tear down); its measure step then also
-    measures AGENTIC and PREFIX on the same servers. ``side`` holds those two, the timings before and after them,
-    the process groups, or the error they raised (reported by the test that reads them)."""
+def evaluate_probe(run_dir: Path, measure_hook: Callable[[Any], Callable[..., Any]] | None = None) -> tuple[Any, Any]:
+    """``evaluate`` of the probe deployment (PROBE_JOB's candidate: deploy, warm-up, c=1 and c=8, tear down) with
+    its folders under ``run_dir``; ``measure_hook(measure)`` may wrap the executor's measure step. Returns (the
+    run, the job)."""
     from advisor.executor_factory import make_executor
     from advisor.job import job_from_dict
     from executors import place
     from search_spaces import DeploymentConfig
 
-    tmp = tmp_path_factory.mktemp("tiny-local-probe")
-    job = job_from_dict({**PROBE_JOB, "executor": {"kind": "local", "run_dir": str(tmp / "runs"),
+    job = job_from_dict({**PROBE_JOB, "executor": {"kind": "local", "run_dir": str(run_dir),
                                                    "timeouts": {"health_s": 240}}})
     ex = make_executor(job)
-    side: dict[str, Any] = {}
-    measure = ex.measure
-
-    def measure_then_other_workloads(dep, workload, plan=None):
-        ms = measure(dep, workload, plan)
-        own = dep.timings.warmup_s, dep.timings.measure_s  # the evaluate's timings are the probe's alone
-        try:  # the evaluate's own result must not depend on these
-            (side["agentic"],) = measure(dep, AGENTIC)
-            (side["prefix"],) = measure(dep, PREFIX)
-        except Exception as e:  # noqa: BLE001 — reported by the test that reads them
-            side["error"] = e
-        finally:
-            side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
-            dep.timings.warmup_s, dep.timings.measure_s = own
-        side["pgids"] = list(dep.resources["pgids"])
-        return ms
-
-    ex.measure = measure_then_other_workloads
+    if measure_hook is not None:
+        ex.measure = measure_hook(ex.measure)
     cfg = DeploymentConfig.model_validate(
         {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": PROBE_SEQS,
                                           "max_num_batched_tokens": 2048}})
-    t0 = time.monotonic()
     try:
-        run = ex.evaluate(place(cfg, job.cluster), job.workload)
+        return ex.evaluate(place(cfg, job.cluster), job.workload), job
     finally:
         ex.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
+    """The probe deployment, evaluated once for the session (``evaluate_probe``); its measure step then also
+    measures AGENTIC and PREFIX on the same servers. ``side`` holds those two, the timings before and after them,
+    the process groups, or the error they raised (reported by the test that reads them)."""
+    tmp = tmp_path_factory.mktemp("tiny-local-probe")
+    side: dict[str, Any] = {}
+
+    def then_other_workloads(measure: Callable[..., Any]) -> Callable[..., Any]:
+        def measure_then_other_workloads(dep, workload, plan=None):
+            ms = measure(dep, workload, plan)
+            own = dep.timings.warmup_s, dep.timings.measure_s  # the evaluate's timings are the probe's alone
+            try:  # the evaluate's own result must not depend on these
+                (side["agentic"],) = measure(dep, AGENTIC)
+                (side["prefix"],) = measure(dep, PREFIX)
+            except Exception as e:  # noqa: BLE001 — reported by the test that reads them
+                side["error"] = e
+            finally:
+                side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
+                dep.timings.warmup_s, dep.timings.measure_s = own
+            side["pgids"] = list(dep.resources["pgids"])
+            return ms
+        return measure_then_other_workloads
+
+    t0 = time.monotonic()
+    run, job = evaluate_probe(tmp / "runs", then_other_workloads)
     # ``runs``: where the executor put the deployment's folder (``run_dir`` / the job's name)
     return {"run": run, "wall": time.monotonic() - t0, "runs": tmp / "runs" / job.name, "side": side, "job": job}
