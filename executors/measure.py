@@ -9,6 +9,9 @@ A trial answers "how much can this deployment serve while every SLO holds?". On 
    holds and down while one fails — each step wider than the last (factors (1 + tol), (1 + tol)², (1 + tol)⁴,
    …: a good prediction brackets in two levels, a poor one still in a few) — then bisect (geometric mean)
    until the bracket's high end is within ``knee_tolerance`` of its low end, at most ``max_levels`` levels.
+   With the model's curve in the plan (``MeasurePlan.curve``), each step and bisection is instead aimed where
+   that curve, scaled by the levels measured so far, crosses the SLO bounds (``_Search._aim``,
+   ``executors.knee_curve``); the widening steps and bisection remain where the curve says nothing.
    The knee is the highest *measured* level meeting every SLO — never an interpolation.
 3. **Fixed levels** (``workload.load_levels``) measured after, where the search did not already measure them.
 4. **Close calls.** A level whose 95% interval of an SLO's metric straddles the bound is measured once more
