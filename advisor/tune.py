@@ -14,7 +14,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import optuna
@@ -36,7 +36,7 @@ from db import redact_url
 from executors import Executor, FailureKind, RunResult, Topology, place
 from executors.measure import MeasurePlan, knee_of
 from executors.perf import PerfParams
-from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
+from executors.simulated import SimulatedExecutor, model_levels
 from search_spaces import DeploymentConfig, TrialState, check
 from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.recovery import Heartbeat, ask, close_stale
@@ -320,13 +320,10 @@ def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, floa
         levels = model_levels(topo, job.model_profile(), job.workload, plan, ctx.params)
     except Exception:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
         return plan, None
+    knee = knee_of(levels)
     outcome = score(job, levels)
     predicted = outcome.as_dict(job) if outcome.feasible else None
-    try:
-        return predicted_plan(topo, job.model_profile(), job.workload, plan.slos, ctx.params, levels), predicted
-    except Exception:  # noqa: BLE001 — the curve is advice too: without it the search steps as before
-        knee = knee_of(levels)
-        return MeasurePlan(plan.slos, knee.load if knee is not None else None), predicted
+    return MeasurePlan(plan.slos, knee.load if knee is not None else None), predicted
 
 
 def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str, *,
@@ -345,7 +342,7 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     topo = place(cfg, job.cluster)  # placed once: predicted on, stored, deployed and exported (advisor.exports)
     plan, predicted = _predict(ctx, topo)
     if start is not None:
-        plan = replace(plan, start=start)
+        plan = MeasurePlan(plan.slos, start)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
                                worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of,
                                baseline=extra == "baseline")
