@@ -146,8 +146,9 @@ def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload,
 
 def predicted_plan(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
                    params: PerfParams, levels: list[Measurement] | None = None) -> MeasurePlan:
-    """The measure plan a trial of ``topology`` runs with: its SLOs, the model's knee where the search starts and
-    the model's curve it aims by (``predicted_curve``). ``levels``: the model's own levels, when already made."""
+    """A measure plan for ``topology`` with the model's curve: its SLOs, the model's knee where the search starts
+    and the curve it aims by (``predicted_curve``). ``benchmarks/knee_search.py`` searches with it; trials do not
+    yet (``advisor.tune._predict``: docs/measurement.md says why). ``levels``: the model's own, when made."""
     plan = MeasurePlan(tuple(slos))
     if not plan.searchable:
         return plan
