@@ -12,8 +12,10 @@ that search on the simulated executor against a ground truth it does not know, p
   for seeds ``0..S-1`` (scenario ``perturbed``: a machine the model does not know), and the default
   parameters themselves (scenario ``exact``: the prediction is right to its own 5% search tolerance, so the
   search should close in two or three levels).
-- **Start**: where the *default-parameter* model puts the knee (``simulated.predicted_knee``), whatever the
-  truth — as a real trial starts from the model it has, not from the machine it does not know.
+- **Start and aim**: where the *default-parameter* model puts the knee, and its SLO metrics over loads
+  (``simulated.predicted_plan``), whatever the truth — as a real trial starts from the model it has, not from
+  the machine it does not know; the search scales that curve by its measured levels to aim its next level
+  (``executors.knee_curve``; ``--no-curve``: widening steps and bisection only, the search before that).
 - **Found knee**: ``search_levels`` with the truth as the probe and no fixed levels; ``knee_of`` gives the
   answer, ``len(levels)`` the levels it spent. No knee found counts as a 100% error when the truth has one.
 - **True knee**: the largest integer concurrency in ``[1, max_load]`` whose truth prediction meets every SLO:
@@ -58,7 +60,7 @@ from advisor.job import job_from_dict
 from executors import place
 from executors.measure import MeasurePlan, knee_of, search_levels
 from executors.perf import MODEL_VERSION, PerfParams, default_params, predict_load
-from executors.simulated import predicted_knee
+from executors.simulated import predicted_plan
 from executors.topology import Topology
 from search_spaces import Measurement, check, slo_violation
 from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
@@ -183,19 +185,20 @@ def within(found: float | None, true: int | None, tol: float) -> bool | None:
 
 
 # ------------------------------------------------------------------------------------------- one run
-def run_one(job, cfg, idx: int, topo: Topology, start: float | None, scenario: str, seed: int | None,
+def run_one(job, cfg, idx: int, topo: Topology, plan: MeasurePlan, scenario: str, seed: int | None,
             params: PerfParams, verify: bool, noise: float = 0.0) -> dict[str, Any]:
     model, wl = job.model_profile(), job.workload
+    start = plan.start
     wl0 = wl.model_copy(update={"load_levels": []})
     tol, max_load = wl.knee_tolerance, int(wl.max_load)
     t = Truth(topo, model, wl0, params, job.slos)
 
     costs: list[tuple[bool, float]] = []
-    levels = search_levels(costed(t, wl0, False, costs, noise, idx), wl0, MeasurePlan(tuple(job.slos), start))
+    levels = search_levels(costed(t, wl0, False, costs, noise, idx), wl0, plan)
     knee = knee_of(levels)
     short_costs: list[tuple[bool, float]] = []
     short_levels = search_levels(costed(t, wl0, False, short_costs, noise, idx), wl0,
-                                 MeasurePlan(tuple(job.slos), start),
+                                 plan,
                                  short=costed(t, wl0, True, short_costs, noise, idx))
     sk = knee_of(short_levels)
     s_found = float(sk.concurrency) if sk is not None else None
@@ -346,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="sample from the first this many candidates of the grid (0: the whole grid)")
     ap.add_argument("--noise", type=float, default=0.0,
                     help="SLO metrics off by a log-normal factor of sigma NOISE/sqrt(prompts) per level (0: exact)")
+    ap.add_argument("--no-curve", action="store_true",
+                    help="widening steps only: the plan without the model's curve (the search before its aim)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     t_all = time.time()
@@ -362,14 +367,15 @@ def main(argv: list[str] | None = None) -> int:
                           "candidates": [c.model_dump(mode="json", exclude_defaults=True) for c in cands]}
         truths: list[tuple[str, int | None, PerfParams]] = [("exact", None, base)]
         truths += [("perturbed", s, perturbed(base, s, a.spread)) for s in range(a.seeds)]
-        plan = MeasurePlan(tuple(job.slos))
         prow: list[dict] = []
         for i, cfg in enumerate(cands):
             topo = place(cfg, job.cluster)
-            start = predicted_knee(topo, model, job.workload, plan, base)
+            plan = predicted_plan(topo, model, job.workload, job.slos, base)
+            if a.no_curve:
+                plan = MeasurePlan(plan.slos, plan.start)
             verify = a.verify_every > 0 and i % a.verify_every == 0
             for scenario, seed, params in truths:
-                prow.append(run_one(job, cfg, i, topo, start, scenario, seed, params, verify, a.noise))
+                prow.append(run_one(job, cfg, i, topo, plan, scenario, seed, params, verify, a.noise))
         for r in prow:
             r["preset"] = name
         rows += prow

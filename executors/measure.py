@@ -9,6 +9,9 @@ A trial answers "how much can this deployment serve while every SLO holds?". On 
    holds and down while one fails — each step wider than the last (factors (1 + tol), (1 + tol)², (1 + tol)⁴,
    …: a good prediction brackets in two levels, a poor one still in a few) — then bisect (geometric mean)
    until the bracket's high end is within ``knee_tolerance`` of its low end, at most ``max_levels`` levels.
+   With the model's curve in the plan (``MeasurePlan.curve``), each step and bisection is instead aimed where
+   that curve, scaled by the levels measured so far, crosses the SLO bounds (``_Search._aim``,
+   ``executors.knee_curve``); the widening steps and bisection remain where the curve says nothing.
    The knee is the highest *measured* level meeting every SLO — never an interpolation.
 3. **Fixed levels** (``workload.load_levels``) measured after, where the search did not already measure them.
 4. **Close calls.** A level whose 95% interval of an SLO's metric straddles the bound is measured once more
@@ -29,6 +32,7 @@ from typing import Any
 
 from executors import bench, metrics, prompt_seeds
 from executors.base import DeploymentFailed, FailureKind, Timings
+from executors.knee_curve import PredictedCurve
 from search_spaces import PREFIX_REUSE_LIMIT, SLO, Dataset, Measurement, Workload, slo_violation
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,11 @@ MIN_RATE = 0.05
 
 Probe = Callable[[float], Measurement]
 
+#: The farthest (as a factor) an aimed step goes *up* from the highest level meeting the SLOs before a bracket
+#: exists: a level costs prompts in proportion to its load, and a curve scaled where the model's own curve is
+#: flat can put the knee far too high. Down, the aim goes as far as the curve says (lower levels are cheaper).
+AIM_REACH = 8.0
+
 
 @dataclass(frozen=True)
 class MeasurePlan:
@@ -45,6 +54,9 @@ class MeasurePlan:
 
     slos: tuple[SLO, ...] = ()
     start: float | None = None
+    #: the model's SLO metrics over loads (``executors.simulated.predicted_plan``): where the search aims its
+    #: next level once it has measured one (``knee_curve``); None: widening steps only
+    curve: PredictedCurve | None = None
 
     @property
     def searchable(self) -> bool:
@@ -66,6 +78,8 @@ class _Search:
         self.integer = workload.load_by == "concurrency"
         self.low = 1.0 if self.integer else MIN_RATE
         self.levels: dict[float, Measurement] = {}
+        self._aimed: float | None = None  # the bracket's log width when ``_aim`` last chose a load inside one
+        self._slow = 0  # aims inside the bracket in a row that did not halve it (in log load)
 
     def snap(self, x: float) -> float:
         x = min(max(x, self.low), self.wl.max_load)
@@ -203,8 +217,12 @@ class _Search:
 
     def _next(self, lo: float | None, hi: float | None, x: float | None, k_up: int,
               k_down: int) -> tuple[float | None, int, int]:
-        """The next load to measure, and the step counters: bisect a bracket, else step away from the last
-        load (``x``, or the bracket's one end) — None at a bound or with nothing to go from."""
+        """The next load to measure, and the step counters: where the model's curve scaled by the measured
+        levels puts the knee (``_aim``), else bisect a bracket, else step away from the last load (``x``, or the
+        bracket's one end) — None at a bound or with nothing to go from."""
+        aim = self._aim(lo, hi)
+        if aim is not None:
+            return aim, k_up, k_down
         if lo is not None and hi is not None and lo < hi:
             mid = self.snap(math.sqrt(lo * hi))
             if self.integer and mid in (lo, hi):
@@ -221,6 +239,73 @@ class _Search:
                 return None, k_up, k_down
             return self.step(base, k_up, up=True), k_up + 1, k_down
         return None, k_up, k_down
+
+    def _aim(self, lo: float | None, hi: float | None) -> float | None:
+        """The next load from the plan's curve scaled by every level measured (``PredictedCurve.knee``: the knee
+        estimate ``k``), chosen so that the level likely lands on the side that brackets or closes:
+
+        - everything failed so far (``hi`` the lowest load): ``k / (1 + tol)^½``, expected to meet the SLOs (the
+          margin is half the tolerance: the estimate is as often above the knee as below it, and a level within
+          (1 + tol)^½ either side of the knee closes the bracket with the next);
+        - everything met (``lo`` the highest): ``within(lo)`` (the step that closes the bracket) when ``k`` is
+          below it, else ``k × (1 + tol)^½``, expected to fail, at most ``AIM_REACH × lo``;
+        - a bracket: the load that closes it with the verdict the estimate expects (``within(lo)`` when
+          ``k`` is that close to ``lo``, the lowest load whose ``within`` reaches ``hi`` when ``k`` is that
+          close to ``hi``), else ``k / (1 + tol)^½``; two aimed steps in a row that did not halve the bracket
+          (in log load) are followed by a bisection, so a poor curve cannot keep the bracket open for long.
+
+        None (the widening steps and bisection of before) with no curve, no estimate, an estimate on the wrong
+        side of what was measured (the model's direction disagrees with the levels), or a load already measured."""
+        curve = self.plan.curve
+        if curve is None or (lo is None and hi is None):
+            return None
+        bracket = lo is not None and hi is not None
+        if bracket and self._aimed is not None:
+            was, self._aimed = self._aimed, None
+            self._slow = self._slow + 1 if math.log(hi / lo) > 0.5 * was else 0  # type: ignore[operator]
+            if self._slow >= 2:
+                self._slow = 0
+                return None  # two aims in a row did not halve the bracket: bisect once
+        k = curve.knee(self.plan.slos, list(self.levels.values()))
+        if k is None:
+            return None
+        tol = self.wl.knee_tolerance
+        if lo is None:
+            assert hi is not None
+            if k >= hi or hi <= self.low:
+                return None
+            y = self.snap(k / math.sqrt(1.0 + tol))
+        elif hi is None:
+            if k <= lo or lo >= self.wl.max_load:
+                return None
+            up = self.within(lo)
+            y = up if k <= up else self.snap(min(k * math.sqrt(1.0 + tol), lo * AIM_REACH))
+        else:
+            up, down = self.within(lo), self.closes(lo, hi)
+            if up >= down:  # any load between them closes the bracket either way
+                y = self.snap(math.sqrt(up * down)) if self.integer else down
+            elif k <= up:
+                y = up
+            elif k >= down:
+                y = down
+            else:
+                y = self.snap(k / math.sqrt(1.0 + tol))
+            if not lo < y < hi:
+                return None
+            self._aimed = math.log(hi / lo)
+        if y in self.levels or (lo is not None and y <= lo) or (hi is not None and y >= hi):
+            return None
+        return y
+
+    def closes(self, lo: float, hi: float) -> float:
+        """The lowest load above ``lo`` whose bracket with ``hi`` is closed (``within(y) >= hi``), loads rounded as
+        loads are."""
+        y = max(self.snap(hi / (1.0 + self.wl.knee_tolerance)), self.snap(lo))
+        while self.within(y) < hi and y < hi:
+            y = self.snap(y + 1.0) if self.integer else self.snap(y * 1.01)
+        while self.integer and y - 1 > lo and self.within(y - 1) >= hi:
+            y -= 1
+        return y
 
     def _flag(self, load: float, flag: str) -> None:
         m = self.levels[load]

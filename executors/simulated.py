@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from executors.base import Deployment, Executor
-from executors.measure import MeasurePlan, knee_of, search_levels, search_many
+from executors.knee_curve import PredictedCurve
+from executors.measure import MIN_RATE, MeasurePlan, knee_of, search_levels, search_many
 from executors.perf import (
     MODEL_VERSION,
     Batch,
@@ -24,7 +25,7 @@ from executors.perf import (
     same_lengths,
 )
 from executors.topology import Topology
-from search_spaces import Measurement, ModelProfile, Workload
+from search_spaces import SLO, Measurement, ModelProfile, Workload
 
 __all__ = ["SimulatedExecutor", "default_params"]
 
@@ -123,6 +124,39 @@ def _search_only(wl: Workload, tolerance: float, max_levels: int) -> Workload:
                                                              "knee_tolerance": tolerance, "max_levels": max_levels}))
         same_lengths(hit[1], wl)
     return hit[1]
+
+
+def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
+                    params: PerfParams, points: int = 64) -> PredictedCurve | None:
+    """The model's SLO metrics of ``topology`` over ``points`` loads spaced geometrically from the lowest to
+    ``workload.max_load`` (concurrencies: one array evaluation; rates: one prediction each): what the knee search
+    scales by its measured levels to aim (``executors.knee_curve``). None without an SLO load can break."""
+    names = sorted({s.metric for s in slos if s.metric != "error_rate"})
+    if not names:
+        return None
+    top = float(workload.max_load)
+    if workload.load_by == "concurrency":
+        loads = sorted({float(max(1, round(top ** (i / (points - 1))))) for i in range(points)})
+        levels = predict(topology, model, workload, params, [int(c) for c in loads])
+    else:
+        loads = sorted({float(f"{MIN_RATE * (top / MIN_RATE) ** (i / (points - 1)):.3g}") for i in range(points)})
+        levels = [predict_load(topology, model, workload, r, params) for r in loads]
+    return PredictedCurve(tuple(loads), tuple((n, tuple(getattr(m, n, None) for m in levels)) for n in names))
+
+
+def predicted_plan(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
+                   params: PerfParams, levels: list[Measurement] | None = None) -> MeasurePlan:
+    """A measure plan for ``topology`` with the model's curve: its SLOs, the model's knee where the search starts
+    and the curve it aims by (``predicted_curve``). ``benchmarks/knee_search.py`` searches with it; trials do not
+    yet (``advisor.tune._predict``: docs/measurement.md says why). ``levels``: the model's own, when made."""
+    plan = MeasurePlan(tuple(slos))
+    if not plan.searchable:
+        return plan
+    if levels is None:
+        levels = model_levels(topology, model, workload, plan, params)
+    knee = knee_of(levels)
+    return MeasurePlan(plan.slos, knee.load if knee is not None else None,
+                       predicted_curve(topology, model, workload, slos, params))
 
 
 def predicted_knee(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
