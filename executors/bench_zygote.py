@@ -73,8 +73,8 @@ class ZygoteGone(RuntimeError):
 
 
 class Zygote:
-    """The parent's side: one zygote per measured deployment (started at the first level, ``close``d after the
-    last). ``on_start(pgid)`` hears of every process group it makes — its own and each level's — so that crash
+    """The parent's side: one zygote per measured deployment (``start``ed while the deployment starts, so its
+    import overlaps the server's; else at the first level; ``close``d after the last). ``on_start(pgid)`` hears of every process group it makes — its own and each level's — so that crash
     cleanup finds them; both carry the zygote's log (under the trial's folder) as their owner mark."""
 
     def __init__(self, platform: Platform, log_dir: str | Path, on_start: Callable[[int], None] | None = None):
@@ -83,6 +83,10 @@ class Zygote:
         self.on_start = on_start
         self.proc: procs.ManagedProcess | None = None
         self._buf = b""
+
+    def start(self) -> None:
+        """Start the zygote now, without waiting for its import (the first level's request waits for it)."""
+        self._ensure()
 
     def _ensure(self) -> procs.ManagedProcess:
         if self.proc is None or not self.proc.alive:

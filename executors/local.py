@@ -64,6 +64,7 @@ class _LocalHandle:
     servers: list[_Running] = field(default_factory=list)
     router: _Running | None = None
     shm: set[str] = field(default_factory=set)
+    zygote: bench_zygote.Zygote | None = None  # the levels' client, importing while the servers start
 
 
 class LocalExecutor(VllmExecutor):
@@ -119,6 +120,7 @@ class LocalExecutor(VllmExecutor):
         self._save(dep)  # the run folder first: the launch records of whatever starts next are under it
         try:
             self._start_servers(dep, handle, topology, platform)
+            self._start_zygote(dep, handle)
             self._wait_servers(handle, t0)
             handle.shm |= procs.shm_segments(itertools.chain.from_iterable(
                 procs.group_pids(s.proc.pgid) for s in handle.servers))
@@ -143,6 +145,22 @@ class LocalExecutor(VllmExecutor):
             proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
             self._record(dep, inst.name, proc, port)
+
+    def _start_zygote(self, dep: Deployment, h: _LocalHandle) -> None:
+        """The bench zygote (executors/bench_zygote.py) starts with the servers: its ~20 s import of vLLM on a GPU
+        host overlaps their start-up instead of the first level's (the H200's warm-ups read 28-34 s for a 10 s
+        bench run on 4 Dec, the difference being this import)."""
+        if not bench_zygote.usable(h.platform):
+            return
+        bdir = h.dir / "bench"
+        bdir.mkdir(exist_ok=True)
+
+        def started(pgid: int) -> None:
+            dep.resources.setdefault("bench_pgids", []).append(pgid)
+            self._save(dep)
+
+        h.zygote = bench_zygote.Zygote(h.platform, bdir, started)
+        h.zygote.start()
 
     def _wait_servers(self, h: _LocalHandle, t0: float) -> None:
         deadline = t0 + self.health_timeout_s
@@ -202,8 +220,11 @@ class LocalExecutor(VllmExecutor):
             deployment.resources.setdefault("bench_pgids", []).append(pgid)
             self._save(deployment)
 
-        # vLLM imported once per deployment, each level forked from it (executors/bench_zygote.py)
-        zygote = bench_zygote.Zygote(h.platform, bdir, started) if bench_zygote.usable(h.platform) else None
+        # vLLM imported once per deployment, each level forked from it (executors/bench_zygote.py); started
+        # with the servers where deploy could (``_start_zygote``)
+        zygote = h.zygote
+        if zygote is None and bench_zygote.usable(h.platform):
+            zygote = h.zygote = bench_zygote.Zygote(h.platform, bdir, started)
 
         def marks() -> dict[str, int]:
             return {s.name: metrics.log_size(s.proc.log_path) for s in h.servers}
@@ -220,12 +241,16 @@ class LocalExecutor(VllmExecutor):
         finally:
             if zygote is not None:
                 zygote.close()
+                h.zygote = None
 
     # ---------------------------------------------------------------- teardown
     def teardown(self, deployment: Deployment) -> None:
         h: _LocalHandle | None = deployment.handle
         if h is None:
             return
+        if h.zygote is not None:  # deployed, never measured (a failed start, an interrupt before the first level)
+            h.zygote.close()
+            h.zygote = None
         procs_all = ([h.router] if h.router else []) + list(reversed(h.servers))
         for s in h.servers:  # segments mapped right now (vLLM creates some per request batch)
             if s.proc.alive:

@@ -120,7 +120,8 @@ def test_local_aggregated_two_levels(tiny_local_probe):
 
 
 @pytest.mark.vllm
-def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path):
+def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # the GPU hosts' client: started with the servers
     # ExampleConnector hands over whole 128-token blocks of prompt[:-1] (vLLM's CPU block size), so prompts are
     # longer than that; the prefill batch holds a whole level (a chunked prefill makes it save partial KV).
     cfg = DeploymentConfig(
@@ -141,12 +142,16 @@ def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path):
     assert m.raw["metrics"]["decode-0"]["kv_transfer_tokens"] == m.kv_transfer_tokens
     assert "--vllm-pd-disaggregation" in open(r.resources["log_paths"]["router"]).readline()
     _assert_gone(r.resources["pgids"])
+    # the zygote (recorded first, at deploy) and the one level's fork (no warm-up), all stopped
+    assert len(r.resources["bench_pgids"]) == 2
+    _assert_gone(r.resources["bench_pgids"])
     assert not os.path.exists(r.resources["kv_dir"])
     print(f"\nlocal P/D: wall {wall:.1f} s, KV tokens received by decode {m.kv_transfer_tokens:.0f}, {r.timings}")
 
 
 @pytest.mark.vllm
-def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path):
+def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # started with the servers: stopped with them too
     ex = _executor("local", tiny_model, tmp_path, extra_serve_args=["--max-num-seqs", "notanumber"])
     t0 = time.monotonic()
     r = ex.evaluate(place(AGGREGATED, CLUSTER), WORKLOAD)
@@ -155,6 +160,12 @@ def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path
     assert "invalid int value: 'notanumber'" in r.reason and r.reason.startswith("mixed-0:")
     assert "notanumber" in r.log_tail
     assert wall < ex.health_timeout_s
+    # the failed deploy's record on disk: the zygote started at deploy, no level ran, torn down with the servers
+    (record,) = (tmp_path / "runs").rglob("resources.json")
+    res = json.loads(record.read_text())
+    (zygote,) = res["bench_pgids"]
+    assert zygote not in res["pgids"] and res["stopped"]
+    _assert_gone([zygote, *res["pgids"]])
     print(f"\nbroken flag: {r.reason!r} after {wall:.1f} s")
 
 
