@@ -26,7 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from executors import bench, bench_zygote, metrics, procs
+from executors import bench, bench_zygote, metrics, procs, server_standby
 from executors.base import Deployment, DeploymentFailed, FailureKind
 from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
@@ -108,10 +108,22 @@ class LocalExecutor(VllmExecutor):
                                    topology)
 
     # ---------------------------------------------------------------- deploy
+    @cached_property
+    def _next(self) -> list[tuple[tuple[str, Path, Path, Platform], server_standby.Standby]]:
+        """The next deployment's folders and its first server, started early (executors/server_standby.py)."""
+        return []
+
     def deploy(self, topology: Topology) -> Deployment:
         t0 = time.monotonic()
         self._check_node(topology)
-        _, ddir, kv_dir, platform = self._deployment_dirs()
+        standby = None
+        if self._next:
+            dirs, standby = self._next.pop()
+            first = topology.instances[0]
+            if not standby.matches(first.name, dirs[1], self._server_env(first, first.head, dirs[3])):
+                standby.close(self.teardown_timeout_s)  # another shape of deployment: started as before
+                standby = None
+        _, ddir, kv_dir, platform = dirs if standby is not None else self._deployment_dirs()
         handle = _LocalHandle(ddir, kv_dir, platform)
         dep = Deployment(topology, resources={"executor": self.kind, "pgids": [], "ports": [], "log_paths": {},
                                               "run_dir": str(ddir), "kv_dir": str(kv_dir), "shm": [],
@@ -119,7 +131,8 @@ class LocalExecutor(VllmExecutor):
                          handle=handle)
         self._save(dep)  # the run folder first: the launch records of whatever starts next are under it
         try:
-            self._start_servers(dep, handle, topology, platform)
+            self._start_servers(dep, handle, topology, platform, standby)
+            standby = None
             self._start_zygote(dep, handle)
             self._wait_servers(handle, t0)
             handle.shm |= procs.shm_segments(itertools.chain.from_iterable(
@@ -127,24 +140,51 @@ class LocalExecutor(VllmExecutor):
             dep.resources["shm"] = sorted(handle.shm)
             self._start_router(dep, handle, topology)
         except BaseException:
+            if standby is not None:  # never adopted (the deploy failed before its servers started)
+                standby.close(self.teardown_timeout_s)
             self.teardown(dep)  # evaluate() only tears down what deploy returned: clean up here
             raise
         dep.url = handle.router.url if handle.router else None
         dep.timings.deploy_s = time.monotonic() - t0
         self._save(dep)
+        self._start_standby(topology)
         return dep
 
-    def _start_servers(self, dep: Deployment, h: _LocalHandle, topology: Topology, platform: Platform) -> None:
+    def _server_env(self, inst: Instance, shard: NodeShard, platform: Platform) -> dict[str, str]:
+        return {**engine_start_env(platform), **platform.env, **routing_env(self.expert_routing),
+                **slot_env(platform, shard.gpus), **compile_cache_env(self.run_dir, inst.name, self._cache_key)}
+
+    def _start_servers(self, dep: Deployment, h: _LocalHandle, topology: Topology, platform: Platform,
+                       standby: server_standby.Standby | None) -> None:
+        """One ``vllm serve`` per instance; the first is the standby where ``deploy`` found a matching one."""
         for inst in topology.instances:
             shard = inst.head  # single node: one shard per instance
             port = self._port()
             argv = self.instance_command(inst, shard, port, platform, topology)
-            env = {**engine_start_env(platform), **platform.env, **routing_env(self.expert_routing),
-                   **slot_env(platform, shard.gpus),
-                   **compile_cache_env(self.run_dir, inst.name, self._cache_key)}
-            proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log", env=env, cwd=h.dir)
+            if standby is not None:
+                proc, standby = standby.adopt(argv), None
+            else:
+                proc = procs.start(argv, name=inst.name, log_path=h.dir / f"{inst.name}.log",
+                                   env=self._server_env(inst, shard, platform), cwd=h.dir)
             h.servers.append(_Running(inst.name, inst.role.value, proc, f"http://{self.host}:{port}"))
             self._record(dep, inst.name, proc, port)
+
+    def _start_standby(self, topology: Topology) -> None:
+        """The next deployment's first server starts importing vLLM now, while this one is measured (a study's
+        next deployment is most often of the same shape: executors/server_standby.py says why and when)."""
+        if not server_standby.usable(self.platform):
+            return
+        dirs = self._deployment_dirs()
+        first = topology.instances[0]
+        try:
+            self._next.append((dirs, server_standby.Standby(dirs[3], first.name, dirs[1],
+                                                            self._server_env(first, first.head, dirs[3]))))
+        except OSError:  # an optimisation only: the next deploy starts its servers as before
+            pass
+
+    def close(self) -> None:
+        while self._next:
+            self._next.pop()[1].close(self.teardown_timeout_s)
 
     def _start_zygote(self, dep: Deployment, h: _LocalHandle) -> None:
         """The bench zygote (executors/bench_zygote.py) starts with the servers: its ~20 s import of vLLM on a GPU

@@ -150,6 +150,36 @@ def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path, monkeypa
 
 
 @pytest.mark.vllm
+def test_local_next_server_is_started_while_this_one_is_measured(tiny_model, tmp_path, monkeypatch):
+    """The standby (executors/server_standby.py, on by default only on GPU hosts): after a deploy, the next
+    deployment's server imports vLLM and waits; the next deploy of the same shape hands it its flags and it
+    serves them; closing the executor stops the one left waiting."""
+    monkeypatch.setenv("DEPLOY_ADVISOR_SERVER_STANDBY", "1")
+    wl = WORKLOAD.model_copy(update={"load_levels": [2], "warmups_per_concurrency": 0})
+    other = AGGREGATED.model_copy(update={"decode": RoleConfig(role=Role.MIXED, max_num_seqs=2,
+                                                               max_num_batched_tokens=256)})
+    ex = _executor("local", tiny_model, tmp_path)
+    try:
+        first = ex.evaluate(place(AGGREGATED, CLUSTER), wl)
+        assert first.ok, f"{first.failure}: {first.reason}\n{first.log_tail}"
+        ((_, ddir, _, _), standby), = ex._next
+        assert standby.proc.alive and ddir.name != os.path.basename(first.resources["run_dir"])
+        second = ex.evaluate(place(other, CLUSTER), wl)
+        assert second.ok, f"{second.failure}: {second.reason}\n{second.log_tail}"
+        assert second.resources["run_dir"] == str(ddir) and second.resources["pgids"][0] == standby.proc.pgid
+        log = open(second.resources["log_paths"]["mixed-0"]).read()
+        assert "(the standby started with the last deployment)" in log and "--max-num-seqs 2" in log
+        assert "'max_num_seqs': 2" in log  # vLLM's "non-default args": the engine runs the adopted flags
+        _assert_gone(first.resources["pgids"] + second.resources["pgids"])
+        ((_, _, _, _), waiting), = ex._next
+        assert waiting.proc.alive
+    finally:
+        ex.close()
+    _assert_gone([waiting.proc.pgid])
+    assert not ex._next
+
+
+@pytest.mark.vllm
 def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # started with the servers: stopped with them too
     ex = _executor("local", tiny_model, tmp_path, extra_serve_args=["--max-num-seqs", "notanumber"])
