@@ -24,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from executors.server_standby import ADOPTED  # noqa: E402
 from executors.vllm_executor import DEPLOYMENT_TIME  # noqa: E402
 
 _TS = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
@@ -49,9 +50,17 @@ def _when(line: str, year: int) -> datetime | None:
 
 def phases(log: Path, start: datetime) -> dict[str, float]:
     """One server's phases: seconds from ``start`` to its first line and to the lines in ``_AT``, and the
-    durations vLLM reports. Values summed where vLLM logs several (one per compile range or graph mode)."""
+    durations vLLM reports. Values summed where vLLM logs several (one per compile range or graph mode).
+    A server that was a standby (executors/server_standby.py: it imported vLLM while the last deployment was
+    measured) is timed from the moment it was handed its flags; ``standby`` is 1 then."""
     out: dict[str, float] = {}
-    for line in log.read_text(errors="replace").splitlines():
+    lines = log.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        if ADOPTED in line:
+            start = datetime.strptime(line.split(ADOPTED, 1)[1].strip()[:15], DEPLOYMENT_TIME)
+            lines, out = lines[i + 1:], {"standby": 1.0}
+            break
+    for line in lines:
         at = _when(line, start.year)
         if at is not None and "first_line_s" not in out:
             out["first_line_s"] = (at - start).total_seconds()
@@ -83,13 +92,13 @@ def main() -> None:
     a = ap.parse_args()
     rows = [d for root in a.runs for folder in sorted(p for p in root.rglob("*") if p.is_dir())
             if (d := deployment(folder)) is not None and d["servers"]]
-    cols = ("first_line_s", "engine_first_s", "model_load_s", "dynamo_s", "inductor_s", "graphs_loaded_s",
+    cols = ("standby", "first_line_s", "engine_first_s", "model_load_s", "dynamo_s", "inductor_s", "graphs_loaded_s",
             "graph_capture_s", "engine_init_s", "server_up_s")
     print("| study | deployment | server | " + " | ".join(cols) + " |")
     print("|---" * (3 + len(cols)) + "|")
     for d in rows:
         for name, ph in d["servers"].items():
-            cells = " | ".join(f"{ph[c]:.1f}" if c in ph else "" for c in cols)
+            cells = " | ".join(("yes" if c == "standby" else f"{ph[c]:.1f}") if c in ph else "" for c in cols)
             print(f"| {d['study']} | {d['deployment']} | {name} | {cells} |")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -25,13 +25,18 @@ import json
 import os
 import runpy
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from executors import procs
 from executors.platform import Platform
+from executors.vllm_executor import DEPLOYMENT_TIME
 
 _ENV = "DEPLOY_ADVISOR_SERVER_STANDBY"
+
+#: The launch record's words for a server that was a standby (``benchmarks/deploy_phases.py`` times it from there).
+ADOPTED = "(the standby started with the last deployment) at"
 
 #: What ``vllm serve`` imports before it logs its first line: vLLM's CLI and the OpenAI API server.
 _PRELOAD = ("vllm.entrypoints.cli.main", "vllm.entrypoints.openai.api_server")
@@ -70,8 +75,9 @@ class Standby:
         """Send the server its arguments: from now on it is that server (``argv`` is the full command line, the
         engine command first, as ``procs.start`` would have run it)."""
         assert self.proc.popen.stdin is not None
-        with open(self.proc.log_path, "ab") as fh:  # the launch record, as procs.start writes it
-            fh.write(f"# {self.name} (the standby started with the last deployment): {' '.join(argv)}\n".encode())
+        with open(self.proc.log_path, "ab") as fh:  # the launch record, as procs.start writes it, and when
+            now = time.strftime(DEPLOYMENT_TIME)
+            fh.write(f"# {self.name} {ADOPTED} {now}: {' '.join(argv)}\n".encode())
         self.proc.popen.stdin.write((json.dumps({"argv": list(argv[3:])}) + "\n").encode())
         self.proc.popen.stdin.close()  # the server reads nothing more from it
         return procs.ManagedProcess(self.name, list(argv), self.proc.popen, self.proc.log_path)

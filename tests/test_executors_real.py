@@ -17,6 +17,7 @@ import time
 import pytest
 
 from executors import cpu_platform, place
+from executors import server_standby
 from executors.base import FailureKind
 from executors.tiny_model import make_tiny_moe
 from search_spaces import (
@@ -168,7 +169,7 @@ def test_local_next_server_is_started_while_this_one_is_measured(tiny_model, tmp
         assert second.ok, f"{second.failure}: {second.reason}\n{second.log_tail}"
         assert second.resources["run_dir"] == str(ddir) and second.resources["pgids"][0] == standby.proc.pgid
         log = open(second.resources["log_paths"]["mixed-0"]).read()
-        assert "(the standby started with the last deployment)" in log and "--max-num-seqs 2" in log
+        assert server_standby.ADOPTED in log and "--max-num-seqs 2" in log
         assert "'max_num_seqs': 2" in log  # vLLM's "non-default args": the engine runs the adopted flags
         _assert_gone(first.resources["pgids"] + second.resources["pgids"])
         ((_, _, _, _), waiting), = ex._next
