@@ -25,6 +25,9 @@
 #     stop           SIGTERM to the study's process group (the tuner keeps the measured levels and tears down),
 #                    KILL after 90 s
 #     heldout-bg     profile_check.py heldout of $STUDY
+#     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
+#                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
+#                    an upper bound: what the server standby hides)
 #
 # A step still running at HARD_S (default 560) seconds after $DA_T0 (the call's start; default: this script's)
 # gets SIGTERM, so the device call's 600 s limit never kills vLLM with the GPU still held.
@@ -94,6 +97,9 @@ for step in "$@"; do
           nvidia-smi --query-gpu=memory.used --format=csv
           run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
           snapshot ;;
+    importtime-bg) (t=$(date +%s.%N); python3 -X importtime -c "import vllm.entrypoints.cli.main, vllm.entrypoints.openai.api_server" \
+                     2> /tmp/da-gpu/importtime.log; echo "# wall $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" $t) s" \
+                     >> /tmp/da-gpu/importtime.log) < /dev/null > /dev/null 2>&1 & ;;
     heldout-bg) run python3 $G/profile_check.py heldout $G/h200-study-30b.yaml --study $STUDY --out /tmp/da-gpu/heldout-$STUDY.json ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
