@@ -147,8 +147,8 @@ def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload,
 def predicted_plan(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
                    params: PerfParams, levels: list[Measurement] | None = None) -> MeasurePlan:
     """A measure plan for ``topology`` with the model's curve: its SLOs, the model's knee where the search starts
-    and the curve it aims by (``predicted_curve``). ``benchmarks/knee_search.py`` searches with it; trials do not
-    yet (``advisor.tune._predict``: docs/measurement.md says why). ``levels``: the model's own, when made."""
+    and the curve it aims by (``predicted_curve``). ``benchmarks/knee_search.py`` searches with it; trials do where
+    the model is measured (``advisor.tune._aims`` says why not always). ``levels``: the model's own, when made."""
     plan = MeasurePlan(tuple(slos))
     if not plan.searchable:
         return plan

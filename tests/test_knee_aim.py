@@ -201,3 +201,39 @@ def test_the_plan_carries_the_models_curve() -> None:
     wl = job.workload.model_copy(update={"load_levels": []})
     levels = search_levels(lambda c: predict_load(topo, model, wl, c, params), wl, plan)
     assert len(levels) == 2 and knee_of(levels) is not None
+
+
+def test_trials_are_aimed_by_a_model_measured_on_the_machine(tmp_path) -> None:
+    """A trial's plan carries the curve when the model's parameters rest on a measurement of the machine (here a
+    parameter file, as ``advisor calibrate`` writes); from the unmeasured defaults it does not, and the search
+    takes the widening steps (``advisor.tune._aims``: why). The same first model pick under the same unknown
+    machine, so the two trials' levels are the aimed and the stepped search's."""
+    import db
+    from advisor.tune import tune
+    from benchmarks.truths import perturbed
+    from db import queries
+    from executors.simulated import SimulatedExecutor, simulate_levels
+    from search_spaces import TrialState
+
+    params = default_params("H200")
+    (tmp_path / "params.json").write_text(params.model_dump_json())
+    loads = {}
+    for name, executor in (("measured", {"kind": "simulated", "perf_params": str(tmp_path / "params.json")}),
+                           ("defaults", {"kind": "simulated"})):
+        job = job_from_dict({"name": name, "preset": "h200-qwen3-235b", "sampler": {"seed": 2},
+                             "budget": {"trials": 1}, "executor": executor})
+        truth = SimulatedExecutor(job.model_profile(), perturbed(params, 0, 2.0))
+        url = f"sqlite:///{tmp_path / name}.db"
+        tune(job, storage=url, executor=truth)
+        database = db.connect(url)
+        try:
+            (trial,) = queries.list_trials(database, name, states=[TrialState.COMPLETE])
+            loads[name] = [lv.measurement.concurrency for lv in queries.measurements(database, name)]
+        finally:
+            database.close()
+        topo = place(trial.config, job.cluster)
+        plan = predicted_plan(topo, job.model_profile(), job.workload, job.slos, params)
+        aimed, stepped = (sorted(m.concurrency for m in simulate_levels(topo, truth.model, job.workload, p, truth.params))
+                          for p in (plan, MeasurePlan(plan.slos, plan.start)))
+        assert aimed != stepped  # this pick is one where the aim changes the levels
+        assert sorted(loads[name]) == (aimed if name == "measured" else stepped)
