@@ -135,11 +135,16 @@ def errors(pred: dict[str, dict[str, float | None]], meas: dict[str, dict[str, f
 
 
 def bracket_levels(levels: list[Measurement], slos: list[Any]) -> int | None:
-    """Search levels until the bracket held a level meeting every SLO and one that did not."""
+    """Search levels, in the order they ran, until the bracket held a level meeting every SLO and one that did
+    not. The database keeps a trial's levels by concurrency; vLLM's result JSON dates each run (to the second, and
+    a level's levels are ten seconds or more apart), so that date orders them (a close call's second run follows
+    its first at once)."""
     from executors.measure import feasible
 
     ok = bad = False
-    for i, m in enumerate(levels, 1):
+    dated = all(m.raw.get("date") for m in levels)
+    ordered = sorted(levels, key=lambda m: str(m.raw["date"])) if dated else levels
+    for i, m in enumerate(ordered, 1):
         if feasible(slos, m):
             ok = True
         else:
