@@ -347,8 +347,8 @@ def _aims(ctx: _Context) -> bool:
     0.71–0.73 of the optimum for sampler seeds 2 and 1, against 1.0 with the widening steps (docs/benchmarks.md,
     "Knee search"). Not because the aimed levels are worse to re-fit on (replayed on the same 16 candidates they
     were not): with the model 20–40% off, the aim puts each knee elsewhere within the tolerance, the re-fits and
-    then the picks diverge, and that study never measured the optimum's family. The aim's gain (3–4 full-length levels per knee instead of 6,
-    ``benchmarks/knee_search.py``) is kept wherever the model is known to be close."""
+    then the picks diverge, and that study never measured the optimum's family. The aim's gain (3–4 full-length
+    levels per knee instead of 6, ``benchmarks/knee_search.py``) is kept wherever the model is known to be close."""
     if ctx.model.profile_id is not None or ctx.job.executor.perf_params:
         return True
     err = ctx.guide.cv_error if ctx.guide is not None else None

@@ -74,8 +74,9 @@ class ZygoteGone(RuntimeError):
 
 class Zygote:
     """The parent's side: one zygote per measured deployment (``start``ed while the deployment starts, so its
-    import overlaps the server's; else at the first level; ``close``d after the last). ``on_start(pgid)`` hears of every process group it makes — its own and each level's — so that crash
-    cleanup finds them; both carry the zygote's log (under the trial's folder) as their owner mark."""
+    import overlaps the server's; else at the first level; ``close``d after the last). ``on_start(pgid)`` hears
+    of every process group it makes — its own and each level's — so that crash cleanup finds them; both carry the
+    zygote's log (under the trial's folder) as their owner mark."""
 
     def __init__(self, platform: Platform, log_dir: str | Path, on_start: Callable[[int], None] | None = None):
         self.platform = platform

@@ -6,9 +6,10 @@ new-configuration deploy (75-90 s). A study's next deployment on a one-node mach
 the same engine module and the same environment as the one now measured; only its ``serve`` flags (the
 trial's configuration) are unknown until the sampler asks. So while a deployment is measured, the executor starts
 the next one's first server as this process: it imports what ``vllm serve`` imports and waits. When the next
-deploy comes, it is sent its arguments and its log (``{"argv": [...]}`` on one line of standard input) and
-becomes that server — it runs ``MODULE`` as ``python -m MODULE ARGV`` would, in this same process (same pid,
-process group, environment and owner mark; no fork), so it is recorded, watched and stopped like any server.
+deploy comes, it is sent its arguments (``{"argv": [...]}`` on one line of standard input; its log is already
+the server's) and becomes that server — it runs ``MODULE`` as ``python -m MODULE ARGV`` would, in this same
+process (same pid, process group, environment and owner mark; no fork), so it is recorded, watched and stopped like
+any server.
 
 End of input before a request (the tuner exited, or the executor closed) ends it, so a standby never outlives
 its tuner by more than its import. It is used only where one is ``usable`` (GPU platforms with cores to spare:
@@ -64,8 +65,8 @@ class Standby:
     def __init__(self, platform: Platform, name: str, ddir: Path, env: Mapping[str, str]) -> None:
         module = _module(platform.engine_cmd)
         assert module is not None, "usable() first"
-        self.name, self.ddir, self.env = name, ddir, dict(env)
-        self.proc = procs.start([platform.engine_cmd[0], "-m", "executors.server_standby", module],
+        self.name, self.ddir, self.env, self.cmd = name, ddir, dict(env), list(platform.engine_cmd)
+        self.proc = procs.start([self.cmd[0], "-m", "executors.server_standby", module],
                                 name=name, log_path=ddir / f"{name}.log", env=self.env, cwd=ddir, talk=True)
 
     def matches(self, name: str, ddir: Path, env: Mapping[str, str]) -> bool:
@@ -74,11 +75,11 @@ class Standby:
     def adopt(self, argv: Sequence[str]) -> procs.ManagedProcess:
         """Send the server its arguments: from now on it is that server (``argv`` is the full command line, the
         engine command first, as ``procs.start`` would have run it)."""
-        assert self.proc.popen.stdin is not None
+        assert self.proc.popen.stdin is not None and list(argv[:len(self.cmd)]) == self.cmd
         with open(self.proc.log_path, "ab") as fh:  # the launch record, as procs.start writes it, and when
             now = time.strftime(DEPLOYMENT_TIME)
             fh.write(f"# {self.name} {ADOPTED} {now}: {' '.join(argv)}\n".encode())
-        self.proc.popen.stdin.write((json.dumps({"argv": list(argv[3:])}) + "\n").encode())
+        self.proc.popen.stdin.write((json.dumps({"argv": list(argv[len(self.cmd):])}) + "\n").encode())
         self.proc.popen.stdin.close()  # the server reads nothing more from it
         return procs.ManagedProcess(self.name, list(argv), self.proc.popen, self.proc.log_path)
 

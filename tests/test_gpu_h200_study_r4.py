@@ -54,7 +54,8 @@ def test_the_whole_study_ran_and_its_times_are_the_docs(recorded) -> None:
     assert f"**Median trial {statistics.median(total) / 60:.1f} minutes** ({statistics.median(total):.0f} s" in docs
     assert f"the eight trials {sum(total):,.0f} s, {sum(total) / 60:.1f} min" in docs
     for n in range(8):
-        assert f"| {t[n].deploy_s:.1f}" in docs and f"| {t[n].warmup_s:.1f} | {t[n].measure_s:.1f} | {total[n]:.0f} s |" in docs
+        assert f"| {t[n].deploy_s:.1f}" in docs
+        assert f"| {t[n].warmup_s:.1f} | {t[n].measure_s:.1f} | {total[n]:.0f} s |" in docs
     assert max(total) < 4 * 60  # every trial under the 4 minutes
     warm = [t[n].warmup_s for n in range(8)]
     assert f"| {min(warm):.1f}–{max(warm):.1f} s |" in docs
