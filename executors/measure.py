@@ -251,7 +251,7 @@ class _Search:
         - everything met (``lo`` the highest): ``within(lo)`` (the step that closes the bracket) when ``k`` is
           below it, else ``k × (1 + tol)^½``, expected to fail, at most ``AIM_REACH × lo``;
         - either of these two held to the stepped search's widening (``widen``: no farther than it from the
-          second move, no nearer from the third);
+          second move);
         - a bracket: the load that closes it with the verdict the estimate expects (``within(lo)`` when
           ``k`` is that close to ``lo``, the lowest load whose ``within`` reaches ``hi`` when ``k`` is that
           close to ``hi``), else ``k / (1 + tol)^½``; two aimed steps in a row that did not halve the bracket
@@ -311,12 +311,12 @@ class _Search:
           widening step: a curve whose scale factor is blown up cannot jump past what the widening steps would
           try (real H200 study r4, trial 3: the model's P90 TTFT 70–94% low, the measured / predicted factor put
           the knee at 12 after 78 and 71 failed; the knee was 54, and the jump cost two levels).
-        - From the third on (two aims in a row landed on the same side), a move is at least the stepped search's
-          widening step: a model off in shape, whose scaled curve keeps putting the knee just past the last
-          level, cannot cost a level per 10% (r4 trial 5: 74, 50, 45, 38, 34, 31, every aim just above the
-          knee). Not from the second: after one miss the re-scaled aim is usually right (on the perturbed truths
-          of ``benchmarks/knee_search.py --n 12`` the widening forced there cost a level in 11 runs of 108
-          and saved none)."""
+        - No lower bound: a model off in shape, whose scaled curve keeps putting the knee just past the last
+          level, still costs a level per ~10% (r4 trial 5: 74, 50, 45, 38, 34, 31). Forcing at least the
+          widening step from the third move got that trial bracketed at its 4th level in the replay
+          (``benchmarks/knee_replay.py``) but not to its knee sooner (6 levels either way), and on the perturbed
+          truths of ``benchmarks/knee_search.py`` it cost levels in 29 of 360 runs and saved one (1,233 → 1,260
+          levels; the upper bound alone: 1,231): where the re-scaled aims converge, a forced step overshoots."""
         side = sorted(self.levels) if up else sorted(self.levels, reverse=True)
         base = side[-1]
         d = abs(math.log(max(y, self.low) / base))
@@ -324,8 +324,6 @@ class _Search:
             last = abs(math.log(side[-1] / side[-2]))
             step = 2 ** (len(side) - 1) * math.log(1.0 + self.wl.knee_tolerance)
             d = min(d, max(2.0 * last, step))
-            if len(side) >= 3:
-                d = max(d, step)
         if up:
             d = min(d, math.log(AIM_REACH))
         return self.snap(base * math.exp(d) if up else base / math.exp(d))
