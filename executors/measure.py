@@ -44,7 +44,8 @@ Probe = Callable[[float], Measurement]
 
 #: The farthest (as a factor) an aimed step goes *up* from the highest level meeting the SLOs before a bracket
 #: exists: a level costs prompts in proportion to its load, and a curve scaled where the model's own curve is
-#: flat can put the knee far too high. Down, the aim goes as far as the curve says (lower levels are cheaper).
+#: flat can put the knee far too high. Down, the first aim goes as far as the curve says (lower levels are
+#: cheaper); later moves are held to the widening (``_Search.widen``).
 AIM_REACH = 8.0
 
 
@@ -249,6 +250,8 @@ class _Search:
           (1 + tol)^½ either side of the knee closes the bracket with the next);
         - everything met (``lo`` the highest): ``within(lo)`` (the step that closes the bracket) when ``k`` is
           below it, else ``k × (1 + tol)^½``, expected to fail, at most ``AIM_REACH × lo``;
+        - either of these two held to the stepped search's widening (``widen``: no farther than it from the
+          second move);
         - a bracket: the load that closes it with the verdict the estimate expects (``within(lo)`` when
           ``k`` is that close to ``lo``, the lowest load whose ``within`` reaches ``hi`` when ``k`` is that
           close to ``hi``), else ``k / (1 + tol)^½``; two aimed steps in a row that did not halve the bracket
@@ -274,12 +277,12 @@ class _Search:
             assert hi is not None
             if k >= hi or hi <= self.low:
                 return None
-            y = self.snap(k / math.sqrt(1.0 + tol))
+            y = self.widen(False, k / math.sqrt(1.0 + tol))
         elif hi is None:
             if k <= lo or lo >= self.wl.max_load:
                 return None
             up = self.within(lo)
-            y = up if k <= up else self.snap(min(k * math.sqrt(1.0 + tol), lo * AIM_REACH))
+            y = self.widen(True, up if k <= up else k * math.sqrt(1.0 + tol))
         else:
             up, down = self.within(lo), self.closes(lo, hi)
             if up >= down:  # any load between them closes the bracket either way
@@ -296,6 +299,34 @@ class _Search:
         if y in self.levels or (lo is not None and y <= lo) or (hi is not None and y >= hi):
             return None
         return y
+
+    def widen(self, up: bool, y: float) -> float:
+        """The aim ``y`` before a bracket exists, bounded by the stepped search's widening. ``side``: the levels
+        measured so far, all on one side of the knee (all met: ``up``; all failed), nearest the knee last; a move
+        is the log ratio from the nearest of them, and the stepped search's n-th move is (1 + tol)^(2^n).
+
+        - The first move goes where the curve says (up: at most ``AIM_REACH``; down: any distance, lower levels
+          are cheaper).
+        - From the second on, a move is at most the larger of twice the last move and the stepped search's
+          widening step: a curve whose scale factor is blown up cannot jump past what the widening steps would
+          try (real H200 study r4, trial 3: the model's P90 TTFT 70–94% low, the measured / predicted factor put
+          the knee at 12 after 78 and 71 failed; the knee was 54, and the jump cost two levels).
+        - No lower bound: a model off in shape, whose scaled curve keeps putting the knee just past the last
+          level, still costs a level per ~10% (r4 trial 5: 74, 50, 45, 38, 34, 31). Forcing at least the
+          widening step from the third move got that trial bracketed at its 4th level in the replay
+          (``benchmarks/knee_replay.py``) but not to its knee sooner (6 levels either way), and on the perturbed
+          truths of ``benchmarks/knee_search.py`` it cost levels in 29 of 360 runs and saved one (1,233 → 1,260
+          levels; the upper bound alone: 1,231): where the re-scaled aims converge, a forced step overshoots."""
+        side = sorted(self.levels) if up else sorted(self.levels, reverse=True)
+        base = side[-1]
+        d = abs(math.log(max(y, self.low) / base))
+        if len(side) >= 2:
+            last = abs(math.log(side[-1] / side[-2]))
+            step = 2 ** (len(side) - 1) * math.log(1.0 + self.wl.knee_tolerance)
+            d = min(d, max(2.0 * last, step))
+        if up:
+            d = min(d, math.log(AIM_REACH))
+        return self.snap(base * math.exp(d) if up else base / math.exp(d))
 
     def closes(self, lo: float, hi: float) -> float:
         """The lowest load above ``lo`` whose bracket with ``hi`` is closed (``within(y) >= hi``), loads rounded as

@@ -237,3 +237,23 @@ def test_trials_are_aimed_by_a_model_measured_on_the_machine(tmp_path) -> None:
                           for p in (plan, MeasurePlan(plan.slos, plan.start)))
         assert aimed != stepped  # this pick is one where the aim changes the levels
         assert sorted(loads[name]) == (aimed if name == "measured" else stepped)
+
+
+def test_a_blown_up_ttft_scale_does_not_jump_past_the_widening() -> None:
+    """The model's TTFT nearly flat over loads and far too low (a floor of 400 ms where the machine shows 2.6 s):
+    the measured / predicted factor is huge, and the scaled curve met the bound only at a very low load — after
+    78 and 62 failed, the search went to 13 (real study r4, trial 3: 78, 71, then 12; the knee was 54). From the
+    second move on an aim goes at most the larger of twice the last move and the stepped widening step."""
+    pts = [(12.0, 450.0), (46.0, 1506.0), (54.0, 1598.0), (62.0, 2300.0), (71.0, 2450.0), (78.0, 2600.0)]
+
+    def ttft(c: float) -> float:  # log-log between the points, the end segments' slopes held beyond them
+        i = min(max(next((j for j, (x, _) in enumerate(pts) if x >= c), len(pts) - 1), 1), len(pts) - 1)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        return y0 * (y1 / y0) ** (math.log(c / x0) / math.log(x1 / x0))
+    truth, model = deployment(ttft), deployment(lambda c: 400.0 + 100.0 * (c / 78.0) ** 2)
+    levels, seen = search(truth, model, (TTFT,), start=78.0)
+    k = check_guarantees(levels, seen, (TTFT,), true_knee(truth, (TTFT,)))
+    first, second, third = seen[:3]
+    bound = max((1.0 + WL.knee_tolerance) ** 2, (first / second) ** 2)
+    assert third >= second / bound - 1, seen  # not below what the widening would try
+    assert len(seen) <= 4 and k.concurrency >= true_knee(truth, (TTFT,)) / 1.15
