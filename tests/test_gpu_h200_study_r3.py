@@ -8,34 +8,20 @@ that database) against the docs' table.
 
 from __future__ import annotations
 
-import json
 import statistics
-import tarfile
-from pathlib import Path
 
 import pytest
 
-import db
-from db import queries
 from search_spaces import TrialState
+from tests.gpu_records import ROOT, recorded_study
 
-ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "h200-study-30b-r3"
 STUDY = "h200-study-30b-r3"
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("h200-r3")
-    with tarfile.open(RESULTS / "raw.tar.xz") as tar:
-        tar.extractall(out, filter="data")
-    database = db.connect(f"sqlite:///{out / 'da-gpu/results.db'}")
-    try:
-        trials = {t.number: queries.get_trial(database, STUDY, t.number) for t in queries.list_trials(database, STUDY)}
-    finally:
-        database.close()
-    return {"trials": trials, "docs": (ROOT / "docs" / "benchmarks.md").read_text(),
-            "heldout": json.loads((RESULTS / "heldout.json").read_text())}
+    return recorded_study(RESULTS, STUDY, tmp_path_factory.mktemp("h200-r3"))
 
 
 def test_trial_times_levels_and_knees_are_what_the_docs_say(recorded) -> None:

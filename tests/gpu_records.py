@@ -1,0 +1,27 @@
+"""A committed H200 study read back: its raw.tar.xz unpacked, its trials through the project's own queries, the docs
+page and the profile's held-out errors beside it (the r3 and r4 study tests hold the docs to these)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import db
+from db import queries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def recorded_study(results: Path, study: str, out: Path) -> dict[str, Any]:
+    """``trials`` (number → Trial), ``docs`` (docs/benchmarks.md) and ``heldout`` (``results/heldout.json``)."""
+    with tarfile.open(results / "raw.tar.xz") as tar:
+        tar.extractall(out, filter="data")
+    database = db.connect(f"sqlite:///{out / 'da-gpu/results.db'}")
+    try:
+        trials = {t.number: queries.get_trial(database, study, t.number) for t in queries.list_trials(database, study)}
+    finally:
+        database.close()
+    return {"trials": trials, "docs": (ROOT / "docs" / "benchmarks.md").read_text(),
+            "heldout": json.loads((results / "heldout.json").read_text())}
