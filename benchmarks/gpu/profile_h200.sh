@@ -25,6 +25,9 @@
 #     stop           SIGTERM to the study's process group (the tuner keeps the measured levels and tears down),
 #                    KILL after 90 s
 #     heldout-bg     profile_check.py heldout of $STUDY
+#     profiles-bg    issue 29's wide shapes, detached like study-bg (follow with wait, end with stop): the
+#                    DeepSeek-V3-width profile, its stack check at depth 3 (c = 64 first: its warm-up meets the
+#                    larger batch shapes' just-in-time kernels), then the Qwen3-235B-width profile
 #     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
 #                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
 #                    an upper bound: what the server standby hides)
@@ -49,6 +52,14 @@ snapshot() {  # what has been measured so far, brought back even if the machine 
   python3 benchmarks/deploy_phases.py /tmp/da-runs --out "$OUT/deploy_phases.json" > "$OUT/deploy_phases.md" 2>&1
   ls -la "$OUT"
 }
+detach() {  # run the commands in a session of their own (they live on between calls of one warm machine); the
+  # session leader writes its own id (its process group's: `stop` signals it); output straight to the log (no pipe
+  # that a signal could break while they tear down)
+  rm -f /tmp/da-gpu/study.pgid
+  setsid bash -c "echo \$\$ > /tmp/da-gpu/study.pgid; $1; echo '=== study done'" >> /tmp/da-gpu/study.log 2>&1 < /dev/null &
+  for _ in $(seq 50); do [ -s /tmp/da-gpu/study.pgid ] && break; sleep 0.1; done
+  echo "detached: process group $(cat /tmp/da-gpu/study.pgid)"
+}
 for step in "$@"; do
   case "$step" in
     profile-30b) run python3 -m advisor profile $G/h200-profile-30b.yaml --out /tmp/da-gpu/profile-30b.json ;;
@@ -68,20 +79,17 @@ for step in "$@"; do
           python3 benchmarks/deploy_phases.py /tmp/da-runs --out /tmp/da-gpu/deploy_phases.json > /tmp/da-gpu/deploy_phases.md
           # xz, in parts of 15 MiB: a study's per-request bench JSONs pass the 16 MiB a returned file may hold
           (cd /tmp && tar cf - da-gpu $(find da-runs -name '*.json' -o -name '*.log' 2>/dev/null \
-             | grep -v -E '/kv/|profile-models|check-models|triton-cache|vllm-cache') | xz -T0 -6 \
+             | grep -v -E '/kv/|profile-models/[^m]|check-models|triton-cache|vllm-cache') | xz -T0 -6 \
              | split -b 15M -d - "$OUT/raw.tar.xz.")
           ls -la "$OUT" ;;
     carried-db) [ -e /tmp/da-gpu/results.db ] || cp .gpu/db/results.db /tmp/da-gpu/results.db
                 python3 -m advisor studies --storage sqlite:////tmp/da-gpu/results.db ;;
-    study-bg) rm -f /tmp/da-gpu/study.pgid
-              # the session leader writes its own id (its process group's); the tuner's output goes straight to
-              # the log (no pipe that a signal could break while it tears down)
-              setsid bash -c "echo \$\$ > /tmp/da-gpu/study.pgid; \
-                              python3 -m advisor tune $G/h200-study-30b.yaml --study $STUDY --wall-time ${WALL_S:-1300}; \
-                              python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db; \
-                              echo '=== study done'" >> /tmp/da-gpu/study.log 2>&1 < /dev/null &
-              for _ in $(seq 50); do [ -s /tmp/da-gpu/study.pgid ] && break; sleep 0.1; done
-              echo "study $STUDY: process group $(cat /tmp/da-gpu/study.pgid)" ;;
+    study-bg) detach "python3 -m advisor tune $G/h200-study-30b.yaml --study $STUDY --wall-time ${WALL_S:-1300}; \
+                      python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db" ;;
+    profiles-bg) detach "python3 -m advisor profile $G/h200-profile-dsv3.yaml --out /tmp/da-gpu/profile-dsv3.json; \
+                         python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 64,8 \
+                           --out /tmp/da-gpu/check-dsv3-L3.json; \
+                         python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     wait) pg=$(cat /tmp/da-gpu/study.pgid); seen=0
           show() { local n; n=$(wc -l < /tmp/da-gpu/study.log)
                    [ "$n" -gt "$seen" ] && sed -n "$((seen + 1)),${n}p" /tmp/da-gpu/study.log | grep -v -E "━━━━━━━━━━━━"
