@@ -219,17 +219,29 @@ def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: s
     """One load level against ``url``: its dataset (if any), its arguments and its run, files in ``out_dir``
     (``SPEC.json``, ``SPEC.log``). The local executor and the Ray executor's agent both run levels here."""
     ds = prepare_dataset(workload, spec, tokenizer, out_dir)
-    name = f"{spec.name}.json"
+    stem = free_stem(out_dir, spec.name)
     args = bench_args(workload, spec, base_url=url, model=model, tokenizer=tokenizer, result_dir=str(out_dir),
-                      result_filename=name, dataset_path=ds)
-    return run_bench(platform, args, result_path=out_dir / name, log_path=out_dir / f"{spec.name}.log",
+                      result_filename=f"{stem}.json", dataset_path=ds)
+    return run_bench(platform, args, result_path=out_dir / f"{stem}.json", log_path=out_dir / f"{stem}.log",
                      timeout_s=timeout_s, cwd=out_dir, on_start=on_start, zygote=zygote)
+
+
+def free_stem(out_dir: Path, name: str) -> str:
+    """``name``, or ``name.2``, ``name.3`` … when a run of one deployment already wrote that file: a profile
+    measures several probe families at the same concurrency on one deployment (its three prefill probes are all
+    c = 1), and each run's JSON and log are the raw evidence of a stored level (on 4 Dec the DeepSeek-V3-width
+    profile kept only the last of its four c1.json)."""
+    stem, n = name, 1
+    while (out_dir / f"{stem}.json").exists():
+        n += 1
+        stem = f"{name}.{n}"
+    return stem
 
 
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
     "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION",
-    "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "intervals",
-    "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
+    "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "free_stem",
+    "intervals", "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
     "request_latencies", "run_bench", "run_level", "summarize_raw",
 ]

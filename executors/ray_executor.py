@@ -385,7 +385,7 @@ class RayExecutor(VllmExecutor):
             if not out["ok"]:
                 raise bench.BenchFailed(out["reason"], out["tail"])
             bdir.mkdir(parents=True, exist_ok=True)  # the driver's copy (the task may run on another node)
-            (bdir / f"{spec.name}.json").write_text(json.dumps(out["result"]))
+            (bdir / f"{bench.free_stem(bdir, spec.name)}.json").write_text(json.dumps(out["result"]))
             return out["result"], out["wall_s"]
 
         def marks() -> dict[str, int]:

@@ -316,3 +316,14 @@ def test_zero_tpot_requests_give_no_speed_interval_and_no_crash():
     d["latencies"] = [0.05 + 0.007 * (i + 1) for i in range(n)]  # positive TPOTs: the interval is back
     lo, hi = bench.parse_result(d, concurrency=2, gpus=1).intervals["p90_tokens_per_s_per_user"]
     assert 0 < lo <= hi
+
+
+def test_runs_of_one_deployment_at_the_same_load_keep_their_own_files(tmp_path: Path) -> None:
+    """A profile's three prefill probes all run at c = 1 on one deployment: each run's JSON is the raw evidence of
+    a stored level, so a second run at the same load gets the next free name instead of overwriting the first."""
+    assert bench.free_stem(tmp_path, "c1") == "c1"
+    (tmp_path / "c1.json").write_text("{}")
+    assert bench.free_stem(tmp_path, "c1") == "c1.2"
+    (tmp_path / "c1.2.json").write_text("{}")
+    assert bench.free_stem(tmp_path, "c1") == "c1.3"
+    assert bench.free_stem(tmp_path, "c16") == "c16"

@@ -21,9 +21,12 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
 * ``refit JOB --out PARAMS.json``: the stored profile's probe levels fitted again by the profile's own
   ``calibrate`` (the same parameters, start and ridge as ``advisor profile``), with the model as it is now —
   to see what a change of the model's formulas does to a profile without a GPU; the report (cross-validated by
-  probe) beside the parameter file. ``--profile-from DB`` as for ``heldout``.
+  probe) beside the parameter file. ``--drop L1/decode/2048/c16,…`` leaves levels out of the fit (levels during
+  which the server paused: ``benchmarks/stall_check.py``). ``--profile-from DB`` as for ``heldout``.
 * ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
   the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
+  ``--measured-from CHECK.json`` predicts an earlier check's measured levels again (with ``--params``, a refit)
+  without deploying; ``--drop-loads`` leaves out its levels a server-wide pause distorted.
 
 Runs where the project's dependencies and vLLM are installed (``benchmarks/gpu/profile_h200.sh``).
 """
@@ -243,6 +246,11 @@ def check_folder(job: TuningJob, depth: int) -> Path:
                               / f"{job.model_profile().shape_key}-L{depth}", tokenizer_from=tok)
 
 
+def level_name(lv: dict[str, Any]) -> str:
+    """A probe level as ``L1/decode/2048/c16``: depth, kind, prompt length, concurrency."""
+    return f"L{lv['depth']}/{lv['kind']}/{lv['isl']}/c{lv['concurrency']}"
+
+
 class ProbeLevels:
     """A stored profile's probe levels, each with the probe job it was measured as (the job's model shape at the
     level's depth on one GPU, the probe's workload) — what ``advisor profile`` fitted, rebuilt from the database."""
@@ -263,14 +271,15 @@ class ProbeLevels:
         wl = self.probes[(lv["kind"], lv["isl"], lv["osl"])].workload(load)
         return probe_job(self.job, self.folders[lv["depth"]], wl, self.one_gpu)
 
-    def samples(self) -> list[Any]:
-        """One fit sample per probe family and depth, as ``advisor.profile`` made them (single-GPU levels)."""
+    def samples(self, drop: frozenset[str] = frozenset()) -> list[Any]:
+        """One fit sample per probe family and depth, as ``advisor.profile`` made them (single-GPU levels), less
+        the levels named in ``drop`` (``level_name``: levels a server-wide pause distorted)."""
         from advisor.calibrate import Sample
 
         groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
         first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
         for lv in self.profile.probes:
-            if lv.get("gpus", 1) != 1 or not lv["values"]:
+            if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop:
                 continue
             key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
             groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
@@ -284,11 +293,15 @@ def cmd_refit(a: argparse.Namespace) -> None:
 
     job = load_job(a.job)
     levels = ProbeLevels(job, open_db(job, a.profile_from))
-    cal = fit_probes(levels.samples(), job.cluster.gpu)
+    drop = frozenset(a.drop.split(",")) if a.drop else frozenset()
+    unknown = drop - {level_name(lv) for lv in levels.profile.probes}
+    if unknown:
+        raise SystemExit(f"--drop: no such probe level {', '.join(sorted(unknown))}")
+    cal = fit_probes(levels.samples(drop), job.cluster.gpu)
     cal.params.save(a.out)
-    report = {"profile": levels.profile.label, **cal.to_dict()}
+    report = {"profile": levels.profile.label, "dropped": sorted(drop), **cal.to_dict()}
     Path(a.out).with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("profile", "fitted", "error_before", "error_after", "changes")},
+    print(json.dumps({k: report[k] for k in ("profile", "dropped", "fitted", "error_before", "error_after", "changes")},
                      indent=2))
 
 
@@ -319,8 +332,8 @@ def cmd_stack(a: argparse.Namespace) -> None:
     from search_spaces import Workload
 
     job = load_job(a.job)
-    database = db.connect(job.storage)
-    sets = param_sets(job, database)
+    database = open_db(job, a.profile_from)
+    sets = param_sets(job, database, a.params)
     folder = check_folder(job, a.depth)
     loads = [int(x) for x in a.loads.split(",")]
     wl = Workload(isl=job.workload.isl, osl=job.workload.osl, load_levels=loads, knee_search=False,
@@ -330,15 +343,20 @@ def cmd_stack(a: argparse.Namespace) -> None:
     topo = place(config, sjob.cluster)
     pred = {name: {str(m.concurrency): values(m) for m in predict(topo, sjob.model_profile(), wl, params, loads)}
             for name, (params, _) in sets.items()}
-    Path(a.out).write_text(json.dumps({"depth": a.depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
-    ex = make_executor(with_probe_kv(sjob, max(loads) * (job.workload.isl.mean + job.workload.osl.mean)))
-    try:
-        run = ex.evaluate(topo, wl, plan=MeasurePlan())
-    finally:
-        ex.close()
-    meas = {str(m.concurrency): values(m) for m in run.measurements}
+    if a.measured_from:  # predict again what an earlier check measured (another profile, a refit): no deploy
+        earlier = json.loads(Path(a.measured_from).read_text())
+        meas, failure = {c: v for c, v in earlier["measured"].items() if c not in set(a.drop_loads.split(","))}, \
+            earlier.get("failure")
+    else:
+        Path(a.out).write_text(json.dumps({"depth": a.depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
+        ex = make_executor(with_probe_kv(sjob, max(loads) * (job.workload.isl.mean + job.workload.osl.mean)))
+        try:
+            run = ex.evaluate(topo, wl, plan=MeasurePlan())
+        finally:
+            ex.close()
+        meas, failure = {str(m.concurrency): values(m) for m in run.measurements}, run.reason
     result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1], "predicted": pred, "measured": meas,
-              "failure": run.reason, "errors": {name: errors(p, meas) for name, p in pred.items()}}
+              "failure": failure, "errors": {name: errors(p, meas) for name, p in pred.items()}}
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["errors"], indent=2))
 
@@ -373,6 +391,7 @@ def main() -> None:
     r.add_argument("job")
     r.add_argument("--out", required=True)
     r.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
+    r.add_argument("--drop", help="probe levels left out of the fit, e.g. L1/decode/2048/c16,L5/decode/2048/c256")
     q = sub.add_parser("probes")
     q.add_argument("job")
     q.add_argument("--out", required=True)
@@ -383,6 +402,10 @@ def main() -> None:
     s.add_argument("--depth", type=int, required=True)
     s.add_argument("--loads", default="8,64")
     s.add_argument("--out", required=True)
+    s.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
+    s.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
+    s.add_argument("--measured-from", help="an earlier stack check's JSON: predict its measured levels again, no deploy")
+    s.add_argument("--drop-loads", default="", help="with --measured-from: loads left out (a pause distorted them)")
     a = ap.parse_args()
     {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "probes": cmd_probes,
      "refit": cmd_refit,
