@@ -137,7 +137,10 @@ class Batch(Deployments):
         tau = (1.0 - f_any) * s0.total + f_any * s1.total
         n_chunks = np.maximum(wd.isl_new / chunk, 1.0)
         service = n_chunks * s1.total
-        chunk_wait = _md1_wait(service, np.minimum(f, RANDOM_WAIT_UTIL_CAP))  # for this rank's prefill slot
+        # the wait for this rank's prefill slot is for the *other* requests' chunks: a rank's only request (c = 1,
+        # a prefill probe) waits for nothing, where the whole slot's utilisation said 4.5 service times
+        others = np.maximum(b - 1.0, 0.0) / bb
+        chunk_wait = _md1_wait(service, np.minimum(f * others, RANDOM_WAIT_UTIL_CAP))
         ttft_s = service + chunk_wait + tau + p.request_latency_s  # + first decode step, + the way in
         X = _front_capped(n / (ttft_s + osl_steps * tau), inst, p)
         wait = np.maximum(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
