@@ -270,8 +270,8 @@ class ProbeLevels:
         groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
         first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
         for lv in self.profile.probes:
-            if lv.get("gpus", 1) != 1 or not lv["values"]:
-                continue
+            if lv.get("gpus", 1) != 1 or not lv["values"] or "stalled" in (lv.get("flags") or []):
+                continue  # a level whose server stalled twice is left out of the fit, as advisor.profile does
             key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
             groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
             first.setdefault(key, lv)
