@@ -55,32 +55,42 @@ PREFIX = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0
 
 
 # One level on the probe's deployment during which the test pauses the server (SIGSTOP to its process group) once
-# requests are in flight: a stall the measure loop must measure again (``LevelProbe._unstall``). The pause is longer
-# than the ~3 s that would do on a clean level: a level is stalled at 20× its reference gap, and the CPU build's
-# CI levels had references up to 0.19 s (bursty delivery), 3.7 s.
+# it takes its first request (``pause_once_in_flight``): a stall the measure loop must measure again
+# (``LevelProbe._unstall``). The pause is longer than the ~3 s that would do on a clean level: a level is stalled at
+# 20× its reference gap, and where the loaded 2-core machine delivers each response in one lump the reference is a
+# request's whole latency — 0.25 s at OSL 64 on 4 Dec (a 5-s pause was then detected with 0.6% to spare).
 STALL = Workload(dataset=Dataset.RANDOM, isl=LengthDist(mean=64), osl=LengthDist(mean=32), load_levels=[2],
-                 prompts_per_concurrency=4, warmups_per_concurrency=0, min_prompts=8)
-STALL_PAUSE_S = 5.0
+                 prompts_per_concurrency=6, warmups_per_concurrency=0, min_prompts=12)
+STALL_PAUSE_S = 10.0
 
 
-def pause_once_in_flight(pgid: int, url: str, pause_s: float, done: threading.Event, out: dict[str, Any]) -> None:
-    """Wait until the server at ``url`` runs a request (its ``/metrics``), then stop its process group ``pgid`` for
-    ``pause_s`` seconds — continued in a ``finally`` whatever happens — and record the pause in ``out``. Gives up
-    when ``done`` is set first."""
-    from executors import metrics
+def pause_once_in_flight(pgid: int, log_path: str, pause_s: float, done: threading.Event, out: dict[str, Any]) -> None:
+    """Wait until the server whose log is ``log_path`` takes a completion request (its access-log line, written
+    when the response starts streaming), then stop its process group ``pgid`` for ``pause_s`` seconds — continued
+    in a ``finally`` whatever happens — and record the pause in ``out``. Gives up when ``done`` is set first.
 
+    The log, not ``/metrics``: a c=2 level of the tiny model lasts ~1 s on the loaded 2-core machine, and a
+    scrape through the busy server missed all of it once (4 Dec). Any request the client starts during the pause
+    waits, so the pause is in flight unless the client had sent its last request already."""
+    log = Path(log_path)
+    seen = log.stat().st_size if log.exists() else 0
     while not done.is_set():
-        got = metrics.scrape(url, timeout=1.0) or {}
-        if sum(v for (name, _), v in got.items() if name == "vllm:num_requests_running") > 0:
-            t0 = time.monotonic()
-            os.killpg(pgid, signal.SIGSTOP)
-            try:
-                time.sleep(pause_s)
-            finally:
-                os.killpg(pgid, signal.SIGCONT)
-                out["paused_s"] = time.monotonic() - t0
-            return
-        time.sleep(0.05)
+        size = log.stat().st_size if log.exists() else 0
+        if size > seen:
+            with log.open("rb") as f:
+                f.seek(seen)
+                new = f.read(size - seen)
+            seen = size
+            if b"POST /v1/completions" in new:
+                t0 = time.monotonic()
+                os.killpg(pgid, signal.SIGSTOP)
+                try:
+                    time.sleep(pause_s)
+                finally:
+                    os.killpg(pgid, signal.SIGCONT)
+                    out["paused_s"] = time.monotonic() - t0
+                return
+        time.sleep(0.02)
 
 
 def measure_with_a_stall(measure: Callable[..., Any], dep: Any) -> tuple[Any, dict[str, Any]]:
@@ -90,7 +100,7 @@ def measure_with_a_stall(measure: Callable[..., Any], dep: Any) -> tuple[Any, di
     out: dict[str, Any] = {"pgid": server.proc.pgid}
     done = threading.Event()
     pauser = threading.Thread(target=pause_once_in_flight, name="stall-pauser",
-                              args=(server.proc.pgid, server.url, STALL_PAUSE_S, done, out))
+                              args=(server.proc.pgid, str(server.proc.log_path), STALL_PAUSE_S, done, out))
     pauser.start()
     try:
         (m,) = measure(dep, STALL)
