@@ -48,6 +48,7 @@ from search_spaces import (
     ClusterSpec,
     DeploymentConfig,
     LengthDist,
+    Measurement,
     Mode,
     ModelProfile,
     Role,
@@ -303,6 +304,13 @@ def _reuse(path: Path, job: TuningJob, folder: Path, config: DeploymentConfig, c
     return True
 
 
+def probe_values(levels: Sequence[Measurement]) -> dict[int, dict[str, float]]:
+    """One probe's fit values by concurrency (``fitted_values``). A level still flagged ``stalled`` (its server
+    paused twice, ``LevelProbe._unstall``) measured a compile, not the probe, and is left out: on the H200 of
+    4 Dec such levels read P50 TTFT 6.6 s at c=16 beside 276 ms at c=64."""
+    return {m.concurrency: v for m in levels if "stalled" not in m.flags and (v := fitted_values(m))}
+
+
 def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, probes: Sequence[Probe],
              depth: int, into: _Measured, comm: bool, on_level: Callable[[str], None] | None) -> None:
     """Deploy ``config`` of the ``depth``-layer folder on ``gpus`` GPUs, measure ``probes``, tear down — unless
@@ -336,16 +344,19 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
             for probe in probes:
                 step = f"{probe.kind} probe ISL {probe.isl} OSL {probe.osl}"
                 levels = [m for c in probe.loads for m in executor.measure(dep, probe.workload(c), MeasurePlan())]
-                measured.append({m.concurrency: v for m in levels if (v := fitted_values(m))})
+                measured.append(probe_values(levels))
                 into.add(probe_job(job, folder, probe.workload(), cluster), config, measured[-1], comm)
                 for m in levels:
                     into.levels.append({"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl,
                                         "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
                                         "p50_e2el_ms": m.p50_e2el_ms, "completed": m.completed,
                                         "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-                                        "bench_wall_s": m.raw.get("bench_wall_s"), "flags": list(m.flags)})
+                                        "bench_wall_s": m.raw.get("bench_wall_s"), "flags": list(m.flags),
+                                        "longest_pause_s": m.raw.get("longest_pause_s"),
+                                        "fitted": "stalled" not in m.flags})
                     if on_level:
-                        on_level(f"{tag}: {probe.kind} ISL {probe.isl} OSL {probe.osl} c={m.concurrency}")
+                        left = " (stalled twice: left out of the fit)" if "stalled" in m.flags else ""
+                        on_level(f"{tag}: {probe.kind} ISL {probe.isl} OSL {probe.osl} c={m.concurrency}{left}")
             into.measure_s.append(time.monotonic() - t0)
         finally:
             executor.teardown(dep)

@@ -27,6 +27,17 @@ DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "latencies", "sta
                  "generated_texts", "errors")
 SATURATION = 0.9  # the client is saturated when it sustains less than this share of the target concurrency
 COALESCED_WARN = 0.5  # warn when more than this share of inter-token gaps are bursts (< 0.05 ms)
+#: A level *stalled* when its longest pause (``token_pauses``) is at least ``STALL_FLOOR_S`` and at least
+#: ``STALL_FACTOR`` × its reference gap (``stall_of``): the server stopped serving (a just-in-time kernel compile)
+#: and the level measured that stop, not the deployment. The H200 profile runs of 4 Dec
+#: (``benchmarks/stall_check.py``, docs/measurement.md "Stalls"): stalled levels paused 6.7-13.2 s (warm-ups
+#: 1.5-18.3 s, ≥ 370× their reference), clean ones at most 0.11 s (a warm-up 0.68 s) but up to 37× their reference
+#: — the floor separates them. The factor guards levels whose ordinary gaps are long (long prompts, slow engines):
+#: the H200 Qwen3-30B studies of 1 and 4 Dec paused 1.0-1.5 s at 14-18× a 0.05-0.09 s reference at c=50-86, the
+#: CPU build's CI levels at most 16.6× (0.72 s at most), while those studies' compile-stalled c=70 levels sat at
+#: 97-113×.
+STALL_FLOOR_S = 1.0
+STALL_FACTOR = 20.0
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -100,6 +111,60 @@ def coalesced_share(data: Mapping[str, Any], gap_ms: float = 0.05) -> float | No
     return sum(1 for g in itls if g * 1000.0 < gap_ms) / len(itls)
 
 
+def token_pauses(data: Mapping[str, Any]) -> list[float]:
+    """The gaps (s) in the level's token-arrival timeline while a request was in flight.
+
+    Each successful request is in flight from its start to its last token, and its tokens arrive at
+    ``start + ttft`` then after each of its ``itls``; over all requests, while at least one is in flight, a gap
+    runs from one arrival (or from the moment the first of them started) to the next arrival. Gaps while nothing
+    is in flight (between requests at low load) are not counted: the client, not the server, was idle."""
+    starts, ttfts, itls = data.get("start_times") or [], data.get("ttfts") or [], data.get("itls") or []
+    spans: list[tuple[float, float]] = []
+    arrivals: list[float] = []
+    for i in _successes(data):
+        if i >= len(starts) or i >= len(ttfts) or not ttfts[i]:
+            continue
+        t = starts[i] + ttfts[i]
+        arrivals.append(t)
+        for g in (itls[i] if i < len(itls) else None) or []:
+            t += g
+            arrivals.append(t)
+        spans.append((starts[i], t))
+    if not spans:
+        return []
+    spans.sort()
+    opens = [spans[0][0]]  # where each stretch of time with a request in flight begins
+    end = spans[0][1]
+    for s, e in spans[1:]:
+        if s > end:
+            opens.append(s)
+        end = max(end, e)
+    events = np.sort(np.concatenate([np.asarray(arrivals, dtype=float), np.asarray(opens, dtype=float)]))
+    is_open = np.isin(events, np.asarray(opens, dtype=float))
+    gaps = np.diff(events)
+    return [float(g) for g in gaps[~is_open[1:]]]  # a gap ending at a stretch's start had nothing in flight
+
+
+def stall_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The level's longest pause (``token_pauses``), its reference gap, its 99th-percentile gap, and whether it
+    stalled: pause ≥ max(``STALL_FLOOR_S``, ``STALL_FACTOR`` × reference). None without per-request timings.
+
+    The reference is the median of the level's N longest gaps, N its requests, not a fixed percentile: every
+    request waits once for its first token, so where prompts are long and outputs many (c=1, ISL 32k, OSL 1k)
+    the level has N long waits that a 99th percentile over all gaps (< 1% of them) would call stalls; a compile
+    stops the server once or a few times, far fewer than N. On the H200 levels of 4 Dec the two agree within
+    a factor of 2 (``benchmarks/stall_check.py`` prints both)."""
+    gaps = token_pauses(data)
+    if not gaps:
+        return None
+    ordered = np.sort(np.asarray(gaps))
+    n = max(1, sum(1 for i in _successes(data) if i < len(data.get("ttfts") or []) and data["ttfts"][i]))
+    longest, reference = float(ordered[-1]), float(np.median(ordered[-n:]))
+    return {"longest_pause_s": longest, "pause_reference_s": reference,
+            "p99_gap_s": float(np.percentile(ordered, 99)),
+            "stalled": longest >= max(STALL_FLOOR_S, STALL_FACTOR * reference)}
+
+
 def _nonneg(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not math.isnan(x) else None
 
@@ -150,7 +215,15 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
         log.warning("concurrency %d: %.0f %% of tokens reached the client in bursts (a CPU-starved server or "
                     "router): TPOT, ITL and tokens/s per user describe the delivery, not the decoding",
                     concurrency, 100 * coalesced)
+    stall = stall_of(data)
+    if stall is not None and stall["stalled"]:
+        log.warning("concurrency %d: no token reached the client for %.1f s while requests were in flight (%.0f× "
+                    "the level's reference gap): the server stalled", concurrency, stall["longest_pause_s"],
+                    stall["longest_pause_s"] / max(stall["pause_reference_s"], 1e-9))
     raw = summarize_raw(data)
+    if stall is not None:
+        raw["longest_pause_s"] = stall["longest_pause_s"]
+        raw["pause_reference_s"] = stall["pause_reference_s"]
     raw["derived"] = {"sustained_concurrency": sustained, "peak_in_flight": peak, "tpot_requests": len(tpots),
                       "target_concurrency": target, "coalesced_itl_share": coalesced}
 
@@ -169,7 +242,8 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
         client_saturated=saturated,
         error_rate=failed / num_requests if num_requests else None,
         intervals=intervals(data, gpus=gpus),
-        flags=["bursty-delivery"] if coalesced is not None and coalesced > COALESCED_WARN else [],
+        flags=(["bursty-delivery"] if coalesced is not None and coalesced > COALESCED_WARN else [])
+        + (["stalled"] if stall is not None and stall["stalled"] else []),
         raw=raw,
         **kw,
     )

@@ -349,6 +349,11 @@ LEVEL_FLAGS = {
                           "prefixes: prompts repeated, TTFT reads better than it is",
     "counters-unknown": "a /metrics scrape before or after the level failed: per-level counter deltas unknown",
     "remeasured": "an SLO decision fell inside the level's interval: measured twice, the numbers pool both runs",
+    "stalled": "no token reached the client for at least 1 s and 20× the level's usual long gap while requests were "
+               "in flight (a just-in-time kernel compile): the level measured the pause; kept only when measuring it "
+               "again stalled too (the shorter pause kept); a profile's fit leaves it out",
+    "stall-remeasured": "the level's first run stalled and was measured again (fresh prompts); the stored numbers "
+                        "are one run's, the first run's pause is in raw.stall_remeasured",
     "knee-at-max-load": "every SLO held at workload.max_load: the knee is at least this level",
     "bracket-open": "the knee search ran out of levels before its bracket closed to the tolerance",
     "no-level-meets-slo": "the lowest load tried missed an SLO: the deployment has no knee",

@@ -6,7 +6,8 @@ files' questions is started once per session.
 ``tiny_local_probe``: the tiny dummy-weight MoE (max-num-seqs 4, one instance) on the local executor, measured by
 ``evaluate`` at concurrency 1 and 8 (``evaluate_probe``) — the local-executor checks of tests/test_executors_real.py.
 On the same servers, after those two levels and before the teardown, the agentic and prefix workloads run (what
-tests/test_executors_real.py asserts on them); they cannot change the probe's numbers, which were taken first.
+tests/test_executors_real.py asserts on them), then one level during which the server is paused with SIGSTOP
+(``STALL``, what tests/test_stall_real.py asserts on); they cannot change the probe's numbers, which were taken first.
 tests/test_knee_real.py evaluates the same probe again right before its study (``evaluate_probe``): an SLO taken
 from a probe measured minutes earlier failed every level of the study once (CI, 4 Dec: c=1 73 ms in the session's
 probe, 165 ms in the study).
@@ -14,6 +15,9 @@ probe, 165 ms in the study).
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +54,63 @@ PREFIX = Workload(dataset=Dataset.PREFIX, isl=LengthDist(mean=256, range_ratio=0
                   min_prompts=8)
 
 
+# One level on the probe's deployment during which the test pauses the server (SIGSTOP to its process group) once
+# it takes its first request (``pause_once_in_flight``): a stall the measure loop must measure again
+# (``LevelProbe._unstall``). The pause is longer than the ~3 s that would do on a clean level: a level is stalled at
+# 20× its reference gap, and where the loaded 2-core machine delivers each response in one lump the reference is a
+# request's whole latency — 0.25 s at OSL 64 on 4 Dec (a 5-s pause was then detected with 0.6% to spare).
+STALL = Workload(dataset=Dataset.RANDOM, isl=LengthDist(mean=64), osl=LengthDist(mean=32), load_levels=[2],
+                 prompts_per_concurrency=6, warmups_per_concurrency=0, min_prompts=12)
+STALL_PAUSE_S = 10.0
+
+
+def pause_once_in_flight(pgid: int, log_path: str, pause_s: float, done: threading.Event, out: dict[str, Any]) -> None:
+    """Wait until the server whose log is ``log_path`` takes a completion request (its access-log line, written
+    when the response starts streaming), then stop its process group ``pgid`` for ``pause_s`` seconds — continued
+    in a ``finally`` whatever happens — and record the pause in ``out``. Gives up when ``done`` is set first.
+
+    The log, not ``/metrics``: a c=2 level of the tiny model lasts ~1 s on the loaded 2-core machine, and a
+    scrape through the busy server missed all of it once (4 Dec). Any request the client starts during the pause
+    waits, so the pause is in flight unless the client had sent its last request already."""
+    log = Path(log_path)
+    seen = log.stat().st_size if log.exists() else 0
+    while not done.is_set():
+        size = log.stat().st_size if log.exists() else 0
+        if size > seen:
+            with log.open("rb") as f:
+                f.seek(seen)
+                new = f.read(size - seen)
+            seen = size
+            if b"POST /v1/completions" in new:
+                t0 = time.monotonic()
+                os.killpg(pgid, signal.SIGSTOP)
+                try:
+                    time.sleep(pause_s)
+                finally:
+                    os.killpg(pgid, signal.SIGCONT)
+                    out["paused_s"] = time.monotonic() - t0
+                return
+        time.sleep(0.02)
+
+
+def measure_with_a_stall(measure: Callable[..., Any], dep: Any) -> tuple[Any, dict[str, Any]]:
+    """``STALL`` measured on ``dep`` (a local deployment) while ``pause_once_in_flight`` pauses its first server:
+    (the level, what the pause recorded)."""
+    server = dep.handle.servers[0]
+    out: dict[str, Any] = {"pgid": server.proc.pgid}
+    done = threading.Event()
+    pauser = threading.Thread(target=pause_once_in_flight, name="stall-pauser",
+                              args=(server.proc.pgid, str(server.proc.log_path), STALL_PAUSE_S, done, out))
+    pauser.start()
+    try:
+        (m,) = measure(dep, STALL)
+    finally:
+        done.set()
+        pauser.join()
+        os.killpg(server.proc.pgid, signal.SIGCONT)  # already continued by the pauser; never leave it stopped
+    return m, out
+
+
 def evaluate_probe(run_dir: Path, measure_hook: Callable[[Any], Callable[..., Any]] | None = None) -> tuple[Any, Any]:
     """``evaluate`` of the probe deployment (PROBE_JOB's candidate: deploy, warm-up, c=1 and c=8, tear down) with
     its folders under ``run_dir``; ``measure_hook(measure)`` may wrap the executor's measure step. Returns (the
@@ -76,8 +137,8 @@ def evaluate_probe(run_dir: Path, measure_hook: Callable[[Any], Callable[..., An
 @pytest.fixture(scope="session")
 def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
     """The probe deployment, evaluated once for the session (``evaluate_probe``); its measure step then also
-    measures AGENTIC and PREFIX on the same servers. ``side`` holds those two, the timings before and after them,
-    the process groups, or the error they raised (reported by the test that reads them)."""
+    measures AGENTIC, PREFIX and STALL on the same servers. ``side`` holds those, the timings before and after
+    them, the process groups, or the error they raised (reported by the test that reads them)."""
     tmp = tmp_path_factory.mktemp("tiny-local-probe")
     side: dict[str, Any] = {}
 
@@ -90,6 +151,10 @@ def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
                 (side["prefix"],) = measure(dep, PREFIX)
             except Exception as e:  # noqa: BLE001 — reported by the test that reads them
                 side["error"] = e
+            try:
+                side["stall"], side["stall_pause"] = measure_with_a_stall(measure, dep)
+            except Exception as e:  # noqa: BLE001 — reported by tests/test_stall_real.py
+                side["stall_error"] = e
             finally:
                 side["own"], side["after"] = own, (dep.timings.warmup_s, dep.timings.measure_s)
                 dep.timings.warmup_s, dep.timings.measure_s = own
