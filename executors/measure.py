@@ -50,6 +50,9 @@ Probe = Callable[[float], Measurement]
 #: flat can put the knee far too high. Down, the first aim goes as far as the curve says (lower levels are
 #: cheaper); later moves are held to the widening (``_Search.widen``).
 AIM_REACH = 8.0
+# Before a bracket, from the third level on one side: an aim whose move is at least this share of the move before
+# it is stalling, not converging (a secant's moves shrink faster), and its move is doubled (``_Search.widen``).
+STALL = 0.5
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,8 @@ class _Search:
         - everything met (``lo`` the highest): ``within(lo)`` (the step that closes the bracket) when ``k`` is
           below it, else ``k × (1 + tol)^½``, expected to fail, at most ``AIM_REACH × lo``;
         - either of these two held to the stepped search's widening (``widen``: no farther than it from the
-          second move);
+          second move), and doubled where the aims stall on one side (``widen``: from the third level, a move
+          not under half the one before);
         - a bracket: the load that closes it with the verdict the estimate expects (``within(lo)`` when
           ``k`` is that close to ``lo``, the lowest load whose ``within`` reaches ``hi`` when ``k`` is that
           close to ``hi``), else ``k / (1 + tol)^½``; two aimed steps in a row that did not halve the bracket
@@ -285,7 +289,7 @@ class _Search:
             if k <= lo or lo >= self.wl.max_load:
                 return None
             up = self.within(lo)
-            y = self.widen(True, up if k <= up else k * math.sqrt(1.0 + tol))
+            y = self.widen(True, up, stall=False) if k <= up else self.widen(True, k * math.sqrt(1.0 + tol))
         else:
             up, down = self.within(lo), self.closes(lo, hi)
             if up >= down:  # any load between them closes the bracket either way
@@ -303,7 +307,7 @@ class _Search:
             return None
         return y
 
-    def widen(self, up: bool, y: float) -> float:
+    def widen(self, up: bool, y: float, stall: bool = True) -> float:
         """The aim ``y`` before a bracket exists, bounded by the stepped search's widening. ``side``: the levels
         measured so far, all on one side of the knee (all met: ``up``; all failed), nearest the knee last; a move
         is the log ratio from the nearest of them, and the stepped search's n-th move is (1 + tol)^(2^n).
@@ -314,15 +318,21 @@ class _Search:
           widening step: a curve whose scale factor is blown up cannot jump past what the widening steps would
           try (real H200 study r4, trial 3: the model's P90 TTFT 70–94% low, the measured / predicted factor put
           the knee at 12 after 78 and 71 failed; the knee was 54, and the jump cost two levels).
-        - No lower bound: a model off in shape, whose scaled curve keeps putting the knee just past the last
-          level, still costs a level per ~10% (r4 trial 5: 74, 50, 45, 38, 34, 31). Forcing at least the
-          widening step from the third move got that trial bracketed at its 4th level in the replay
-          (``benchmarks/knee_replay.py``) but not to its knee sooner (6 levels either way), and on the perturbed
-          truths of ``benchmarks/knee_search.py`` it cost levels in 29 of 360 runs and saved one (1,233 → 1,260
-          levels; the upper bound alone: 1,231): where the re-scaled aims converge, a forced step overshoots."""
+        - From the third level on one side (two aims in a row landed where the start did), a move not under
+          half the move before it is doubled (Illinois-style; ``stall``: not the step that closes a bracket). The
+          re-scaled aims of a curve off in shape keep putting the knee just past the last level and stall there,
+          a level per ~10% (r4 trial 5: 74, 50, 45, 38, 34, 31; replayed now 74, 50, 45, 33, 30), while aims that
+          converge shrink their moves faster than halving (558, 107, 72, 65 on the perturbed truths of
+          ``benchmarks/knee_search.py``), so the doubling leaves them alone. Deeper aims from the second level
+          cost levels there (docs/measurement.md, "Knee search").
+        - Nothing else bounds a move from below: forcing at least the widening step from the third move cost the
+          perturbed runs levels in 29 of 360 runs and saved one (1,233 → 1,260 levels): where the re-scaled
+          aims converge, a forced step overshoots."""
         side = sorted(self.levels) if up else sorted(self.levels, reverse=True)
         base = side[-1]
         d = abs(math.log(max(y, self.low) / base))
+        if stall and len(side) >= 3 and d >= STALL * abs(math.log(side[-1] / side[-2])):
+            d *= 2.0  # the aims stall on one side: double the move (still held to the widening below)
         if len(side) >= 2:
             last = abs(math.log(side[-1] / side[-2]))
             step = 2 ** (len(side) - 1) * math.log(1.0 + self.wl.knee_tolerance)

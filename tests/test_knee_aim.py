@@ -257,3 +257,24 @@ def test_a_blown_up_ttft_scale_does_not_jump_past_the_widening() -> None:
     bound = max((1.0 + WL.knee_tolerance) ** 2, (first / second) ** 2)
     assert third >= second / bound - 1, seen  # not below what the widening would try
     assert len(seen) <= 4 and k.concurrency >= true_knee(truth, (TTFT,)) / 1.15
+
+
+@pytest.mark.parametrize(("floor", "power", "most"), [(1700.0, 2.0, 5), (1800.0, 1.0, 6)])
+def test_aims_stalling_on_one_side_double_their_move(floor: float, power: float, most: int) -> None:
+    """The machine's TTFT sits on a floor near the bound (``floor`` ms, the bound reached at 31) where the model's
+    rises from 200 ms to it at 74: scaled by each failed level, the model's curve falls faster below it than the
+    machine does, so every aim lands just above the knee — the same-side stall of real study r4, trial 5 (74, 50,
+    45, 38, 34, 31). From the third failed level a move not under half the one before is doubled: the floor of
+    1,700 ms (quadratic) closes at the knee in 5 levels (74, 51, 41, 31, 36; 6 without the doubling), the floor of
+    1,800 ms (linear) in 6 (74, 60, 51, 39, 36, 31; without it, 74, 60, 51, 45, 40, 36 found no level meeting
+    the SLO)."""
+    truth = deployment(lambda c: floor + (2000.0 - floor) * (c / 31.0) ** power)
+    model = deployment(lambda c: 200.0 + 1800.0 * (c / 74.0) ** power)
+    knee = true_knee(truth, (TTFT,))
+    assert knee == 31 and model_knee(model, (TTFT,)) == 74
+    levels, seen = search(truth, model, (TTFT,))
+    k = check_guarantees(levels, seen, (TTFT,), knee)
+    assert len(seen) <= most, seen
+    assert k.concurrency >= knee / 1.15 and not k.flags, seen
+    moves = [math.log(a / b) for a, b in zip(seen, seen[1:])]
+    assert moves[2] >= moves[1], seen  # the fourth level: the stalled aim's move (not under half the last), doubled
