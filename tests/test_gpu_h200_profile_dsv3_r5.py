@@ -84,3 +84,24 @@ def test_the_refits_and_the_stack_check_are_the_docs() -> None:
     assert (f"{_pct(e['defaults']['median'])}, the profile {_pct(e['profile']['median'])}, the refit without "
             f"paused levels {_pct(e['refit_no_pauses']['median'])}") in text
     assert e["defaults"]["median"] < e["refit_no_pauses"]["median"] < e["profile"]["median"]
+
+
+def test_the_pauses_are_the_detectors_and_the_docs(raw: Path) -> None:
+    """Every measured level's longest pause, re-measured from its raw bench JSON with the detector the executors
+    use (``bench_result.stall_of``), is the committed ``stalls-r5.json`` and the docs' figures."""
+    from executors.bench_result import stall_of
+
+    table = json.loads((RESULTS.parent / "stalls-r5.json").read_text())
+    text = " ".join(SECTION.split())
+    seen = {}
+    for row in table["levels"]:
+        got = stall_of(json.loads((raw / "da-runs" / row["file"]).read_text()))
+        assert got is not None and got["longest_pause_s"] == pytest.approx(row["longest_pause_s"], rel=1e-9)
+        assert got["stalled"] == row["stalled"]
+        seen[row["file"]] = row
+    measured = [r for r in seen.values() if not r["warmup"]]
+    stalled = sorted(r["longest_pause_s"] for r in measured if r["stalled"])
+    clean = [r["longest_pause_s"] for r in measured if not r["stalled"]]
+    assert len(stalled) == 4 and all(f"{x:.2f} s" in text for x in stalled)
+    assert f"{min(clean):.2f}–{max(clean):.2f} s in every other level" in text
+    assert f"warm-ups up to {max(r['longest_pause_s'] for r in seen.values() if r['warmup']):.2f} s" in text
