@@ -144,7 +144,7 @@ def bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, u
         return {"ok": False, "reason": e.reason, "tail": e.tail}
     finally:
         forget(tag)
-    return {"ok": True, "result": run.result, "wall_s": run.wall_s}
+    return {"ok": True, "result": run.result, "wall_s": run.wall_s, "stem": Path(run.log_path).stem}
 
 
 def bindable(host: str, port: int) -> bool:

@@ -384,8 +384,10 @@ class RayExecutor(VllmExecutor):
                 h.bench_refs.remove(ref)
             if not out["ok"]:
                 raise bench.BenchFailed(out["reason"], out["tail"])
-            bdir.mkdir(parents=True, exist_ok=True)  # the driver's copy (the task may run on another node)
-            (bdir / f"{bench.free_stem(bdir, spec.name)}.json").write_text(json.dumps(out["result"]))
+            # the driver's copy (the task may run on another node), under the name the task chose (``free_stem``):
+            # on the driver's node it is the task's own file, written again, not a second level
+            bdir.mkdir(parents=True, exist_ok=True)
+            (bdir / f"{out['stem']}.json").write_text(json.dumps(out["result"]))
             return out["result"], out["wall_s"]
 
         def marks() -> dict[str, int]:
