@@ -279,9 +279,8 @@ class ProbeLevels:
         groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
         first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
         for lv in self.profile.probes:
-            if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop \
-                    or "stalled" in (lv.get("flags") or []):
-                continue  # named in ``drop``, or its server stalled twice (left out as advisor.profile does)
+            if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop or lv.get("fitted") is False:
+                continue  # named in ``drop``, or one advisor.profile left out of its fit (stalled twice)
             key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
             groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
             first.setdefault(key, lv)
