@@ -30,7 +30,9 @@ from executors.bench_result import (
     SATURATION,
     coalesced_share,
     concurrency_profile,
+    first_wave,
     intervals,
+    latency_summary,
     load_result,
     parse_result,
     per_request_tpot_ms,
@@ -38,6 +40,7 @@ from executors.bench_result import (
     pool_results,
     request_latencies,
     summarize_raw,
+    without_first_wave,
 )
 from executors.bench_zygote import Zygote, ZygoteGone
 from executors.datasets import custom_dataset
@@ -242,6 +245,6 @@ def free_stem(out_dir: Path, name: str) -> str:
 __all__ = [
     "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION",
     "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "free_stem",
-    "intervals", "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
-    "request_latencies", "run_bench", "run_level", "summarize_raw",
+    "first_wave", "intervals", "latency_summary", "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
+    "request_latencies", "run_bench", "run_level", "summarize_raw", "without_first_wave",
 ]

@@ -525,6 +525,7 @@ class LevelProbe:
         dropped, dropped_run = (m, run) if rerun else (m2, run2)
         note = {"first_pause_s": first, "rerun_pause_s": second, "kept": "rerun" if rerun else "first",
                 "dropped": {"seed": (spec if rerun else spec2).seed, "p50_ttft_ms": dropped.p50_ttft_ms,
+                            "whole_run_p50_ttft_ms": dropped.raw.get("p50_ttft_ms"),
                             "pause_reference_s": dropped.raw.get("pause_reference_s"),
                             "bench_wall_s": dropped_run.wall_s}}
         if "stalled" in m2.flags:

@@ -38,15 +38,25 @@ def test_parse_random_sample_reads_the_json_keys():
     assert m.throughput_per_gpu == pytest.approx(d["total_token_throughput"] / 2)
     assert m.output_throughput_per_gpu == pytest.approx(d["output_throughput"] / 2)
     assert m.request_throughput == pytest.approx(d["request_throughput"])
+    steady, wave = bench.without_first_wave(d, 4)
+    assert len(wave) == 4 and len(steady["ttfts"]) == 12  # the 4 requests sent at once as the level began
     for metric in ("ttft", "tpot", "itl", "e2el"):
         for p in (50, 90, 99):
-            assert getattr(m, f"p{p}_{metric}_ms") == pytest.approx(d[f"p{p}_{metric}_ms"])
+            assert m.raw[f"p{p}_{metric}_ms"] == d[f"p{p}_{metric}_ms"]  # vLLM's whole-run numbers, kept
+            assert getattr(m, f"p{p}_{metric}_ms") == pytest.approx(steady[f"p{p}_{metric}_ms"])
+    # the same rule as vLLM's (numpy's percentile over the requests), on the requests after the first wave
+    ttfts = [1000 * t for i, t in enumerate(d["ttfts"]) if i not in wave]
+    assert m.p90_ttft_ms == pytest.approx(np.percentile(ttfts, 90))
+    # over every request, the recomputation gives vLLM's own numbers
+    every = bench.latency_summary(d)
+    for metric in ("ttft", "tpot", "itl", "e2el"):
+        assert every[f"p90_{metric}_ms"] == pytest.approx(d[f"p90_{metric}_ms"], rel=1e-6)
 
 
 def test_tokens_per_user_is_1000_over_tpot_percentile_over_requests():
     d = _load("bench_serve_random_c4.json")
     m = bench.parse_result(d, concurrency=4, gpus=1)
-    tp = _tpots(d)
+    tp = _tpots(bench.without_first_wave(d, 4)[0])
     for p in (50, 90, 99):
         assert getattr(m, f"p{p}_tokens_per_s_per_user") == pytest.approx(1000 / np.percentile(tp, p))
     # "P90 tokens/s/user" = the speed 90 % of requests get at least: slower than the median
@@ -77,7 +87,8 @@ def test_failed_requests_are_counted_and_their_errors_kept():
     assert (m.completed, m.failed) == (12, 4)
     assert m.raw["detailed"]["errors"] == 4
     assert "Internal Server Error" in m.raw["detailed"]["distinct_errors"]
-    assert m.raw["derived"]["tpot_requests"] == 12  # failed requests add no TPOT
+    # failed requests add no TPOT (12 completed, less the first wave's 4)
+    assert m.raw["derived"]["tpot_requests"] == 12 - m.raw["first_wave"]["requests"] == 8
 
 
 def test_single_concurrency_sample():
@@ -106,7 +117,7 @@ def test_one_token_outputs_have_no_tpot():
          "output_throughput": 2.0, "request_throughput": 2.0, "p50_tpot_ms": 0.0, "p50_ttft_ms": 5.0,
          "latencies": [0.01, 0.01], "ttfts": [0.01, 0.01], "output_lens": [1, 1], "itls": [[], []],
          "start_times": [0.0, 0.0], "errors": ["", ""]}
-    m = bench.parse_result(d, concurrency=2, gpus=1)
+    m = bench.parse_result(d, concurrency=1, gpus=1)
     assert m.p50_tpot_ms is None and m.p50_tokens_per_s_per_user is None
     assert m.p50_ttft_ms == 5.0
 
@@ -289,10 +300,12 @@ def test_gpu_build_without_latencies_gets_tpot_from_ttft_and_token_gaps():
     d = _load("bench_serve_h200_vllm026_c16.json")  # qwen3-moe-small on 1 × H200, concurrency 16
     assert "latencies" not in d
     m = bench.parse_result(d, concurrency=16, gpus=1)
+    every = bench.latency_summary(d)
     for p in (50, 90, 99):
-        assert getattr(m, f"p{p}_tpot_ms") == pytest.approx(d[f"p{p}_tpot_ms"])
-    tp = [1000 * sum(gaps) / (n - 1) for gaps, n, err in zip(d["itls"], d["output_lens"], d["errors"], strict=True)
-          if not err and n > 1]
+        assert every[f"p{p}_tpot_ms"] == pytest.approx(d[f"p{p}_tpot_ms"], rel=1e-4)
+    steady = bench.without_first_wave(d, 16)[0]
+    tp = [1000 * sum(gaps) / (n - 1) for gaps, n, err in
+          zip(steady["itls"], steady["output_lens"], steady["errors"], strict=True) if not err and n > 1]
     assert m.p90_tokens_per_s_per_user == pytest.approx(1000 / np.percentile(tp, 90), rel=1e-4)
     assert m.p90_tpot_ms == pytest.approx(np.percentile(tp, 90), rel=1e-4)
     assert 14 <= m.achieved_concurrency <= 16 and not m.client_saturated
