@@ -15,7 +15,8 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
   re-fitted by it, so each level is held out —, and each trial's phases (deploy, warm-up, measure), levels and
   full-length levels (issue 30: at most 4 per knee). ``--profile-from DB`` takes the profile from another
   database and ``--levels-from DB`` (with ``--study NAME``) the levels, so one day's profile is held to another
-  day's study; ``--params NAME=FILE`` adds a parameter file as a further column (a refit, ``refit`` below).
+  day's study; ``--params NAME=FILE`` adds a parameter file as a further column (a refit, ``refit`` below);
+  ``--reparse FOLDER`` parses every level again from its bench JSON (a change of what a level's numbers are).
 * ``probes JOB --out CHECK.json``: the stored profile's own probe levels against what its fitted parameters and the
   defaults predict for each (where the fit misses, level by level).
 * ``refit JOB --out PARAMS.json``: the stored profile's probe levels fitted again by the profile's own
@@ -188,8 +189,35 @@ def cmd_compare(a: argparse.Namespace) -> None:
     print(json.dumps(out["pooled"], indent=2))
 
 
+def reparsed(folder: str | None) -> Any:
+    """``--reparse FOLDER``: a stored level → the same level parsed again from its bench JSON under ``FOLDER`` (the
+    study's run folders, unpacked from its raw.tar.xz) with the parser as it is now, found by vLLM's date and the
+    level's concurrency (a pooled close call: its second run's file, ``cN-2.json``, and ``cN.json`` beside it)."""
+    if not folder:
+        return lambda m: m
+    from executors.bench_result import parse_result, pool_results
+
+    files: dict[tuple[str, int], Path] = {}
+    for path in Path(folder).glob("**/bench/c*.json"):
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and data.get("date") and data.get("max_concurrency"):
+            files[(str(data["date"]), int(data["max_concurrency"]))] = path
+
+    def again(m: Measurement) -> Measurement:
+        path = files.get((str(m.raw.get("date")), int(m.concurrency)))
+        if path is None:
+            return m
+        data = json.loads(path.read_text())
+        if m.raw.get("pooled_runs") == 2 and path.stem.endswith("-2"):
+            data = pool_results(json.loads(path.with_name(path.stem[:-2] + ".json").read_text()), data)
+        fresh = parse_result(data, concurrency=int(m.concurrency), gpus=m.gpus)
+        return m.model_copy(update={k: getattr(fresh, k) for k in METRICS})
+    return again
+
+
 def cmd_heldout(a: argparse.Namespace) -> None:
     job = load_job(a.job)
+    again = reparsed(a.reparse)
     sets = param_sets(job, open_db(job, a.profile_from), a.params)
     database = open_db(job, a.levels_from)
     study = a.study or job.name
@@ -200,7 +228,7 @@ def cmd_heldout(a: argparse.Namespace) -> None:
         trial = db.queries.get_trial(database, study, t.number)
         if trial is None or trial.config is None or not trial.measurements:
             continue
-        ms = [m for m in trial.measurements if m.completed]
+        ms = [again(m) for m in trial.measurements if m.completed]
         meas = {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": values(m) for m in ms}
         topo = place(trial.config, job.cluster)
         loads = sorted({m.concurrency for m in ms})
@@ -387,6 +415,8 @@ def main() -> None:
     h.add_argument("--levels-from", help="the database holding the study's levels (default: the job's storage)")
     h.add_argument("--study", help="the study whose levels are predicted (default: the job's name)")
     h.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
+    h.add_argument("--reparse", metavar="FOLDER", help="the study's run folders: each level parsed again from its "
+                   "bench JSON with the parser as it is now")
     r = sub.add_parser("refit")
     r.add_argument("job")
     r.add_argument("--out", required=True)
