@@ -1,13 +1,14 @@
 """The ninth H200 session's study (r5: one trial before the machine was lost) says what docs/benchmarks.md says.
 
-The device's database came back as a snapshot (``benchmarks/results/h200-study-30b-r5/results.db``); this test reads
-it through the project's own queries (from a copy: the committed file stays untouched) and re-derives the baseline
-trial's phases, its levels in the order they ran, the knee, what the first wave measured and the stall re-measure.
+The device's database came back as a snapshot, committed inside ``benchmarks/results/h200-study-30b-r5/raw.tar.xz``
+(``da-gpu/results.db``, as the other studies); this test unpacks it, reads it through the project's own queries and
+re-derives the baseline trial's phases, its levels in the order they ran, the knee, what the first wave measured and
+the stall re-measure.
 """
 
 from __future__ import annotations
 
-import shutil
+import tarfile
 
 import pytest
 
@@ -22,9 +23,10 @@ STUDY = "h200-study-30b-r5"
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    copy = tmp_path_factory.mktemp("h200-r5") / "results.db"
-    shutil.copyfile(RESULTS / "results.db", copy)
-    database = db.connect(f"sqlite:///{copy}")
+    out = tmp_path_factory.mktemp("h200-r5")
+    with tarfile.open(RESULTS / "raw.tar.xz") as tar:
+        tar.extractall(out, filter="data")
+    database = db.connect(f"sqlite:///{out / 'da-gpu' / 'results.db'}")
     try:
         trials = {t.number: queries.get_trial(database, STUDY, t.number) for t in queries.list_trials(database, STUDY)}
     finally:
