@@ -20,8 +20,11 @@ by vLLM's result date), the replayed levels, full-length levels per knee and lev
 level after which one met every SLO and one did not). Differences from the real run come from the truth between
 measured loads (interpolated) and from noise (the real search's close calls).
 
+``--reparse FOLDER`` (the study's run folders) judges every level as the parser does now (a change of what a
+level's numbers are, e.g. the first wave left out); a truth past the highest measured load is then an extrapolation.
+
     python benchmarks/knee_replay.py [--job benchmarks/gpu/h200-study-30b.yaml] [--db /tmp/x/da-gpu/results.db]
-        [--study h200-study-30b-r4] [--out FILE.json]
+        [--study h200-study-30b-r4] [--reparse /tmp/x/da-runs] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -83,8 +86,14 @@ def to_bracket(levels: list[Measurement], slos: list[Any]) -> int | None:
     return None
 
 
-def replay(job_path: str, db_path: str, study: str, profile_only: bool = False) -> list[dict[str, Any]]:
+def replay(job_path: str, db_path: str, study: str, profile_only: bool = False,
+           reparse: str | None = None) -> list[dict[str, Any]]:
     from advisor.proposers.guide_turns import make_guide
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+    from profile_check import reparsed
+
+    again = reparsed(reparse)
 
     job = load_job(job_path)
     database = db.connect(f"sqlite:///{Path(db_path).resolve()}", read_only=True)
@@ -98,7 +107,8 @@ def replay(job_path: str, db_path: str, study: str, profile_only: bool = False) 
         trial = db.queries.get_trial(database, study, t.number)
         if trial is None or trial.config is None or not trial.measurements:
             continue
-        real = sorted(trial.measurements, key=lambda m: str(m.raw.get("date")))
+        measured = [again(m) for m in trial.measurements]
+        real = sorted(measured, key=lambda m: str(m.raw.get("date")))
         topo = place(trial.config, job.cluster)
         plan = predicted_plan(topo, model, wl, slos, guide.params if guide is not None else params.params)
         if trial.repeat_of is not None:  # a repeat starts where the first run found its knee (advisor.tune)
@@ -108,11 +118,12 @@ def replay(job_path: str, db_path: str, study: str, profile_only: bool = False) 
         levels = search_levels(truth_of(real, trial.config.total_gpus), wl, plan)
         knee = knee_of(levels)
         if guide is not None:
-            guide.observe(trial.config, list(trial.measurements))
+            guide.observe(trial.config, measured)
         out.append({
             "trial": t.number, "config": trial.config_text, "start": plan.start,
             "real": [[m.concurrency, feasible(slos, m)] for m in real],
             "real_knee": max((m.concurrency for m in real if m.purpose == "knee"), default=None),
+            "real_knee_judged": max((m.concurrency for m in real if feasible(slos, m)), default=None),
             "real_levels": len(real), "real_to_bracket": to_bracket(real, slos),
             "replay": [[m.concurrency, feasible(slos, m)] for m in levels],
             "replay_knee": knee.concurrency if knee is not None else None,
@@ -131,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--study", default="h200-study-30b-r4")
     ap.add_argument("--profile-only", action="store_true",
                     help="every trial's plan from the profile's parameters (not the guide's re-fit of the moment)")
+    ap.add_argument("--reparse", metavar="FOLDER", help="the study's run folders: each level parsed again from its "
+                    "bench JSON with the parser as it is now (``profile_check.py heldout --reparse``)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args(argv)
-    rows = replay(a.job, a.db, a.study, a.profile_only)
+    rows = replay(a.job, a.db, a.study, a.profile_only, a.reparse)
     fmt = lambda seq: " ".join(f"{c}{'+' if ok else '-'}" for c, ok in seq)  # noqa: E731
     print("trial | start | real levels (+ met, - failed) | knee | n | to bracket || replay | knee | n | to bracket")
     for r in rows:
