@@ -245,6 +245,7 @@ def free_stem(out_dir: Path, name: str) -> str:
 __all__ = [
     "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION",
     "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "free_stem",
-    "first_wave", "intervals", "latency_summary", "load_result", "parse_result", "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset",
-    "request_latencies", "run_bench", "run_level", "summarize_raw", "without_first_wave",
+    "first_wave", "intervals", "latency_summary", "load_result", "parse_result", "per_request_tpot_ms", "percentile",
+    "pool_results", "prepare_dataset", "request_latencies", "run_bench", "run_level", "summarize_raw",
+    "without_first_wave",
 ]
