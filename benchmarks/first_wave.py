@@ -25,7 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executors.bench_result import latency_summary, parse_result, per_request_tpot_ms, pool_results  # noqa: E402
+from executors.bench_result import (  # noqa: E402
+    latency_summary, parse_result, per_request_tpot_ms, percentile, pool_results)
 
 DEFAULT_FOLDER = Path("/tmp/r4/da-runs/h200-study-30b")
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "h200-study-30b-r4" / "first_wave.json"
@@ -42,9 +43,8 @@ def _config(folder: Path) -> str:
 
 
 def _speed(tpots: list[float]) -> float | None:
-    import numpy as np
-
-    return 1000.0 / float(np.percentile(tpots, 90)) if tpots else None
+    t = percentile(tpots, 90)
+    return 1000.0 / t if t else None
 
 
 def level(folder: Path, c: int) -> dict[str, Any]:

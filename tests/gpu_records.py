@@ -1,5 +1,5 @@
 """A committed H200 study read back: its raw.tar.xz unpacked, its trials through the project's own queries, the docs
-page and the profile's held-out errors beside it (the r3 and r4 study tests hold the docs to these)."""
+page and the profile's held-out errors beside it (the r3, r4 and r5 study tests hold the docs to these)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def recorded_study(results: Path, study: str, out: Path) -> dict[str, Any]:
-    """``trials`` (number → Trial), ``docs`` (docs/benchmarks.md) and ``heldout`` (``results/heldout.json``)."""
+    """``trials`` (number → Trial), ``docs`` (docs/benchmarks.md) and ``heldout`` (``results/heldout.json``, None
+    where the study has none)."""
     with tarfile.open(results / "raw.tar.xz") as tar:
         tar.extractall(out, filter="data")
     database = db.connect(f"sqlite:///{out / 'da-gpu/results.db'}")
@@ -24,4 +25,5 @@ def recorded_study(results: Path, study: str, out: Path) -> dict[str, Any]:
     finally:
         database.close()
     return {"trials": trials, "docs": (ROOT / "docs" / "benchmarks.md").read_text(),
-            "heldout": json.loads((results / "heldout.json").read_text())}
+            "heldout": json.loads((results / "heldout.json").read_text()) if (results / "heldout.json").exists()
+            else None}

@@ -8,14 +8,10 @@ the stall re-measure.
 
 from __future__ import annotations
 
-import tarfile
-
 import pytest
 
-import db
-from db import queries
 from search_spaces import TrialState
-from tests.gpu_records import ROOT
+from tests.gpu_records import ROOT, recorded_study
 
 RESULTS = ROOT / "benchmarks" / "results" / "h200-study-30b-r5"
 STUDY = "h200-study-30b-r5"
@@ -23,15 +19,8 @@ STUDY = "h200-study-30b-r5"
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("h200-r5")
-    with tarfile.open(RESULTS / "raw.tar.xz") as tar:
-        tar.extractall(out, filter="data")
-    database = db.connect(f"sqlite:///{out / 'da-gpu' / 'results.db'}")
-    try:
-        trials = {t.number: queries.get_trial(database, STUDY, t.number) for t in queries.list_trials(database, STUDY)}
-    finally:
-        database.close()
-    return trials, (ROOT / "docs" / "benchmarks.md").read_text()
+    r = recorded_study(RESULTS, STUDY, tmp_path_factory.mktemp("h200-r5"))
+    return r["trials"], r["docs"]
 
 
 def test_the_baseline_trial_and_its_phases_are_the_docs(recorded) -> None:
