@@ -13,12 +13,10 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
   ran vLLM's CPU default, 128) and a workload (ISL 192 / OSL 24) no probe measured — closer than the CPU kind's
   default parameters, over the values a fit compares (``advisor.calibrate.fitted_values``).
 
-That last clause held only after the model learnt that vLLM's CPU build has no CUDA graphs (``GPUSpec.graphs``):
-with decode modelled as graphed, no term grew a decode step with depth, though every probe showed it (5 Dec: P50
-TPOT 2.76 / 4.20 ms at c = 1 with 1 / 2 layers, 3.78 / 7.22 ms at c = 4), the fit split the difference between the
-depths, and runs on 3-4 Dec went 1.35 vs 0.55, 0.61 vs 0.60, 0.68 vs 0.33, 0.38 vs 0.53 (profiled vs defaults). The
-same 5 Dec probes refitted with every CPU step eager (``benchmarks/gpu/profile_check.py refit``): cross-validated
-error by probe 0.375 -> 0.30, and the study's level 0.11 vs 0.45 (the profile fitted without the change: 0.19).
+That last clause holds since the model learnt that vLLM's CPU build has no CUDA graphs (``GPUSpec.graphs``): with
+decode modelled as graphed, no term grew a decode step with depth, though every probe showed it, the fit split the
+difference between the depths, and the profile won 1 of 4 runs (3-4 Dec); with the change, 2 of 2 (5 Dec).
+docs/benchmarks.md, "Figures the real tests printed", has every run's figures.
 """
 
 from __future__ import annotations
