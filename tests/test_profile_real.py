@@ -16,11 +16,12 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
 
 That last clause holds since the model learnt that vLLM's CPU build has no CUDA graphs (``GPUSpec.graphs``): with
 decode modelled as graphed, no term grew a decode step with depth, though every probe showed it, and the fit split the
-difference between the depths. Why the RMS log and not the median |predicted / measured - 1| of the three values: on 5
-Dec (run 1's probes refitted with the change, runs 2 and 3 fitted with it) the study's deployment ran 0.8-1.2x as fast
+difference between the depths. Why the RMS log and not the median |predicted / measured - 1| of the three values: on
+5 Dec (run 1's probes refitted with the change, runs 2-4 fitted with it) the study's deployment ran 0.8-1.2x as fast
 as the same-shape probe deployment minutes before it, and the pessimistic defaults gain from a slow one on throughput
-and TTFT; the median followed those two (profiled vs defaults 0.11 / 0.45, 0.33 / 0.46, 0.33 / 0.32: a loss in run 3)
-where the RMS log also weighs the decode step the defaults miss by 1.7-2.2x (0.22 / 0.59, 0.49 / 0.58, 0.34 / 0.44).
+and TTFT; the median followed those two (profiled vs defaults 0.11/0.45, 0.33/0.46, 0.33/0.32: a loss in run 3,
+0.14/0.47) where the RMS log also weighs the decode step the defaults miss by 1.7-2.4x (0.22/0.59, 0.49/0.58,
+0.34/0.44, 0.21/0.63).
 docs/benchmarks.md, "Figures the real tests printed", has every run's figures.
 """
 
