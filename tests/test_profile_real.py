@@ -38,7 +38,7 @@ import pytest
 import yaml
 
 import db
-from advisor.calibrate import Errors, fitted_values
+from advisor.calibrate import Problem, Sample, fitted_values
 from advisor.job import job_from_dict, load_job
 from executors import place
 from executors.measure import MeasurePlan
@@ -165,17 +165,13 @@ def test_profile_predicts_the_unmeasured_level_better_than_the_defaults(real_stu
         trial = db.queries.get_trial(database, "study", 0)
     finally:
         database.close()
-    assert trial is not None
+    assert trial is not None and trial.config is not None
     level = next(m for m in trial.measurements if "knee_start" in m.raw)
     measured = fitted_values(level)
     assert len(measured) >= 2, level
-    topo = place(_config(), job.cluster)
-
-    def error(params: PerfParams) -> Errors:
-        pred = predict(topo, job.model_profile(), job.workload, params, [level.concurrency])[0]
-        return Errors.of([(k, math.log(getattr(pred, k) / v)) for k, v in measured.items()], 1)
-
-    profiled, defaults = error(real_study["params"]), error(default_params("CPU"))
+    # the level as a fit sample: ``Problem.errors`` predicts it and compares as a profile's fit does
+    problem = Problem([Sample("study", 0, trial.config, job, {level.concurrency: measured})])
+    profiled, defaults = problem.errors(real_study["params"]), problem.errors(default_params("CPU"))
     # the fit's own loss (``Errors.rms_log``): the median of three values followed the noisier two (module docstring)
     assert profiled.rms_log < defaults.rms_log, (profiled, defaults, measured)
 
