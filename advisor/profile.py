@@ -124,6 +124,7 @@ class Probe:
     isl: int
     osl: int
     loads: tuple[int, ...]
+    min_prompts: int = 8  # requests per level (``plan_profile`` sets it: fewer on a GPU, more on vLLM's CPU build)
 
     def workload(self, load: int | None = None) -> Workload:
         """The probe's levels (only ``load``'s when given), each with a warm-up at its own load: the first requests
@@ -137,7 +138,7 @@ class Probe:
         seed = zlib.crc32(f"{self.kind}/{self.isl}/{self.osl}".encode())
         return Workload(isl=LengthDist(mean=self.isl), osl=LengthDist(mean=self.osl),
                         load_levels=list(self.loads) if load is None else [load], knee_search=False,
-                        prompts_per_concurrency=2.0, min_prompts=4 if self.kind == "prefill" else 8,
+                        prompts_per_concurrency=2.0, min_prompts=self.min_prompts,
                         warmups_per_concurrency=1.0, seed=seed)
 
 
@@ -180,8 +181,14 @@ def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> Profile
     isl = max(16, min(job.workload.isl.mean, 256 if cpu else 4096, longest))
     lens = sorted({min(n, longest) for n in ((64, 256) if cpu else (512, 2048, 8192))})
     batches = (1, 4) if cpu else (1, 16, 64, 256)
-    probes = tuple(Probe("prefill", n, 1, (1,)) for n in lens) + (
-        Probe("decode", isl, osl, tuple(b for b in batches if b <= seqs)),)
+    # Requests per level. On a GPU 4 prefill and 8 decode requests (the larger batches send 2 x c) take seconds each.
+    # On vLLM's CPU build the same counts were levels of 0.1-0.4 s, and the 2-core machines these run on change
+    # speed for seconds at a time: on 5 Dec, a CI run's study measured the profile's shape 1.7x slower than its
+    # probes minutes before (P50 TPOT 9.0 ms against 5.4 predicted), where another machine measured 2.7-3.8 ms on 8
+    # fresh deployments of that shape. 24 and 32 requests are 1-3 s per level, a few seconds in all.
+    pre_n, dec_n = (24, 32) if cpu else (4, 8)
+    probes = tuple(Probe("prefill", n, 1, (1,), pre_n) for n in lens) + (
+        Probe("decode", isl, osl, tuple(b for b in batches if b <= seqs), dec_n),)
     role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     return ProfilePlan(ds, probes, DeploymentConfig(mode=Mode.AGGREGATED, decode=role))
 
