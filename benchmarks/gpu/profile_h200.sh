@@ -28,6 +28,7 @@
 #     profiles-bg    issue 29's wide shapes, detached like study-bg (follow with wait, end with stop): the
 #                    DeepSeek-V3-width profile, its stack check at depth 3 (c = 64 first: its warm-up meets the
 #                    larger batch shapes' just-in-time kernels), then the Qwen3-235B-width profile
+#     qwen3-bg       the Qwen3-235B-width profile alone, detached like study-bg (follow with wait, end with stop)
 #     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
 #                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
 #                    an upper bound: what the server standby hides)
@@ -105,6 +106,7 @@ for step in "$@"; do
           nvidia-smi --query-gpu=memory.used --format=csv
           run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
           snapshot ;;
+    qwen3-bg) detach "python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     importtime-bg) (t=$(date +%s.%N); python3 -X importtime -c "import vllm.entrypoints.cli.main, vllm.entrypoints.openai.api_server" \
                      2> /tmp/da-gpu/importtime.log; echo "# wall $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" $t) s" \
                      >> /tmp/da-gpu/importtime.log) < /dev/null > /dev/null 2>&1 & ;;
