@@ -25,11 +25,23 @@ WORKER_ATTR = "advisor_worker"
 
 
 def ask(study: optuna.Study, worker: str) -> optuna.trial.Trial:
-    """``study.ask()``, the asking worker recorded on the trial (see ``WORKER_ATTR``). A kill between the two
-    leaves a trial without a worker: that one is closed by age, as before (``close_stale``)."""
-    trial = study.ask()
-    trial.set_user_attr(WORKER_ATTR, worker)
-    return trial
+    """A new trial, the asking worker recorded on it (see ``WORKER_ATTR``) in the transaction that creates it.
+
+    ``study.ask()`` then ``set_user_attr`` were two transactions: a database that stopped between them (CI, 5 Dec:
+    tests/test_db_outage.py's outage past the window) left trial 21 RUNNING with no worker and no record, which the
+    resume seconds later could close only by age (``STALE_AFTER_S``). So a new trial is added whole
+    (``Study.add_trial`` of a RUNNING trial carrying the attribute) and found again as the newest RUNNING trial of
+    this worker. An enqueued trial (a baseline, a repeat, a proposer's point) is still taken by ``study.ask()``,
+    which pops it, and then marked: a stop between those two leaves a trial without a worker, closed by age."""
+    running = (optuna.trial.TrialState.RUNNING,)
+    if study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+        trial = study.ask()
+        trial.set_user_attr(WORKER_ATTR, worker)
+        return trial
+    study.add_trial(optuna.trial.create_trial(state=running[0], user_attrs={WORKER_ATTR: worker}))
+    mine = [t.number for t in study.get_trials(deepcopy=False, states=running)
+            if t.user_attrs.get(WORKER_ATTR) == worker]
+    return trial_by_number(study, max(mine))
 
 
 class Heartbeat:
