@@ -72,6 +72,11 @@ class Sample:
     config: DeploymentConfig
     job: TuningJob
     measured: dict[int, dict[str, float]]
+    #: How each level was sent, for a fit that predicts levels as sent (``Problem(as_sent=True)``): its requests
+    #: (default: the workload's count), and the levels whose latencies left the first wave out (the bench parser's
+    #: rule since 4 Dec: ``executors.bench_result.first_wave``).
+    requests: dict[int, int] = field(default_factory=dict)
+    first_wave_out: frozenset[int] = frozenset()
 
     @property
     def key(self) -> str:
@@ -166,14 +171,20 @@ def measured_samples(database: db.Database, study: str, job: TuningJob,
     levels come from ``sources`` — by default measured by ``vllm bench serve``, never the model's own predictions
     (a test may pass ``("simulated",)`` to fit a known ground truth)."""
     by_trial: dict[int, dict[int, dict[str, float]]] = {}
+    sent: dict[int, dict[int, int]] = {}
+    wave_out: dict[int, set[int]] = {}
     for lv in queries.measurements(database, study, states=MEASURED_STATES):
         m = lv.measurement
         if m.source not in sources:
             continue
         if vals := fitted_values(m):
             by_trial.setdefault(lv.trial_number, {})[m.concurrency] = vals
+            sent.setdefault(lv.trial_number, {})[m.concurrency] = m.completed or 0
+            if "first_wave" in (m.raw or {}):
+                wave_out.setdefault(lv.trial_number, set()).add(m.concurrency)
     configs = {t.number: t.config for t in queries.list_trials(database, study, states=MEASURED_STATES)}
-    return [Sample(study, n, cfg, job, lv) for n, lv in sorted(by_trial.items()) if (cfg := configs.get(n))]
+    return [Sample(study, n, cfg, job, lv, sent.get(n, {}), frozenset(wave_out.get(n, ())))
+            for n, lv in sorted(by_trial.items()) if (cfg := configs.get(n))]
 
 
 def folds_of(samples: Sequence[Sample], k: int | None, seed: int) -> list[list[Sample]]:
@@ -200,10 +211,13 @@ def _ratios(s: Sample, pred: dict[int, Any]) -> list[tuple[str, float]]:
 
 
 class Problem:
-    """Log ratios predicted / measured of some samples as a function of the parameters."""
+    """Log ratios predicted / measured of some samples as a function of the parameters: each level predicted by the
+    steady closed-loop model, or (``as_sent``) as the benchmark sent it, step by step (``executors.perf.burst``:
+    slower, and what a short lockstep level — a profile's probe — measures)."""
 
-    def __init__(self, samples: Sequence[Sample]) -> None:
+    def __init__(self, samples: Sequence[Sample], as_sent: bool = False) -> None:
         self.samples = list(samples)
+        self.as_sent = as_sent
         self.topos = [place(s.config, s.job.cluster) for s in self.samples]
         self.models: list[ModelProfile] = [s.job.model_profile() for s in self.samples]
         self.levels = sum(len(s.measured) for s in self.samples)
@@ -218,6 +232,8 @@ class Problem:
         """(metric, log(predicted / measured)) for every measured value, in the samples' order: each job's samples
         predicted at once (``executors.perf.levels.Batch``) — a re-fit evaluates this hundreds of times, and one by
         one it was most of a guided study's tuner time."""
+        if self.as_sent:
+            return [r for i in range(len(self.samples)) for r in self.sample_log_ratios(i, params)]
         pred: list[dict[int, Any]] = [{} for _ in self.samples]
         for idx, asked in self._groups:
             first = self.samples[idx[0]]
@@ -234,8 +250,15 @@ class Problem:
         """The i-th sample's levels predicted one by one, at the concurrencies measured (knee-search levels differ
         from trial to trial and from the job's fixed levels; a job may have none)."""
         s = self.samples[i]
-        return {m.concurrency: m for m in predict(self.topos[i], self.models[i], s.job.workload, params,
-                                                  sorted(s.measured))}
+        loads = sorted(s.measured)
+        if self.as_sent:
+            from executors.perf.burst import predict_as_sent
+
+            got = predict_as_sent(self.topos[i], self.models[i], s.job.workload, params, loads,
+                                  [s.requests.get(c) or s.job.workload.num_prompts(c) for c in loads],
+                                  [c in s.first_wave_out for c in loads])
+            return dict(zip(loads, got, strict=True))
+        return {m.concurrency: m for m in predict(self.topos[i], self.models[i], s.job.workload, params, loads)}
 
     def errors(self, params: PerfParams) -> Errors:
         return Errors.of(self.log_ratios(params), self.levels)
@@ -312,8 +335,10 @@ def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParam
 
 
 def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int = 0,
-              start: PerfParams | None = None, names: Sequence[str] | None = None) -> Calibration:
-    """Fit on every sample; cross-validate the same procedure (sensitivity check included) by trial."""
+              start: PerfParams | None = None, names: Sequence[str] | None = None,
+              as_sent: bool = False) -> Calibration:
+    """Fit on every sample; cross-validate the same procedure (sensitivity check included) by trial.
+    ``as_sent``: levels predicted as the benchmark sent them (``Problem``)."""
     unknown = [n for n in names or () if n not in CALIBRATABLE]
     if unknown:
         raise BadInput(f"--params: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(CALIBRATABLE)}")
@@ -325,7 +350,7 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         raise BadInput(f"studies: measured on different GPU kinds ({', '.join(gpus)}); calibrate one kind at a time")
     theta0 = start or default_params(gpus[0])
     candidates = list(names or CALIBRATABLE)
-    every = Problem(samples)
+    every = Problem(samples, as_sent)
     memo = SensitivityMemo(theta0)  # every fold checks the same samples from the same start
     fitted = sensitive(every, theta0, candidates, memo)
     params = fit(every, theta0, fitted)
@@ -340,9 +365,9 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         parts = folds_of(samples, folds, seed)
         ratios: list[tuple[str, float]] = []
         for i, test in enumerate(parts):
-            train = Problem([s for j, part in enumerate(parts) if j != i for s in part])
+            train = Problem([s for j, part in enumerate(parts) if j != i for s in part], as_sent)
             p = fit(train, theta0, sensitive(train, theta0, candidates, memo))
-            ratios += Problem(test).log_ratios(p)
+            ratios += Problem(test, as_sent).log_ratios(p)
         cal.folds = len(parts)
         cal.after["held_out"] = Errors.of(ratios, every.levels)
     else:

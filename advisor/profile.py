@@ -381,10 +381,11 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
         executor.close()
 
 
-def fit_probes(samples: Sequence[Sample], gpu: str) -> Calibration:
+def fit_probes(samples: Sequence[Sample], gpu: str, as_sent: bool = False) -> Calibration:
     """The single-GPU terms fitted to a profile's probe levels, from the GPU kind's defaults (``advisor profile``,
-    and ``profile_check.py refit`` refitting stored levels after a change of the model's formulas)."""
-    return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS))
+    and ``profile_check.py refit`` refitting stored levels after a change of the model's formulas; ``as_sent``:
+    each probe predicted as the benchmark sent it, ``advisor.calibrate.Problem``)."""
+    return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS), as_sent=as_sent)
 
 
 def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,

@@ -52,6 +52,7 @@ from advisor.profile import matching_profile, probe_job, resolve_params  # noqa:
 from executors import place  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params, predict  # noqa: E402
+from executors.perf.burst import predict_as_sent  # noqa: E402
 from executors.simulated import predicted_knee  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, Measurement, Mode, Role, RoleConfig  # noqa: E402
 
@@ -67,6 +68,15 @@ def config_of(text: str) -> DeploymentConfig:
 
 def values(m: Measurement) -> dict[str, float | None]:
     return {k: getattr(m, k) for k in METRICS}
+
+
+def levels_of(topo: Any, model: Any, wl: Any, params: PerfParams, loads: list[int], as_sent: bool = False,
+              requests: list[int] | None = None, wave_out: list[bool] | None = None) -> list[Measurement]:
+    """The model's levels at ``loads``: the steady closed loop, or (``--as-sent``) each level as the benchmark sent
+    it (``executors.perf.burst``; ``requests`` per level, latencies without the first wave where ``wave_out``)."""
+    if as_sent:
+        return predict_as_sent(topo, model, wl, params, loads, requests, wave_out)
+    return predict(topo, model, wl, params, loads)
 
 
 def param_sets(job: TuningJob, database: db.Database, files: list[str] | None = None
@@ -211,18 +221,18 @@ def reparsed(folder: str | None) -> Any:
         if m.raw.get("pooled_runs") == 2 and path.stem.endswith("-2"):
             data = pool_results(json.loads(path.with_name(path.stem[:-2] + ".json").read_text()), data)
         fresh = parse_result(data, concurrency=int(m.concurrency), gpus=m.gpus)
-        return m.model_copy(update={k: getattr(fresh, k) for k in METRICS})
+        raw = {**(m.raw or {}), **{k: fresh.raw[k] for k in ("first_wave",) if k in (fresh.raw or {})}}
+        return m.model_copy(update={**{k: getattr(fresh, k) for k in METRICS}, "raw": raw})
     return again
 
 
-def cmd_heldout(a: argparse.Namespace) -> None:
-    job = load_job(a.job)
-    again = reparsed(a.reparse)
-    sets = param_sets(job, open_db(job, a.profile_from), a.params)
-    database = open_db(job, a.levels_from)
-    study = a.study or job.name
-    model, out, pooled = job.model_profile(), {"profile": sets["profile"][1], "study": study, "trials": {}}, {
-        n: {} for n in sets}
+def heldout(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], database: db.Database, study: str,
+            again: Any = lambda m: m, as_sent: bool = False) -> dict[str, Any]:
+    """Every level ``study`` measured, predicted by each parameter set of ``sets`` (``again``: each level parsed
+    anew, ``reparsed``), per trial and pooled — all levels, and those at or under each trial's measured knee."""
+    label = sets["profile"][1] if "profile" in sets else None
+    model, out, pooled = job.model_profile(), {"profile": label, "study": study, "trials": {},
+                                               "levels": "as sent" if as_sent else "steady"}, {n: {} for n in sets}
     under: dict[str, dict[str, Any]] = {n: {} for n in sets}  # the levels at or under each trial's measured knee
     for t in db.queries.list_trials(database, study):
         trial = db.queries.get_trial(database, study, t.number)
@@ -233,8 +243,11 @@ def cmd_heldout(a: argparse.Namespace) -> None:
         topo = place(trial.config, job.cluster)
         loads = sorted({m.concurrency for m in ms})
         pred = {}
+        by_load = {m.concurrency: m for m in ms}
+        sent = [by_load[c].completed or job.workload.num_prompts(c) for c in loads]
+        wave = ["first_wave" in (by_load[c].raw or {}) for c in loads]
         for name, (params, _) in sets.items():
-            at = dict(zip(loads, predict(topo, model, job.workload, params, loads)))
+            at = dict(zip(loads, levels_of(topo, model, job.workload, params, loads, as_sent, sent, wave)))
             pred[name] = {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": values(at[m.concurrency])
                           for m in ms}
         search = [m for m in trial.measurements if m.purpose in ("search", "knee")]
@@ -257,6 +270,13 @@ def cmd_heldout(a: argparse.Namespace) -> None:
     if any(under.values()):
         out["pooled_under_knee"] = {name: errors({k: v[0] for k, v in d.items()}, {k: v[1] for k, v in d.items()})
                                     for name, d in under.items()}
+    return out
+
+
+def cmd_heldout(a: argparse.Namespace) -> None:
+    job = load_job(a.job)
+    sets = param_sets(job, open_db(job, a.profile_from), a.params)
+    out = heldout(job, sets, open_db(job, a.levels_from), a.study or job.name, reparsed(a.reparse), a.as_sent)
     Path(a.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     summary = {n: {k: v[k] for k in ("config", "phases_s", "levels", "full_levels", "levels_to_bracket")}
                for n, v in out["trials"].items()}
@@ -305,14 +325,16 @@ class ProbeLevels:
         from advisor.calibrate import Sample
 
         groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
+        sent: dict[tuple[int, str, int, int], dict[int, int]] = {}
         first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
         for lv in self.profile.probes:
             if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop or lv.get("fitted") is False:
                 continue  # named in ``drop``, or one advisor.profile left out of its fit (stalled twice)
             key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
             groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
+            sent.setdefault(key, {})[int(lv["concurrency"])] = int(lv.get("completed") or 0)
             first.setdefault(key, lv)
-        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured)
+        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured, sent[key])
                 for i, (key, measured) in enumerate(groups.items())]
 
 
@@ -325,9 +347,10 @@ def cmd_refit(a: argparse.Namespace) -> None:
     unknown = drop - {level_name(lv) for lv in levels.profile.probes}
     if unknown:
         raise SystemExit(f"--drop: no such probe level {', '.join(sorted(unknown))}")
-    cal = fit_probes(levels.samples(drop), job.cluster.gpu)
+    cal = fit_probes(levels.samples(drop), job.cluster.gpu, a.as_sent)
     cal.params.save(a.out)
-    report = {"profile": levels.profile.label, "dropped": sorted(drop), **cal.to_dict()}
+    report = {"profile": levels.profile.label, "dropped": sorted(drop),
+              "level_model": "as sent" if a.as_sent else "steady", **cal.to_dict()}
     Path(a.out).with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: report[k] for k in ("profile", "dropped", "fitted", "error_before", "error_after", "changes")},
                      indent=2))
@@ -344,32 +367,44 @@ def cmd_probes(a: argparse.Namespace) -> None:
         pj = levels.level_job(lv, lv["concurrency"])
         wl = pj.workload
         topo = place(plan.config, pj.cluster)
-        pred = {name: {k: getattr(predict(topo, pj.model_profile(), wl, params, [lv["concurrency"]])[0], k)
+        sent = [lv.get("completed") or wl.num_prompts(lv["concurrency"])]
+        pred = {name: {k: getattr(levels_of(topo, pj.model_profile(), wl, params, [lv["concurrency"]], a.as_sent,
+                                            sent)[0], k)
                        for k in lv["values"]} for name, (params, _) in sets.items()}
         rows.append({k: lv[k] for k in ("depth", "kind", "isl", "osl", "concurrency")}
                     | {"measured": lv["values"], "predicted": pred})
         print(f"L{lv['depth']} {lv['kind']:7} {lv['isl']:5}+{lv['osl']:<3} c={lv['concurrency']:<4} " + "  ".join(
             f"{k} {v:,.1f} (" + ", ".join(f"{n} {pred[n][k]:,.1f}" for n in pred) + ")"
             for k, v in lv["values"].items()))
-    Path(a.out).write_text(json.dumps({"profile": profile.label, "levels": rows}, indent=2) + "\n")
+    Path(a.out).write_text(json.dumps({"profile": profile.label, "levels": rows,
+                                       "level_model": "as sent" if a.as_sent else "steady"}, indent=2) + "\n")
+
+
+def stack_job(job: TuningJob, depth: int, loads: list[int]) -> TuningJob:
+    """The ``stack`` check's job: the job's model shape at ``depth`` layers on one GPU, the job's lengths at
+    ``loads`` (2 x c requests, at least 16, a warm-up of c)."""
+    from search_spaces import Workload
+
+    wl = Workload(isl=job.workload.isl, osl=job.workload.osl, load_levels=loads, knee_search=False,
+                  prompts_per_concurrency=2.0, min_prompts=16, warmups_per_concurrency=1.0)
+    return probe_job(job, check_folder(job, depth), wl, ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1))
 
 
 def cmd_stack(a: argparse.Namespace) -> None:
     from advisor.executor_factory import make_executor
     from advisor.profile import plan_profile, with_probe_kv
-    from search_spaces import Workload
 
     job = load_job(a.job)
     database = open_db(job, a.profile_from)
     sets = param_sets(job, database, a.params)
-    folder = check_folder(job, a.depth)
     loads = [int(x) for x in a.loads.split(",")]
-    wl = Workload(isl=job.workload.isl, osl=job.workload.osl, load_levels=loads, knee_search=False,
-                  prompts_per_concurrency=2.0, min_prompts=16, warmups_per_concurrency=1.0)
-    sjob = probe_job(job, folder, wl, ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1))
+    sjob = stack_job(job, a.depth, loads)
+    wl = sjob.workload
     config = plan_profile(job).config
     topo = place(config, sjob.cluster)
-    pred = {name: {str(m.concurrency): values(m) for m in predict(topo, sjob.model_profile(), wl, params, loads)}
+    sent = [wl.num_prompts(c) for c in loads]
+    pred = {name: {str(m.concurrency): values(m) for m in levels_of(topo, sjob.model_profile(), wl, params, loads,
+                                                                      a.as_sent, sent)}
             for name, (params, _) in sets.items()}
     if a.measured_from:  # predict again what an earlier check measured (another profile, a refit): no deploy
         earlier = json.loads(Path(a.measured_from).read_text())
@@ -383,7 +418,8 @@ def cmd_stack(a: argparse.Namespace) -> None:
         finally:
             ex.close()
         meas, failure = {str(m.concurrency): values(m) for m in run.measurements}, run.reason
-    result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1], "predicted": pred, "measured": meas,
+    result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1],
+              "level_model": "as sent" if a.as_sent else "steady", "predicted": pred, "measured": meas,
               "failure": failure, "errors": {name: errors(p, meas) for name, p in pred.items()}}
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["errors"], indent=2))
@@ -409,6 +445,8 @@ def main() -> None:
     c.add_argument("pred")
     c.add_argument("--out", required=True)
     h = sub.add_parser("heldout")
+    h.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
+                   "(executors.perf.burst) instead of the steady closed loop")
     h.add_argument("job")
     h.add_argument("--out", required=True)
     h.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
@@ -418,16 +456,22 @@ def main() -> None:
     h.add_argument("--reparse", metavar="FOLDER", help="the study's run folders: each level parsed again from its "
                    "bench JSON with the parser as it is now")
     r = sub.add_parser("refit")
+    r.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
+                   "(executors.perf.burst) instead of the steady closed loop")
     r.add_argument("job")
     r.add_argument("--out", required=True)
     r.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     r.add_argument("--drop", help="probe levels left out of the fit, e.g. L1/decode/2048/c16,L5/decode/2048/c256")
     q = sub.add_parser("probes")
+    q.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
+                   "(executors.perf.burst) instead of the steady closed loop")
     q.add_argument("job")
     q.add_argument("--out", required=True)
     q.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     q.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
     s = sub.add_parser("stack")
+    s.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
+                   "(executors.perf.burst) instead of the steady closed loop")
     s.add_argument("job")
     s.add_argument("--depth", type=int, required=True)
     s.add_argument("--loads", default="8,64")

@@ -1,0 +1,130 @@
+"""A level as the benchmark sends it (``executors.perf.burst``): vLLM's chunked-prefill schedule of c users who
+start together, checked against hand-computed steps, the scheduler's limits, the bench parser's first-wave rule,
+the steady model it must approach on a long random level, and a fit that must recover known parameters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from advisor.calibrate import Problem, Sample, calibrate
+from advisor.job import TuningJob
+from executors import place
+from executors.bench_result import first_wave
+from executors.perf import decode_step_time, default_params, predict, prefill_step_time
+from executors.perf.burst import predict_as_sent, schedule
+from search_spaces import (
+    ClusterSpec,
+    DeploymentConfig,
+    LengthDist,
+    Mode,
+    Role,
+    RoleConfig,
+    Workload,
+    model_preset,
+)
+
+MODEL = model_preset("qwen3-moe-235b")
+CLUSTER = ClusterSpec(gpu="H200", nodes=1, gpus_per_node=8)
+ROLE = RoleConfig(role=Role.MIXED, tensor_parallel_size=8, max_num_seqs=256, max_num_batched_tokens=8192)
+CONFIG = DeploymentConfig(mode=Mode.AGGREGATED, decode=ROLE)
+
+
+def workload(isl: int, osl: int, ratio: float = 0.0) -> Workload:
+    return Workload(isl=LengthDist(mean=isl, range_ratio=ratio), osl=LengthDist(mean=osl, range_ratio=ratio),
+                    load_levels=[1], knee_search=False)
+
+
+def test_a_lockstep_level_is_one_prefill_step_then_decode_steps():
+    """c = 4 prompts of 2,048 tokens fit one 8,192-token step: every request's TTFT is that step, its TPOT the
+    decode step at batch 4, and the next wave repeats it (all end together) — the steady model instead mixes a
+    prefill chunk into its decode steps and queues nobody."""
+    wl, p, c, osl = workload(2048, 64), default_params("H200"), 4, 64
+    m = predict_as_sent(place(CONFIG, CLUSTER), MODEL, wl, p, [c], [3 * c])[0]
+    pf = prefill_step_time(ROLE, MODEL, CLUSTER, wl, p, tokens=c * 2048).total
+    dec = decode_step_time(ROLE, MODEL, CLUSTER, wl, p, batch=c).total
+    assert m.p50_ttft_ms == pytest.approx(1e3 * pf, rel=1e-9)
+    assert m.p90_ttft_ms == pytest.approx(1e3 * pf, rel=1e-9)
+    assert m.p50_tpot_ms == pytest.approx(1e3 * dec, rel=1e-9)
+    tokens = 3 * c * (2048 + osl)
+    assert m.throughput_per_gpu == pytest.approx(tokens / (3 * (pf + (osl - 1) * dec)) / 8, rel=1e-9)
+    assert m.raw["level_model"] == "as sent"
+    steady = predict(place(CONFIG, CLUSTER), MODEL, wl, p, [c])[0]
+    assert steady.p50_tpot_ms > m.p50_tpot_ms  # the steady state pays prefill interference in its decode steps
+
+
+def test_the_schedule_keeps_vllms_limits():
+    """No step holds more tokens than the budget or more sequences than max_num_seqs; the KV cache bounds the
+    requests running together; every request gets its first token before its last, after it arrived."""
+    rng = np.random.default_rng(0)
+    isl, osl = rng.integers(100, 3000, 200), rng.integers(1, 300, 200)
+    seen: list[tuple[int, int, int]] = []
+
+    def step(d: int, p: int, ps: int) -> float:
+        seen.append((d, p, ps))
+        return 0.01 + 1e-6 * p + 1e-4 * d
+
+    kv = 20_000.0
+    s = schedule(64, isl, osl, 1.0, budget=4096, max_seqs=32, kv_tokens=kv, step_time=step, resend_s=0.003)
+    assert all(d + p <= 4096 for d, p, _ in seen)
+    assert all(d + ps <= 32 for d, _, ps in seen)
+    assert s.steps == len(seen) and not np.isnan(s.last).any()
+    assert (s.first >= s.arrive).all() and (s.last >= s.first).all()
+    # at any instant, the requests admitted and not ended fit the KV cache (each reserves its whole length)
+    for t in np.unique(s.first):
+        held = (s.first <= t) & (s.last >= t)
+        assert float(np.sum((isl + osl)[held])) <= kv
+    assert math.isclose(s.out_tokens.sum(), osl.sum())
+
+
+def test_the_first_wave_left_out_is_the_bench_parsers():
+    """The requests ``Schedule.first_wave`` marks are those ``executors.bench_result.first_wave`` finds in a
+    benchmark's JSON of the same requests (start times, TTFTs, inter-token gaps)."""
+    rng = np.random.default_rng(1)
+    for c, n in ((1, 8), (8, 16), (16, 24), (32, 200)):
+        isl, osl = rng.integers(500, 2500, n), rng.integers(20, 120, n)
+        s = schedule(c, isl, osl, 1.0, 8192, 256, 0.0, lambda d, p, ps: 0.002 + 1e-5 * p, 0.02)
+        ttft = s.first - s.arrive
+        data = {"start_times": s.arrive.tolist(), "ttfts": ttft.tolist(),
+                "itls": [[(e - f) / max(k - 1, 1)] * int(k - 1) for e, f, k in zip(s.last, s.first, s.out_tokens,
+                                                                                     strict=True)]}
+        assert np.flatnonzero(s.first_wave).tolist() == first_wave(data, c)
+
+
+def test_a_long_random_level_approaches_the_steady_model():
+    """With lengths ±20% and 20 × c requests the users fall out of step, and the level's throughput and P50 TPOT
+    come within 5% of the steady closed loop's (two views of one step model that must agree where both hold)."""
+    wl, p = workload(2048, 256, 0.2), default_params("H200")
+    topo = place(CONFIG, CLUSTER)
+    for c in (4, 32):
+        sent = predict_as_sent(topo, MODEL, wl, p, [c], [20 * c], [True])[0]
+        steady = predict(topo, MODEL, wl, p, [c])[0]
+        assert sent.throughput_per_gpu == pytest.approx(steady.throughput_per_gpu, rel=0.05)
+        assert sent.p50_tpot_ms == pytest.approx(steady.p50_tpot_ms, rel=0.05)
+
+
+def test_a_fit_of_levels_as_sent_recovers_the_machine_that_made_them():
+    """Levels made by the as-sent view of a machine unlike the defaults (HBM at half its peak, slower prefill) are
+    fitted back by ``calibrate(as_sent=True)``; the steady fit of the same levels lands elsewhere (here: HBM at its
+    bound and prefill at a quarter of its peak) and misses them by far more."""
+    truth = default_params("H200").model_copy(update={"hbm_eff": 0.5, "mfu_prefill": 0.35})
+    wl = workload(2048, 64)
+    job = TuningJob.model_validate({
+        "name": "burst", "model": {"preset": "qwen3-moe-235b"},
+        "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 8},
+        "workload": wl.model_dump(), "slos": [], "storage": "sqlite:///:memory:"})
+    loads = [1, 8, 32]
+    made = predict_as_sent(place(CONFIG, CLUSTER), MODEL, wl, truth, loads, [2 * c for c in loads])
+    measured = {c: {k: getattr(m, k) for k in ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms")}
+                for c, m in zip(loads, made, strict=True)}
+    sample = Sample("burst", 0, CONFIG, job, measured, {c: 2 * c for c in loads})
+    assert Problem([sample], as_sent=True).errors(truth).overall == pytest.approx(0.0, abs=1e-12)
+    names = ["hbm_eff", "mfu_prefill"]
+    sent = calibrate([sample], names=names, as_sent=True)
+    steady = calibrate([sample], names=names)
+    assert sent.params.hbm_eff == pytest.approx(0.5, rel=0.02)
+    assert sent.params.mfu_prefill == pytest.approx(0.35, rel=0.02)
+    assert sent.after["in_sample"].overall < 0.01
+    assert steady.after["in_sample"].overall > 10 * sent.after["in_sample"].overall
