@@ -581,6 +581,9 @@ class LevelProbe:
         else:
             stats = metrics.level_stats(run.deltas, disaggregated=self.disaggregated)
             raw["metrics"] = metrics.per_instance_summary(run.deltas)
+            engine = metrics.engine_times(i.delta for i in run.deltas)
+            if engine is not None:
+                raw["engine"] = engine
             hit = stats.get("prefix_cache_hit_rate")
             if hit is not None and hit > PREFIX_REUSE_LIMIT and not self.workload.reuses_prefixes:
                 flags.append("prefix-cache-reuse")

@@ -10,6 +10,13 @@ vLLM's Prometheus counters (label ``engine`` = DP rank) give, as deltas over the
 
 EPLB has no metric: its balancedness is read from the log line ``EPLB step: … balancedness=…`` that EP
 rank 0 writes (``log_balancedness``), over the bytes logged during the level.
+
+And what the engine itself timed (``engine_times``, kept in ``Measurement.raw["engine"]``): the means over the level
+of vLLM's request histograms — waiting in the scheduler's queue, prefill, decode, its TTFT (from the API server's
+arrival to the first token leaving the output processor) and inter-token gap — and its engine steps (the count and
+mean size of ``iteration_tokens_total``). Beside the client's numbers they split a request's time into the way
+in and out (client TTFT − engine TTFT), the wait for the scheduler and the prefill; the profile's step times and
+the model's ``request_latency_s`` can be read from them rather than fitted to what they add up to.
 """
 
 from __future__ import annotations
@@ -32,6 +39,15 @@ CACHE_HITS = "vllm:prefix_cache_hits_total"
 BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 PREEMPTIONS = "vllm:num_preemptions_total"
 EXTERNAL_KV = "external_kv_transfer"
+#: vLLM's histograms a level's ``raw["engine"]`` reads (name in the record → vLLM's metric, a histogram).
+ENGINE_HISTOGRAMS = {
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "decode": "vllm:request_decode_time_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+}
+STEP_TOKENS = "vllm:iteration_tokens_total"
 _EPLB = re.compile(r"EPLB step:(?:.*?avg_tokens=([0-9.eE+-]+),\s*max_tokens=([0-9.eE+-]+),)?.*?"
                    r"balancedness[=:]\s*([0-9.eE+-]+)")
 
@@ -114,6 +130,26 @@ def level_stats(instances: Iterable[InstanceDelta], *, disaggregated: bool) -> d
         "kv_transfer_tokens": kv,
         "preemptions": sum(pre) if pre else None,
     }
+
+
+def engine_times(deltas: Iterable[Mapping[Sample, float]]) -> dict[str, float | None] | None:
+    """Means over a level of what vLLM's own histograms timed (``ENGINE_HISTOGRAMS``, in ms, with the number of
+    requests each counted) and its engine steps (count, mean tokens per step), summed over ``deltas`` (instances,
+    DP ranks; P/D: both roles' requests); every request of the level, its first wave included; ``None`` where no
+    server exposed them (another engine, an older vLLM)."""
+    ds = list(deltas)
+    out: dict[str, float | None] = {}
+    for key, name in ENGINE_HISTOGRAMS.items():
+        total = [v for d in ds if (v := _sum(d, f"{name}_sum")) is not None]
+        count = [v for d in ds if (v := _sum(d, f"{name}_count")) is not None]
+        n = sum(count) if count else None
+        out[f"{key}_ms"] = 1e3 * sum(total) / n if n and total else None
+        out[f"{key}_n"] = n
+    steps = [v for d in ds if (v := _sum(d, f"{STEP_TOKENS}_count")) is not None]
+    tokens = [v for d in ds if (v := _sum(d, f"{STEP_TOKENS}_sum")) is not None]
+    out["steps"] = sum(steps) if steps else None
+    out["tokens_per_step"] = sum(tokens) / sum(steps) if steps and tokens and sum(steps) > 0 else None
+    return out if any(v is not None for v in out.values()) else None
 
 
 def per_instance_summary(instances: Iterable[InstanceDelta]) -> dict[str, dict[str, Any]]:

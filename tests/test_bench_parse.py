@@ -248,6 +248,34 @@ def test_metrics_deltas_give_imbalance_cache_kv_preemptions():
                                                            "kv_transfer_tokens": None, "preemptions": None}
 
 
+def _histogram(name: str, engine: str, total: float, count: float) -> str:
+    return (f'# TYPE {name} histogram\n{name}_bucket{{engine="{engine}",le="+Inf",model_name="m"}} {count}\n'
+            f'{name}_count{{engine="{engine}",model_name="m"}} {count}\n'
+            f'{name}_sum{{engine="{engine}",model_name="m"}} {total}\n')
+
+
+def test_engine_times_are_the_means_of_vllms_own_histograms_over_the_level():
+    """Sums and counts of vLLM's request histograms, differenced over the level and summed over DP ranks, give the
+    mean queue, prefill and TTFT per request in ms; the step histogram gives the steps and their mean size. A
+    server without them gives None, not zeros."""
+    def text(q0: float, q1: float, n0: float, n1: float, steps: float, tokens: float) -> str:
+        return (_histogram("vllm:request_queue_time_seconds", "0", q0, n0)
+                + _histogram("vllm:request_queue_time_seconds", "1", q1, n1)
+                + _histogram("vllm:time_to_first_token_seconds", "0", 2 * q0, n0)
+                + _histogram("vllm:iteration_tokens_total", "0", tokens, steps))
+
+    before = metrics.parse_metrics(text(1.0, 1.0, 10, 10, 100, 5000))
+    after = metrics.parse_metrics(text(1.3, 1.5, 13, 15, 180, 9000))  # 3 + 5 requests, 80 steps of 4,000 tokens
+    e = metrics.engine_times([metrics.delta(before, after)])
+    assert e is not None
+    assert e["queue_n"] == 8 and e["queue_ms"] == pytest.approx(1e3 * (0.3 + 0.5) / 8)
+    assert e["ttft_n"] == 3 and e["ttft_ms"] == pytest.approx(1e3 * 0.6 / 3)
+    assert e["prefill_ms"] is None and e["prefill_n"] is None  # not exposed by this server
+    assert e["steps"] == 80 and e["tokens_per_step"] == pytest.approx(50.0)
+    assert metrics.engine_times([metrics.delta(metrics.parse_metrics(METRICS_BEFORE),
+                                               metrics.parse_metrics(METRICS_BEFORE))]) is None
+
+
 def test_eplb_balancedness_from_log(tmp_path):
     log = tmp_path / "s.log"
     log.write_text("(EngineCore_DP0 pid=1) INFO 01-01 00:00:00 [eplb_state.py:640] EPLB step: 3000 for model m: "

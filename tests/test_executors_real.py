@@ -78,6 +78,10 @@ def _assert_sane(ms, levels):
         assert m.dp_imbalance == pytest.approx(1.0)  # one DP rank
         assert m.prefix_cache_hit_rate is not None and m.preemptions is not None
         assert "detailed" in m.raw and "metrics" in m.raw
+        e = m.raw["engine"]  # what vLLM's own histograms timed of the level's requests and steps
+        assert e["ttft_n"] == e["queue_n"] == e["prefill_n"] == m.completed
+        assert 0 < e["prefill_ms"] <= e["ttft_ms"] <= m.p99_ttft_ms
+        assert e["queue_ms"] >= 0 and e["steps"] >= 1 and e["tokens_per_step"] > 0
 
 
 def test_tiny_model_matches_the_preset_and_loads_offline(tmp_path, monkeypatch):

@@ -258,6 +258,8 @@ def heldout(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], database: d
                          "teardown": trial.teardown_s},
             "levels": len(trial.measurements), "full_levels": sum("short" not in m.flags for m in trial.measurements),
             "levels_to_bracket": bracket_levels(search, list(job.slos)), "measured": meas,
+            # vLLM's own timing of each level (queue, prefill, its TTFT, steps): where a TTFT miss lies
+            "engine": {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": m.raw.get("engine") for m in ms},
             "predicted": pred, "errors": {name: errors(p, meas) for name, p in pred.items()}}
         knee = max((m.concurrency for m in ms if m.purpose == "knee"), default=None)
         for name, p in pred.items():
