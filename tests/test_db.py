@@ -78,8 +78,17 @@ def _fresh_pg_database(base_url: str) -> Iterator[str]:
     try:
         yield base.set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(_libpq(base_url), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # FORCE ends the test's own connections; a process of another role (an autovacuum worker — scripts/pg_start.sh
+        # turns autovacuum off, another server may not) cannot be ended by the test role: wait for it instead
+        for attempt in range(10):
+            try:
+                with psycopg.connect(_libpq(base_url), autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                break
+            except psycopg.errors.InsufficientPrivilege:
+                if attempt == 9:
+                    raise
+                time.sleep(1.0)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
