@@ -35,6 +35,7 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob
 from db import queries
 from executors import place
+from executors.bench_result import first_wave_left_out
 from executors.perf import CALIBRATABLE, Batch, PerfParams, default_params, predict
 from search_spaces import DeploymentConfig, Measurement, ModelProfile, TrialState
 
@@ -180,7 +181,7 @@ def measured_samples(database: db.Database, study: str, job: TuningJob,
         if vals := fitted_values(m):
             by_trial.setdefault(lv.trial_number, {})[m.concurrency] = vals
             sent.setdefault(lv.trial_number, {})[m.concurrency] = m.completed or 0
-            if "first_wave" in (m.raw or {}):
+            if first_wave_left_out(m):
                 wave_out.setdefault(lv.trial_number, set()).add(m.concurrency)
     configs = {t.number: t.config for t in queries.list_trials(database, study, states=MEASURED_STATES)}
     return [Sample(study, n, cfg, job, lv, sent.get(n, {}), frozenset(wave_out.get(n, ())))

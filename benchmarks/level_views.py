@@ -50,10 +50,11 @@ from advisor.calibrate import Problem, Sample, fitted_values  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import fit_probes, plan_profile  # noqa: E402
 from executors import place  # noqa: E402
+from executors.bench_result import first_wave_left_out  # noqa: E402
 from executors.perf import PerfParams, default_params  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-VIEWS = ("steady", "as sent")
+VIEWS = (False, True)  # as sent? (``profile_check.view`` names each)
 PAUSED_DSV3 = ("L1/decode/2048/c16", "L1/decode/2048/c256", "L5/decode/2048/c256")
 
 
@@ -78,12 +79,12 @@ def fits(levels: pc.ProbeLevels, gpu: str, drop: frozenset[str] = frozenset()) -
     """Both fits of the stored probes: their parameters and their reports (probe errors, cross-validated)."""
     params: dict[str, Any] = {}
     report: dict[str, Any] = {}
-    for view in VIEWS:
+    for as_sent in VIEWS:
         t0 = time.monotonic()
-        cal = fit_probes(levels.samples(drop), gpu, as_sent=view == "as sent")
-        params[f"fit {view}"] = cal.params
+        cal = fit_probes(levels.samples(drop), gpu, as_sent=as_sent)
+        params[f"fit {pc.view(as_sent)}"] = cal.params
         d = cal.to_dict()
-        report[f"fit {view}"] = {"fit_s": round(time.monotonic() - t0, 1), "dropped": sorted(drop),
+        report[f"fit {pc.view(as_sent)}"] = {"fit_s": round(time.monotonic() - t0, 1), "dropped": sorted(drop),
                                  "probes_before": d["error_before"]["in_sample"],
                                  "probes_in_sample": d["error_after"]["in_sample"],
                                  "probes_held_out": d["error_after"].get("held_out"),
@@ -110,12 +111,12 @@ def case_dsv3(work: Path) -> dict[str, Any]:
     sjob = pc.stack_job(job, check["depth"], loads)
     topo = place(plan_profile(job).config, sjob.cluster)
     held: dict[str, Any] = {}
-    for view in VIEWS:
+    for as_sent in VIEWS:
         for name, (p, _) in sets.items():
-            got = pc.levels_of(topo, sjob.model_profile(), sjob.workload, p, loads, view == "as sent",
+            got = pc.levels_of(topo, sjob.model_profile(), sjob.workload, p, loads, as_sent,
                                [sjob.workload.num_prompts(c) for c in loads])
             pred = {str(m.concurrency): pc.values(m) for m in got}
-            held[f"{name} | {view}"] = {
+            held[f"{name} | {pc.view(as_sent)}"] = {
                 "clean (c = 8)": pc.errors(pred, {"8": check["measured"]["8"]}),
                 "paused (c = 64)": pc.errors(pred, {"64": check["measured"]["64"]}),
                 "predicted": pred}
@@ -132,10 +133,10 @@ def case_30b(work: Path) -> dict[str, Any]:
     sets = sets_of(job, database, params)
     again = pc.reparsed(str(work / "da-runs"))
     held: dict[str, Any] = {}
-    for view in VIEWS:
-        out = pc.heldout(job, sets, database, "h200-study-30b-r4", again, view == "as sent")
+    for as_sent in VIEWS:
+        out = pc.heldout(job, sets, database, "h200-study-30b-r4", again, as_sent)
         for name in sets:
-            held[f"{name} | {view}"] = {"under the knees": out["pooled_under_knee"][name],
+            held[f"{name} | {pc.view(as_sent)}"] = {"under the knees": out["pooled_under_knee"][name],
                                         "all levels": out["pooled"][name]}
     return {"what": "~30B MoE, 1 x H200: profile #1 (3 and 12 layers) held to study r4's levels (48 layers)",
             "fits": report, "held_out": held, "pooled": "under the knees"}
@@ -154,13 +155,14 @@ def case_cpu(work: Path, run: str) -> dict[str, Any]:
     level = next(m for m in trial.measurements if "knee_start" in m.raw)
     sample = Sample("study", 0, trial.config, sjob, {level.concurrency: fitted_values(level)},
                     {level.concurrency: level.completed or 0},
-                    frozenset({level.concurrency} if "first_wave" in level.raw else ()))
+                    frozenset({level.concurrency} if first_wave_left_out(level) else ()))
     held: dict[str, Any] = {}
-    for view in VIEWS:
-        problem = Problem([sample], as_sent=view == "as sent")
+    for as_sent in VIEWS:
+        problem = Problem([sample], as_sent=as_sent)
         for name, p in sets.items():
             e = problem.errors(p)
-            held[f"{name} | {view}"] = {"study level": {"median": e.overall, "rms_log": e.rms_log, **e.per_metric}}
+            held[f"{name} | {pc.view(as_sent)}"] = {"study level": {"median": e.overall, "rms_log": e.rms_log,
+                                                                     **e.per_metric}}
     return {"what": f"tiny MoE, vLLM's CPU build ({run}): probes at 1 and 2 layers held to the study's level at "
                     f"c = {level.concurrency} ({level.completed} requests)",
             "fits": report, "held_out": held, "pooled": "study level", "measured": fitted_values(level)}

@@ -354,6 +354,12 @@ def first_wave(data: Mapping[str, Any], concurrency: int) -> list[int]:
     return sorted(wave)
 
 
+def first_wave_left_out(m: Measurement) -> bool:
+    """Whether a stored level's latencies leave out its first wave: ``parse_result`` keeps what the burst measured
+    in ``raw.first_wave`` when it does (levels parsed before the rule, rate levels and c = 1 have none)."""
+    return "first_wave" in (m.raw or {})
+
+
 def without_first_wave(data: Mapping[str, Any], concurrency: int) -> tuple[dict[str, Any], list[int]]:
     """``data`` with the first wave's requests (``first_wave``) left out of its per-request lists and its
     latency summary, and the wave; counts, tokens and duration stay the whole run's (throughput is the level's)."""

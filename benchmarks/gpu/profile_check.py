@@ -50,6 +50,7 @@ import db  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import matching_profile, probe_job, resolve_params  # noqa: E402
 from executors import place  # noqa: E402
+from executors.bench_result import first_wave_left_out  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params, predict  # noqa: E402
 from executors.perf.burst import predict_as_sent  # noqa: E402
@@ -68,6 +69,11 @@ def config_of(text: str) -> DeploymentConfig:
 
 def values(m: Measurement) -> dict[str, float | None]:
     return {k: getattr(m, k) for k in METRICS}
+
+
+def view(as_sent: bool) -> str:
+    """The level view a result was predicted in (``--as-sent``), as the results name it."""
+    return "as sent" if as_sent else "steady"
 
 
 def levels_of(topo: Any, model: Any, wl: Any, params: PerfParams, loads: list[int], as_sent: bool = False,
@@ -232,7 +238,7 @@ def heldout(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], database: d
     anew, ``reparsed``), per trial and pooled — all levels, and those at or under each trial's measured knee."""
     label = sets["profile"][1] if "profile" in sets else None
     model, out, pooled = job.model_profile(), {"profile": label, "study": study, "trials": {},
-                                               "levels": "as sent" if as_sent else "steady"}, {n: {} for n in sets}
+                                               "levels": view(as_sent)}, {n: {} for n in sets}
     under: dict[str, dict[str, Any]] = {n: {} for n in sets}  # the levels at or under each trial's measured knee
     for t in db.queries.list_trials(database, study):
         trial = db.queries.get_trial(database, study, t.number)
@@ -245,7 +251,7 @@ def heldout(job: TuningJob, sets: dict[str, tuple[PerfParams, str]], database: d
         pred = {}
         by_load = {m.concurrency: m for m in ms}
         sent = [by_load[c].completed or job.workload.num_prompts(c) for c in loads]
-        wave = ["first_wave" in (by_load[c].raw or {}) for c in loads]
+        wave = [first_wave_left_out(by_load[c]) for c in loads]
         for name, (params, _) in sets.items():
             at = dict(zip(loads, levels_of(topo, model, job.workload, params, loads, as_sent, sent, wave)))
             pred[name] = {f"{m.concurrency:g}{'s' if 'short' in m.flags else ''}": values(at[m.concurrency])
@@ -352,7 +358,7 @@ def cmd_refit(a: argparse.Namespace) -> None:
     cal = fit_probes(levels.samples(drop), job.cluster.gpu, a.as_sent)
     cal.params.save(a.out)
     report = {"profile": levels.profile.label, "dropped": sorted(drop),
-              "level_model": "as sent" if a.as_sent else "steady", **cal.to_dict()}
+              "level_model": view(a.as_sent), **cal.to_dict()}
     Path(a.out).with_suffix(".report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: report[k] for k in ("profile", "dropped", "fitted", "error_before", "error_after", "changes")},
                      indent=2))
@@ -379,7 +385,7 @@ def cmd_probes(a: argparse.Namespace) -> None:
             f"{k} {v:,.1f} (" + ", ".join(f"{n} {pred[n][k]:,.1f}" for n in pred) + ")"
             for k, v in lv["values"].items()))
     Path(a.out).write_text(json.dumps({"profile": profile.label, "levels": rows,
-                                       "level_model": "as sent" if a.as_sent else "steady"}, indent=2) + "\n")
+                                       "level_model": view(a.as_sent)}, indent=2) + "\n")
 
 
 def stack_job(job: TuningJob, depth: int, loads: list[int]) -> TuningJob:
@@ -421,7 +427,7 @@ def cmd_stack(a: argparse.Namespace) -> None:
             ex.close()
         meas, failure = {str(m.concurrency): values(m) for m in run.measurements}, run.reason
     result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1],
-              "level_model": "as sent" if a.as_sent else "steady", "predicted": pred, "measured": meas,
+              "level_model": view(a.as_sent), "predicted": pred, "measured": meas,
               "failure": failure, "errors": {name: errors(p, meas) for name, p in pred.items()}}
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["errors"], indent=2))
@@ -447,8 +453,6 @@ def main() -> None:
     c.add_argument("pred")
     c.add_argument("--out", required=True)
     h = sub.add_parser("heldout")
-    h.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
-                   "(executors.perf.burst) instead of the steady closed loop")
     h.add_argument("job")
     h.add_argument("--out", required=True)
     h.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
@@ -458,22 +462,16 @@ def main() -> None:
     h.add_argument("--reparse", metavar="FOLDER", help="the study's run folders: each level parsed again from its "
                    "bench JSON with the parser as it is now")
     r = sub.add_parser("refit")
-    r.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
-                   "(executors.perf.burst) instead of the steady closed loop")
     r.add_argument("job")
     r.add_argument("--out", required=True)
     r.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     r.add_argument("--drop", help="probe levels left out of the fit, e.g. L1/decode/2048/c16,L5/decode/2048/c256")
     q = sub.add_parser("probes")
-    q.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
-                   "(executors.perf.burst) instead of the steady closed loop")
     q.add_argument("job")
     q.add_argument("--out", required=True)
     q.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     q.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
     s = sub.add_parser("stack")
-    s.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
-                   "(executors.perf.burst) instead of the steady closed loop")
     s.add_argument("job")
     s.add_argument("--depth", type=int, required=True)
     s.add_argument("--loads", default="8,64")
@@ -482,6 +480,9 @@ def main() -> None:
     s.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
     s.add_argument("--measured-from", help="an earlier stack check's JSON: predict its measured levels again, no deploy")
     s.add_argument("--drop-loads", default="", help="with --measured-from: loads left out (a pause distorted them)")
+    for cmd in (h, r, q, s):
+        cmd.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
+                         "(executors.perf.burst) instead of the steady closed loop")
     a = ap.parse_args()
     {"predict": cmd_predict, "compare": cmd_compare, "heldout": cmd_heldout, "probes": cmd_probes,
      "refit": cmd_refit,
