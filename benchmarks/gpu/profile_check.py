@@ -208,10 +208,12 @@ def cmd_compare(a: argparse.Namespace) -> None:
 def reparsed(folder: str | None) -> Any:
     """``--reparse FOLDER``: a stored level → the same level parsed again from its bench JSON under ``FOLDER`` (the
     study's run folders, unpacked from its raw.tar.xz) with the parser as it is now, found by vLLM's date and the
-    level's concurrency (a pooled close call: its second run's file, ``cN-2.json``, and ``cN.json`` beside it)."""
+    level's concurrency (a pooled close call: its second run's file, ``cN-2.json``, and ``cN.json`` beside it).
+    A close call whose second run stalled and first did not is the first run alone: the level probe now runs such
+    a second run once more before pooling (``LevelProbe._unstall``), and that third run was never made."""
     if not folder:
         return lambda m: m
-    from executors.bench_result import parse_result, pool_results
+    from executors.bench_result import parse_result, pool_results, stall_of
 
     files: dict[tuple[str, int], Path] = {}
     for path in Path(folder).glob("**/bench/c*.json"):
@@ -225,7 +227,9 @@ def reparsed(folder: str | None) -> Any:
             return m
         data = json.loads(path.read_text())
         if m.raw.get("pooled_runs") == 2 and path.stem.endswith("-2"):
-            data = pool_results(json.loads(path.with_name(path.stem[:-2] + ".json").read_text()), data)
+            first = json.loads(path.with_name(path.stem[:-2] + ".json").read_text())
+            stalled = [bool((stall_of(d) or {}).get("stalled")) for d in (first, data)]
+            data = first if stalled == [False, True] else pool_results(first, data)
         fresh = parse_result(data, concurrency=int(m.concurrency), gpus=m.gpus)
         raw = {**(m.raw or {}), **{k: fresh.raw[k] for k in ("first_wave",) if k in (fresh.raw or {})}}
         return m.model_copy(update={**{k: getattr(fresh, k) for k in METRICS}, "raw": raw})
