@@ -140,3 +140,14 @@ def test_the_raw_tarball_holds_every_bench_json() -> None:
         names = tar.getnames()
     assert "da-gpu/results.db" in names
     assert sum(n.endswith(".json") and "/bench/c" in n for n in names) >= 27
+
+
+def test_no_fit_of_the_profile_meets_twenty_percent_on_these_levels() -> None:
+    """The refits of profile #1's probes held to r6 (docs: "No view and no fit … meets issue 29's 20%")."""
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    steady = json.loads((RESULTS / "heldout-refits.json").read_text())["pooled_under_knee"]
+    sent = json.loads((RESULTS / "heldout-refits-as-sent.json").read_text())["pooled_under_knee"]
+    assert f"the steady refit {steady['steadyfit']['median']:.1%} (as sent\n  {sent['steadyfit']['median']:.1%})" in docs
+    assert f"the as-sent refit {steady['asfit']['median']:.1%} (as sent {sent['asfit']['median']:.1%}" in docs
+    best = min(v["median"] for d in (steady, sent) for v in d.values())
+    assert 0.20 < best and f"the closest are {best:.1%}" in docs
