@@ -520,9 +520,10 @@ class LevelProbe:
             again = self._run(spec2)
             m2 = self._measurement(spec2, again)
             if "stalled" in m2.flags:  # the second run measured a pause too: it is run again before it is pooled
-                _, again, _, note = self._unstall(load, short, spec2, again, m2, attempt=attempt + 1)
+                _, again, _, note = self._unstall(load, short, spec2, again, m2, attempt=attempt + 1,
+                                                  key="close_call_stall_remeasured")
                 kept_flags = ["stall-remeasured"]
-                kept_raw["close_call_stall_remeasured"] = note["close_call_stall_remeasured"]
+                kept_raw.update(note)
             pooled = _Run(bench.pool_results(run.data, again.data),
                           _sum_deltas(run.deltas, again.deltas), _min(run.eplb, again.eplb), run.wall_s + again.wall_s)
             m = self._measurement(spec, pooled, extra_flags=["remeasured"])
@@ -533,8 +534,8 @@ class LevelProbe:
             self.requests_per_s = m.request_throughput
         return m
 
-    def _unstall(self, load: float, short: bool, spec: bench.LevelSpec, run: _Run, m: Measurement,
-                 attempt: int = 1) -> tuple[bench.LevelSpec, _Run, Measurement, dict[str, Any]]:
+    def _unstall(self, load: float, short: bool, spec: bench.LevelSpec, run: _Run, m: Measurement, attempt: int = 1,
+                 key: str = "stall_remeasured") -> tuple[bench.LevelSpec, _Run, Measurement, dict[str, Any]]:
         """A level whose server stalled (``bench_result.stall_of``: a just-in-time kernel compile) measured the
         pause, not the deployment (H200, 4 Dec: P50 TTFT 6.6 s at c=16 beside 276 ms at c=64). It is measured
         once more, fresh prompts — the compile has happened by then — and the run with the shorter pause is kept
@@ -542,11 +543,11 @@ class LevelProbe:
         On every platform: a pause on vLLM's CPU build distorts a level as much, and costs CI nothing there (the
         66 CPU levels of a 4 Dec CI run paused at most 0.72 s, 16.6× their reference at most).
 
-        The same holds for a close call's second run (``attempt`` > 1: the note goes to
-        ``raw.close_call_stall_remeasured``): on the H200 study r6 (5 Dec) two of them paused 1.2 and 1.7 s and
-        were pooled as they were — P90 tok/s/user 27.7 beside 31.2 in the clean first run of c = 93 (the pooled
-        level failed the 30 bound the clean run met), and 23.9 beside 28.5 at c = 99, whose pooled miss sent the
-        knee search's next aim down to 39 for a knee at 87."""
+        The same holds for a close call's second run (its note under ``key`` = ``close_call_stall_remeasured``):
+        on the H200 study r6 (5 Dec) two of them paused 1.2 and 1.7 s and were pooled as they were — P90
+        tok/s/user 27.7 beside 31.2 in the clean first run of c = 93 (the pooled level failed the 30 bound the
+        clean run met), and 23.9 beside 28.5 at c = 99, whose pooled miss sent the knee search's next aim down to
+        39 for a knee at 87."""
         first = m.raw.get("longest_pause_s") or 0.0
         log.info("%s: the server stalled %.1f s during the level; measuring it again", m.label(), first)
         spec2 = self._spec(load, attempt=attempt, requests_per_s=self.requests_per_s, short=short)
@@ -563,7 +564,6 @@ class LevelProbe:
         if "stalled" in m2.flags:
             log.warning("%s: the server stalled again (%.1f s); the run with the shorter pause is kept, flagged "
                         "stalled", m.label(), second)
-        key = "stall_remeasured" if attempt == 1 else "close_call_stall_remeasured"
         return (spec2, run2, m2, {key: note}) if rerun else (spec, run, m, {key: note})
 
     def short(self, load: float) -> Measurement:
