@@ -82,13 +82,14 @@ def fits(levels: pc.ProbeLevels, gpu: str, drop: frozenset[str] = frozenset()) -
     for as_sent in VIEWS:
         t0 = time.monotonic()
         cal = fit_probes(levels.samples(drop), gpu, as_sent=as_sent)
-        params[f"fit {pc.view(as_sent)}"] = cal.params
+        name = f"fit {pc.view(as_sent)}"
+        params[name] = cal.params
         d = cal.to_dict()
-        report[f"fit {pc.view(as_sent)}"] = {"fit_s": round(time.monotonic() - t0, 1), "dropped": sorted(drop),
-                                 "probes_before": d["error_before"]["in_sample"],
-                                 "probes_in_sample": d["error_after"]["in_sample"],
-                                 "probes_held_out": d["error_after"].get("held_out"),
-                                 "changes": d["changes"], "params": d["params"]}
+        report[name] = {"fit_s": round(time.monotonic() - t0, 1), "dropped": sorted(drop),
+                        "probes_before": d["error_before"]["in_sample"],
+                        "probes_in_sample": d["error_after"]["in_sample"],
+                        "probes_held_out": d["error_after"].get("held_out"),
+                        "changes": d["changes"], "params": d["params"]}
     return params, report
 
 
@@ -137,7 +138,7 @@ def case_30b(work: Path) -> dict[str, Any]:
         out = pc.heldout(job, sets, database, "h200-study-30b-r4", again, as_sent)
         for name in sets:
             held[f"{name} | {pc.view(as_sent)}"] = {"under the knees": out["pooled_under_knee"][name],
-                                        "all levels": out["pooled"][name]}
+                                                     "all levels": out["pooled"][name]}
     return {"what": "~30B MoE, 1 x H200: profile #1 (3 and 12 layers) held to study r4's levels (48 layers)",
             "fits": report, "held_out": held, "pooled": "under the knees"}
 

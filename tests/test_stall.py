@@ -19,7 +19,7 @@ import pytest
 from executors import bench
 from executors.bench_result import STALL_FACTOR, STALL_FLOOR_S, stall_of, token_pauses
 from executors.measure import LevelProbe, LevelRunner, MeasurePlan
-from search_spaces import LengthDist, Workload
+from search_spaces import SLO, LengthDist, Workload
 
 DATA = Path(__file__).parent / "data" / "stalls"
 STALLED = DATA / "h200-dsv3-L1-c16-stalled.json"
@@ -110,11 +110,8 @@ def test_a_profile_leaves_levels_still_stalled_out_of_its_fit() -> None:
     assert set(probe_values([unflagged, clean])) == {16, 64}  # only the flag leaves a level out
 
 
-
 def _close_call_probe(results: list[Path]) -> tuple[LevelProbe, list[str]]:
     """``_probe`` with one SLO the clean run is a close call on: P90 TTFT bounded in the middle of its interval."""
-    from search_spaces import SLO
-
     lo, hi = bench.parse_result(_load(CLEAN), concurrency=16, gpus=1).intervals["p90_ttft_ms"]
     probe, ran = _probe(results)
     probe.plan = MeasurePlan((SLO(metric="p90_ttft_ms", op="<=", value=(lo + hi) / 2),))
