@@ -142,8 +142,10 @@ def tune(
     storage: StorageOpt = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Connect to this Ray cluster.")] = None,
-    wall_time: Annotated[float | None, typer.Option(min=1, help="Start no trial after this many seconds (this "
-                                                         "run; a later run continues the study).")] = None,
+    wall_time: Annotated[float | None, typer.Option(
+        min=1, help="End this run by this many seconds: no trial starts that its median trial would not finish in "
+                    "time, and a trial still measuring then stops before its next level (its levels kept, marked "
+                    "interrupted). A later run continues the study.")] = None,
 ) -> None:
     """Run (or continue) a tuning study, then print the best deployments."""
     if study is not None:

@@ -124,7 +124,10 @@ class Budget(BaseModel):
 
     trials: int = Field(200, ge=1, le=MAX_TRIALS, description="Total trials of the study (a re-run continues up "
                         "to this).")
-    wall_time_s: float | None = Field(None, gt=0)
+    wall_time_s: float | None = Field(None, gt=0, description=(
+        "This run ends by this many seconds after its start: no trial starts that its median trial would not "
+        "finish in time, and a trial still measuring then stops before its next level (its levels kept, marked "
+        "interrupted). A later run continues the study."))
     max_consecutive_failures: int = Field(10, ge=1)
     repeat_top: int = Field(2, ge=0, description="Real executors: at the end, the best this many deployments (and "
                             "the baseline) are deployed and measured again, for the run-to-run spread.")

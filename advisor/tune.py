@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import socket
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
 from executors import Executor, FailureKind, RunResult, Topology, place
-from executors.measure import MeasurePlan, knee_of
+from executors.measure import MeasurePlan, WallTimeReached, knee_of
 from executors.perf import PerfParams
 from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
 from search_spaces import DeploymentConfig, TrialState, check
@@ -66,6 +67,7 @@ def tune(
     on_trial: Callable[[TrialReport], None] | None = None,
     ray_address: str | None = None,
 ) -> TuneSummary:
+    started = time.monotonic()
     url = storage or job.storage
     name = check_study_name(study_name, "--study") if study_name is not None else job.name
     budget = trials or job.budget.trials
@@ -90,12 +92,16 @@ def tune(
         model = _model_params(job, database, executor, summary, real)
         ctx = _Context(job, study, database, executor, name, summary, on_trial,
                        resume_guide(job, study, database, name, model.params), model)
-        if real and job.baseline.enabled:
-            _baseline(ctx)
-        _loop(ctx, budget)
-        if real and job.budget.repeat_top and (summary.exhausted or
-                                               summary.stopped_because in ("budget reached", "grid exhausted")):
-            _repeats(ctx)
+        ctx.started = started  # the wall time counts from the command's start, a profile made first included
+        try:
+            if real and job.baseline.enabled:
+                _baseline(ctx)
+            _loop(ctx, budget)
+            if real and job.budget.repeat_top and (summary.exhausted or
+                                                   summary.stopped_because in ("budget reached", "grid exhausted")):
+                _repeats(ctx)
+        except WallTimeReached:
+            pass  # the trial it stopped is recorded and the reason said (``_run_trial``): the run ends as at a budget
         return summary
     finally:
         database.close()
@@ -130,11 +136,28 @@ class _Context:
     model: ModelParams
     worker: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     started: float = field(default_factory=time.monotonic)
+    trial_walls: list[float] = field(default_factory=list)  # wall seconds of this run's trials that ran to the end
 
-    def out_of_time(self) -> bool:
-        """``budget.wall_time_s`` has passed since this run started (no new trial starts then)."""
+    def time_left(self) -> float | None:
+        """Seconds until ``budget.wall_time_s`` since this run started; None without a wall time."""
         wall = self.job.budget.wall_time_s
-        return bool(wall) and time.monotonic() - self.started > wall
+        return None if not wall else wall - (time.monotonic() - self.started)
+
+    def out_of_time(self) -> str | None:
+        """Why no trial may start now, if none may: the wall time has passed, or what is left of it is shorter
+        than this run's median trial — a trial that would be stopped at the wall time scores nothing, so the GPU
+        time it would take is better left unspent (the user's next call continues the study)."""
+        left = self.time_left()
+        if left is None:
+            return None
+        wall = self.job.budget.wall_time_s
+        if left <= 0.0:
+            return f"wall time of {wall:g} s reached"
+        typical = statistics.median(self.trial_walls) if self.trial_walls else 0.0
+        if left < typical:
+            return (f"wall time of {wall:g} s: {left:.0f} s left, less than this run's median trial "
+                    f"({typical:.0f} s), so no trial started")
+        return None
 
     @property
     def params(self) -> PerfParams:
@@ -187,8 +210,8 @@ def _loop(ctx: _Context, budget: int) -> None:
         trials = study.get_trials(deepcopy=False)
         if (executed := database.budget_used(name, in_flight=True)) >= budget:  # several workers: stop together
             return
-        if ctx.out_of_time():
-            summary.stopped_because = f"wall time of {job.budget.wall_time_s:g} s reached"
+        if why := ctx.out_of_time():
+            summary.stopped_because = why
             return
         if asks >= max_asks:
             summary.stopped_because = f"{asks} proposals without reaching the budget (space mostly invalid?)"
@@ -372,6 +395,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     plan, predicted = _predict(ctx, topo)
     if start is not None:
         plan = replace(plan, start=start)
+    if (left := ctx.time_left()) is not None:  # the levels stop at the wall time (``MeasurePlan.deadline``)
+        plan = replace(plan, deadline=time.monotonic() + left)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
                                worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of,
                                baseline=extra == "baseline")
@@ -394,13 +419,22 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                 time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
                 run = evaluate()
     except KeyboardInterrupt as e:
-        why = f"interrupted ({e})" if str(e) else "interrupted (Ctrl-C or SIGTERM)"
-        tell_row(job, ctx.study, trial, record_interrupted(database, tid, getattr(e, "run", None), why))
-        ctx.summary.stopped_because = "interrupted (Ctrl-C); run the same command again to continue"
+        limit = f"wall time of {job.budget.wall_time_s:g} s reached" if isinstance(e, WallTimeReached) else None
+        why = f"interrupted ({'; '.join(filter(None, (limit, str(e))))})" if limit or str(e) else \
+            "interrupted (Ctrl-C or SIGTERM)"
+        stopped = getattr(e, "run", None)
+        tell_row(job, ctx.study, trial, record_interrupted(database, tid, stopped, why))
+        kept = len(stopped.measurements) if stopped is not None else 0
+        ctx.summary.stopped_because = (
+            f"{limit}: trial {trial.number} {e} ({kept} measured level(s) kept, the trial marked interrupted); run "
+            "the same command again to continue" if limit else "interrupted (Ctrl-C); run the same command again to "
+            "continue")
         raise
     outcome, row = record(job, database, tid, run, first)
     state = row.state
     tell_row(job, ctx.study, trial, row)  # our row first, then Optuna told from it
+    if state is TrialState.COMPLETE:
+        ctx.trial_walls.append(time.monotonic() - t0)
     note = None
     if _is_environment_failure(state, run):
         note = (f"trial {trial.number}: environment failure again ({one_line(run.reason)}): recorded as "
@@ -428,7 +462,7 @@ def _notify(ctx: _Context, r: TrialReport) -> None:
 
 def _baseline(ctx: _Context) -> None:
     """Measure vLLM's defaults on the deployment a user would start with, once per study, before the search."""
-    if extras(ctx.study, "baseline"):
+    if extras(ctx.study, "baseline") or ctx.out_of_time():
         return
     cfg = baseline_config(ctx.job)
     if cfg is None:
@@ -449,9 +483,9 @@ def _repeats(ctx: _Context) -> None:
     top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
     todo = [t for t in [*top, *extras(study, "baseline")] if t.number not in done]
     for original in todo:
-        if ctx.out_of_time():  # a later run repeats what is left
-            ctx.summary.stopped_because = f"budget reached; wall time of {job.budget.wall_time_s:g} s reached " \
-                "before every repeat ran (run the same command again to repeat the rest)"
+        if why := ctx.out_of_time():  # a later run repeats what is left
+            ctx.summary.stopped_because = f"budget reached; {why} before every repeat ran (run the same command " \
+                "again to repeat the rest)"
             return
         row = db.queries.get_trial(ctx.database, ctx.name, original.number)
         if row is None or row.config is None:

@@ -64,11 +64,21 @@ class MeasurePlan:
     #: the model's SLO metrics over loads (``executors.simulated.predicted_plan``): where the search aims its
     #: next level once it has measured one (``knee_curve``); None: widening steps only
     curve: PredictedCurve | None = None
+    #: ``time.monotonic()`` after which no level starts (the tuner's ``--wall-time``): the search stops with
+    #: ``WallTimeReached`` and its levels, as a SIGTERM stops it; None: no limit
+    deadline: float | None = None
 
     @property
     def searchable(self) -> bool:
         """A knee needs a bound that load can break: any SLO but the error rate (which more load rarely moves)."""
         return any(s.metric != "error_rate" for s in self.slos)
+
+
+class WallTimeReached(KeyboardInterrupt):
+    """The wall time ran out between two levels of a trial. A KeyboardInterrupt, so that it takes SIGTERM's path
+    through every executor (the levels measured so far kept, teardown run, the trial marked interrupted); the tuner
+    then ends as at a budget (``advisor.tune``), printing its summary and succeeding. Raised before a level starts,
+    never inside one, nor in teardown or recording: a limit ends a trial within one level's time."""
 
 
 def feasible(slos: tuple[SLO, ...] | list[SLO], m: Measurement) -> bool:
@@ -94,8 +104,14 @@ class _Search:
 
     def measure(self, load: float, purpose: str) -> Measurement:
         if load not in self.levels:
-            self.keep(load, self.probe(load), purpose)
+            self.keep(load, self.run(load), purpose)
         return self.levels[load]
+
+    def run(self, load: float, short: bool = False) -> Measurement:
+        """One level from the probe (the short one for a bracketing level), unless the plan's deadline passed."""
+        if self.plan.deadline is not None and time.monotonic() >= self.plan.deadline:
+            raise WallTimeReached(f"stopped before the level at {load:g}")
+        return self.short(load) if short and self.short else self.probe(load)
 
     def keep(self, load: float, m: Measurement, purpose: str, short: bool = False) -> None:
         if short:
@@ -134,7 +150,7 @@ class _Search:
         first = True
         while ask is not None:
             load, short = ask
-            m = self.short(load) if short and self.short else self.probe(load)
+            m = self.run(load, short)
             if first and m.source == "measured":  # where a real search began, and why (the model, or the fixed levels)
                 m.raw["knee_start"] = "model" if self.plan.start and not known else "default"
             first = False
