@@ -18,7 +18,8 @@
 #     carried-db     start from .gpu/db/results.db (an earlier session's database: its stored profile) when
 #                    /tmp/da-gpu holds none
 #     study-bg       advisor tune $G/h200-study-30b.yaml as study $STUDY (default h200-study-30b-r2), detached
-#                    (setsid: its own session and process group), --wall-time $WALL_S (default 1300), then
+#                    (setsid: its own session and process group), --wall-time $WALL_S (default 1300: the run
+#                    ends by then, within one level; give the seconds until the last call's pack), then
 #                    advisor best; output in /tmp/da-gpu/study.log
 #     wait           follow study.log until the study ends or HARD_S; a copy of the database, the log and every
 #                    deployment's phases -> $OUT
