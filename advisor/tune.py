@@ -155,8 +155,7 @@ class _Context:
             return f"wall time of {wall:g} s reached"
         typical = statistics.median(self.trial_walls) if self.trial_walls else 0.0
         if left < typical:
-            return (f"wall time of {wall:g} s: {left:.0f} s left, less than this run's median trial "
-                    f"({typical:.0f} s), so no trial started")
+            return f"wall time of {wall:g} s: {left:.0f} s left, less than this run's median trial ({typical:.0f} s)"
         return None
 
     @property
@@ -211,7 +210,7 @@ def _loop(ctx: _Context, budget: int) -> None:
         if (executed := database.budget_used(name, in_flight=True)) >= budget:  # several workers: stop together
             return
         if why := ctx.out_of_time():
-            summary.stopped_because = why
+            summary.stopped_because = f"{why}: no further trial started"
             return
         if asks >= max_asks:
             summary.stopped_because = f"{asks} proposals without reaching the budget (space mostly invalid?)"
@@ -484,7 +483,7 @@ def _repeats(ctx: _Context) -> None:
     todo = [t for t in [*top, *extras(study, "baseline")] if t.number not in done]
     for original in todo:
         if why := ctx.out_of_time():  # a later run repeats what is left
-            ctx.summary.stopped_because = f"budget reached; {why} before every repeat ran (run the same command " \
+            ctx.summary.stopped_because = f"budget reached; {why}: not every repeat ran (run the same command " \
                 "again to repeat the rest)"
             return
         row = db.queries.get_trial(ctx.database, ctx.name, original.number)

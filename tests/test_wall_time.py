@@ -86,7 +86,8 @@ def test_no_trial_starts_that_the_runs_median_trial_would_not_finish(tmp_path: P
     (t,) = _trials(url)
     assert t.state is TrialState.COMPLETE and [m.concurrency for m in t.measurements] == [8, 16]
     assert summary.stopped_because.startswith("wall time of 3 s: ")
-    assert summary.stopped_because.endswith("s left, less than this run's median trial (2 s), so no trial started")
+    assert summary.stopped_because.endswith("s left, less than this run's median trial (2 s): no further trial "
+                                            "started")
 
 
 def test_without_a_wall_time_the_budget_ends_the_run(tmp_path: Path) -> None:
