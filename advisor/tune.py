@@ -394,8 +394,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     plan, predicted = _predict(ctx, topo)
     if start is not None:
         plan = replace(plan, start=start)
-    if (left := ctx.time_left()) is not None:  # the levels stop at the wall time (``MeasurePlan.deadline``)
-        plan = replace(plan, deadline=time.monotonic() + left)
+    if job.budget.wall_time_s:  # the levels stop at the wall time (``MeasurePlan.deadline``)
+        plan = replace(plan, deadline=ctx.started + job.budget.wall_time_s)
     tid = database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=topo.to_dict(),
                                worker=ctx.worker, proposer=proposer, predicted=predicted, repeat_of=repeat_of,
                                baseline=extra == "baseline")
