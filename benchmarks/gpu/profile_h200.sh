@@ -29,6 +29,9 @@
 #     profiles-bg    issue 29's wide shapes, detached like study-bg (follow with wait, end with stop): the
 #                    DeepSeek-V3-width profile, its stack check at depth 3 (c = 64 first: its warm-up meets the
 #                    larger batch shapes' just-in-time kernels), then the Qwen3-235B-width profile
+#     check-qwen3-bg the DeepSeek-V3-width stack check at depth 3 (c = 64, 32, 16, 8; predicted as sent, with the
+#                    as-sent refit of the stored profile's clean probes as a further column), then the
+#                    Qwen3-235B-width profile; detached like study-bg
 #     qwen3-bg       the Qwen3-235B-width profile alone, detached like study-bg (follow with wait, end with stop)
 #     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
 #                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
@@ -107,6 +110,14 @@ for step in "$@"; do
           nvidia-smi --query-gpu=memory.used --format=csv
           run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
           snapshot ;;
+    check-qwen3-bg) # issue 29's two open GPU items, detached like study-bg: the DeepSeek-V3-width stack at depth 3
+                    # predicted (as sent: the stored profile, the defaults and the as-sent refit of its clean probes)
+                    # before it is deployed, then measured at four loads (c = 64 first, as in profiles-bg); then the
+                    # Qwen3-235B-width profile
+                    detach "python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 64,32,16,8 --as-sent \
+                              --params asfit=benchmarks/results/h200-profile-dsv3/call6-8-4dec/refit-as-sent-no-pauses.json \
+                              --out /tmp/da-gpu/check-dsv3-L3-r2.json; \
+                            python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     qwen3-bg) detach "python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     importtime-bg) (t=$(date +%s.%N); python3 -X importtime -c "import vllm.entrypoints.cli.main, vllm.entrypoints.openai.api_server" \
                      2> /tmp/da-gpu/importtime.log; echo "# wall $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" $t) s" \
