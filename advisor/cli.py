@@ -341,7 +341,8 @@ def profile(
     cal = res.calibration
     console.print(f"stored {res.profile.label}: {job.model_profile().name} shape {res.profile.shape_key} at "
                   f"depths {', '.join(map(str, plan.depths))}; {res.levels} levels in {res.wall_s:.0f} s "
-                  f"(deploy {' + '.join(f'{x:.0f}' for x in res.deploy_s)} s)", markup=False, highlight=False)
+                  f"(deploy {' + '.join(f'{x:.0f}' for x in res.deploy_s)} s); fitted with each level predicted "
+                  f"{res.profile.report.get('level_model', 'steady')}", markup=False, highlight=False)
     if resumed := res.profile.report.get("resumed_from"):
         console.print(f"resumed: {len(resumed)} deployment(s) were measured by an unfinished profile before (their "
                       "deploy and measuring times are theirs)", markup=False, highlight=False)

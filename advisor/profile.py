@@ -14,9 +14,15 @@ The model's compute and overhead terms are then fitted to those levels by the sa
 ``advisor calibrate`` (``advisor.calibrate``: log ratios of throughput, TTFT and TPOT — E2E latency in their place on
 a level whose tokens reached the client in bursts —, a ridge towards the defaults, only the parameters the levels
 move), cross-validated by probe so that the reported error is on
-levels the fit did not see. The profile — GPU kind and count, vLLM's version, the model's shape, every probe
-level, the fitted parameters and their errors — goes into the database and a parameter file; a study of the
-same shape on the same GPU kind then starts from it without being told (``resolve_params``), and says so.
+levels the fit did not see. Each level is predicted as the benchmark sent it (``executors.perf.burst``): a probe
+releases its requests in waves of c that are prefilled together and then decode together, which the steady closed
+loop cannot describe — fitted in the steady view, the ~30B profile of 4 Dec predicted three studies' levels under
+their knees at 19.4 / 27.6 / 19.0%; fitted and predicted as sent, with the API server's per-prompt-token time
+(``frontend_per_prompt_token_s``) in the model, at 7.2 / 12.5 / 11.7% (docs/benchmarks.md). The report says
+``level_model: as sent``, and a trial's knee search predicts its levels in that view (``advisor.tune._predict``).
+The profile — GPU kind and count, vLLM's version, the model's shape, every probe level, the fitted parameters and
+their errors — goes into the database and a parameter file; a study of the same shape on the same GPU kind then
+starts from it without being told (``resolve_params``), and says so.
 
 What one GPU cannot measure (all-to-all, all-reduce, KV transfer between GPUs) keeps its documented default;
 on a node of several GPUs the profile adds a data-parallel + expert-parallel deployment of the shallow stack
@@ -41,8 +47,10 @@ from advisor.errors import BadInput, EnvironmentFailed
 from advisor.job import ExecutorKind, ModelRef, TuningJob
 from executors import place
 from executors.base import DeploymentFailed
+from executors.bench_result import first_wave_left_out
 from executors.measure import MeasurePlan
 from executors.model_folder import at_depth, hf_config, write_model_folder
+from executors.perf.burst import AS_SENT, STEADY
 from executors.perf import PerfParams, default_params
 from search_spaces import (
     ClusterSpec,
@@ -73,7 +81,7 @@ MIN_KV_GIB = 2.0
 STEP_PARAMS: tuple[str, ...] = (
     "mfu_prefill", "mfu_decode", "attn_eff_prefill", "attn_eff_decode", "hbm_eff", "step_latency_s",
     "eager_layer_latency_s", "cpu_step_s", "cpu_per_seq_s", "frontend_per_token_s", "request_latency_s",
-    "frontend_per_request_s", "tpot_cv",
+    "frontend_per_request_s", "tpot_cv", "frontend_per_prompt_token_s",
 )
 COMM_PARAMS: tuple[str, ...] = ("a2a_scaleup_eff", "a2a_ht_latency_s", "a2a_latency_s", "allreduce_latency_s",
                                 "cpu_dp_sync_s", "dp_balance_cv", "expert_skew_cv")
@@ -87,6 +95,9 @@ class ModelParams:
     params: PerfParams
     source: str
     profile_id: int | None = None
+    #: The view of a level the parameters were fitted in (``executors.perf.burst``): a profile's fit is ``AS_SENT``;
+    #: the defaults, a parameter file and a profile stored before 5 Dec's evening are ``STEADY``.
+    view: str = STEADY
 
 
 def matching_profile(database: db.Database, job: TuningJob, engine_version: str | None = None
@@ -111,7 +122,8 @@ def resolve_params(job: TuningJob, database: db.Database | None = None, engine_v
     if database is not None:
         prof = matching_profile(database, job, engine_version)
         if prof is not None:
-            return ModelParams(PerfParams.model_validate(prof.params), prof.label, prof.id)
+            return ModelParams(PerfParams.model_validate(prof.params), prof.label, prof.id,
+                               str((prof.report or {}).get("level_model", STEADY)))
     return ModelParams(default_params(job.cluster.gpu), f"defaults for {job.cluster.gpu}, unmeasured")
 
 
@@ -262,11 +274,14 @@ class _Measured:
     reused: list[str] = field(default_factory=list)  # the checkpoints an unfinished profile had left
 
     def add(self, probe_job: TuningJob, config: DeploymentConfig, measured: dict[int, dict[str, float]],
-            comm: bool) -> None:
-        """One probe's fit sample (none where no level of it completed), measured now or by a checkpoint."""
+            comm: bool, levels: Sequence[dict[str, Any]] = ()) -> None:
+        """One probe's fit sample (none where no level of it completed), measured now or by a checkpoint, with how
+        its ``levels`` were sent (requests, first wave left out) for the fit as sent."""
         if measured:
+            requests = {int(lv["concurrency"]): int(lv["completed"]) for lv in levels if lv.get("completed")}
+            wave = frozenset(int(lv["concurrency"]) for lv in levels if lv.get("first_wave_out"))
             (self.comm if comm else self.samples).append(
-                Sample("profile", len(self.samples) + len(self.comm), config, probe_job, measured))
+                Sample("profile", len(self.samples) + len(self.comm), config, probe_job, measured, requests, wave))
 
 
 def probe_executor_job(job: TuningJob, folder: Path, probes: Sequence[Probe], gpus: int) -> TuningJob:
@@ -303,7 +318,8 @@ def _reuse(path: Path, job: TuningJob, folder: Path, config: DeploymentConfig, c
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return False
     for probe, m in zip(probes, measured, strict=True):
-        into.add(probe_job(job, folder, probe.workload(), cluster), config, m, comm)
+        mine = [lv for lv in got["levels"] if (lv["kind"], lv["isl"], lv["osl"]) == (probe.kind, probe.isl, probe.osl)]
+        into.add(probe_job(job, folder, probe.workload(), cluster), config, m, comm, mine)
     into.levels.extend(got["levels"])
     into.deploy_s.append(float(got["deploy_s"]))
     into.measure_s.append(float(got["measure_s"]))
@@ -352,15 +368,15 @@ def _measure(job: TuningJob, folder: Path, config: DeploymentConfig, gpus: int, 
                 step = f"{probe.kind} probe ISL {probe.isl} OSL {probe.osl}"
                 levels = [m for c in probe.loads for m in executor.measure(dep, probe.workload(c), MeasurePlan())]
                 measured.append(probe_values(levels))
-                into.add(probe_job(job, folder, probe.workload(), cluster), config, measured[-1], comm)
+                mine = [{"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl, "osl": probe.osl,
+                         "concurrency": m.concurrency, "values": fitted_values(m), "p50_e2el_ms": m.p50_e2el_ms,
+                         "completed": m.completed, "first_wave_out": first_wave_left_out(m),
+                         "prefix_cache_hit_rate": m.prefix_cache_hit_rate, "bench_wall_s": m.raw.get("bench_wall_s"),
+                         "flags": list(m.flags), "longest_pause_s": m.raw.get("longest_pause_s"),
+                         "fitted": "stalled" not in m.flags} for m in levels]
+                into.add(probe_job(job, folder, probe.workload(), cluster), config, measured[-1], comm, mine)
+                into.levels.extend(mine)
                 for m in levels:
-                    into.levels.append({"depth": depth, "gpus": gpus, "kind": probe.kind, "isl": probe.isl,
-                                        "osl": probe.osl, "concurrency": m.concurrency, "values": fitted_values(m),
-                                        "p50_e2el_ms": m.p50_e2el_ms, "completed": m.completed,
-                                        "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-                                        "bench_wall_s": m.raw.get("bench_wall_s"), "flags": list(m.flags),
-                                        "longest_pause_s": m.raw.get("longest_pause_s"),
-                                        "fitted": "stalled" not in m.flags})
                     if on_level:
                         left = " (stalled twice: left out of the fit)" if "stalled" in m.flags else ""
                         on_level(f"{tag}: {probe.kind} ISL {probe.isl} OSL {probe.osl} c={m.concurrency}{left}")
@@ -409,9 +425,10 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
         _measure(job, folders[plan.depths[0]], comm_cfg, 2, decode, plan.depths[0], got, True, on_level)
     if not got.samples:
         raise BadInput("profile: no probe level completed; see the servers' logs under executor.run_dir")
-    cal = fit_probes(got.samples, job.cluster.gpu)
-    report: dict[str, Any] = {**cal.to_dict(), "depths": list(plan.depths), "deploy_s": got.deploy_s,
-                              "measure_s": got.measure_s, "levels": len(got.levels), "resumed_from": got.reused}
+    cal = fit_probes(got.samples, job.cluster.gpu, as_sent=True)
+    report: dict[str, Any] = {**cal.to_dict(), "level_model": AS_SENT, "depths": list(plan.depths),
+                              "deploy_s": got.deploy_s, "measure_s": got.measure_s, "levels": len(got.levels),
+                              "resumed_from": got.reused}
     params = cal.params
     if got.comm:  # the communication terms, fitted with the single-GPU terms held at their fitted values
         comm_cal = calibrate(got.comm, start=params, names=list(COMM_PARAMS))

@@ -24,6 +24,7 @@ from executors.perf import (
     predict_load,
     same_lengths,
 )
+from executors.perf.burst import predict_as_sent
 from executors.topology import Topology
 from search_spaces import SLO, Measurement, ModelProfile, Workload
 
@@ -70,20 +71,36 @@ def simulate_levels(topology: Topology, model: ModelProfile, workload: Workload,
 
 
 def model_levels(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
-                 params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16) -> list[Measurement]:
+                 params: PerfParams, *, tolerance: float = 0.05, max_levels: int = 16,
+                 as_sent: bool = False) -> list[Measurement]:
     """The model's own answer for a candidate, as a trial would get it: its fixed levels, then a knee search
     (to ``tolerance``, at most ``max_levels``) that starts at ``plan.start`` or, without one, inside the bracket
     the fixed levels already give (they cost nothing more and do not count against ``max_levels``), which keeps
-    the search short and its answer close — a ranking of thousands of candidates runs this."""
+    the search short and its answer close — a ranking of thousands of candidates runs this. ``as_sent``: each
+    concurrency level predicted as the benchmark will send it (``levels_as_sent``), for one real trial."""
     fixed: list[Measurement] = []
     if workload.load_levels and workload.load_by == "concurrency":
-        fixed = predict(topology, model, workload, params)
+        fixed = (levels_as_sent(topology, model, workload, params, workload.load_levels) if as_sent
+                 else predict(topology, model, workload, params))
     if not (plan.searchable and workload.knee_search):
         return fixed or simulate_levels(topology, model, workload, plan, params)
     wl = _search_only(workload, tolerance, max_levels)
+    if as_sent and wl.load_by == "concurrency":
+        level = lambda load: levels_as_sent(topology, model, wl, params, [load])[0]  # noqa: E731
+    else:
+        level = lambda load: predict_load(topology, model, wl, load, params)  # noqa: E731
     if plan.start or not fixed:
-        return fixed + simulate_levels(topology, model, wl, plan, params)
-    return search_levels(lambda load: predict_load(topology, model, wl, load, params), wl, plan, known=fixed)
+        return fixed + search_levels(level, wl, plan)
+    return search_levels(level, wl, plan, known=fixed)
+
+
+def levels_as_sent(topology: Topology, model: ModelProfile, workload: Workload, params: PerfParams,
+                   loads: Sequence[float]) -> list[Measurement]:
+    """Concurrency levels as ``vllm bench serve`` sends them (``executors.perf.burst``): the workload's requests
+    per level, the first wave left out of the latencies as the bench parser leaves it out. What a real trial's
+    levels are, where the steady closed loop (``predict``) is what the guide ranks thousands of candidates by."""
+    cs = [max(1, int(c)) for c in loads]
+    return predict_as_sent(topology, model, workload, params, cs, None, [True] * len(cs))
 
 
 def model_levels_many(topologies: Sequence[Topology], model: ModelProfile, workload: Workload, plan: MeasurePlan,
@@ -127,17 +144,20 @@ def _search_only(wl: Workload, tolerance: float, max_levels: int) -> Workload:
 
 
 def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
-                    params: PerfParams, points: int = 64) -> PredictedCurve | None:
+                    params: PerfParams, points: int = 64, as_sent: bool = False) -> PredictedCurve | None:
     """The model's SLO metrics of ``topology`` over ``points`` loads spaced geometrically from the lowest to
-    ``workload.max_load`` (concurrencies: one array evaluation; rates: one prediction each): what the knee search
-    scales by its measured levels to aim (``executors.knee_curve``). None without an SLO load can break."""
+    ``workload.max_load`` (concurrencies: one array evaluation, or ``as_sent`` one simulated level each — 2 s for
+    the ~30B shape's 52 loads up to 1,024 on this project's 2-core machine; rates: one prediction each): what the
+    knee search scales by its measured levels to aim (``executors.knee_curve``). None without an SLO load can
+    break."""
     names = sorted({s.metric for s in slos if s.metric != "error_rate"})
     if not names:
         return None
     top = float(workload.max_load)
     if workload.load_by == "concurrency":
         loads = sorted({float(max(1, round(top ** (i / (points - 1))))) for i in range(points)})
-        levels = predict(topology, model, workload, params, [int(c) for c in loads])
+        levels = (levels_as_sent(topology, model, workload, params, loads) if as_sent
+                  else predict(topology, model, workload, params, [int(c) for c in loads]))
     else:
         loads = sorted({float(f"{MIN_RATE * (top / MIN_RATE) ** (i / (points - 1)):.3g}") for i in range(points)})
         levels = [predict_load(topology, model, workload, r, params) for r in loads]
@@ -145,25 +165,27 @@ def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload,
 
 
 def predicted_plan(topology: Topology, model: ModelProfile, workload: Workload, slos: Sequence[SLO],
-                   params: PerfParams, levels: list[Measurement] | None = None) -> MeasurePlan:
+                   params: PerfParams, levels: list[Measurement] | None = None, as_sent: bool = False) -> MeasurePlan:
     """A measure plan for ``topology`` with the model's curve: its SLOs, the model's knee where the search starts
     and the curve it aims by (``predicted_curve``). ``benchmarks/knee_search.py`` searches with it; trials do where
-    the model is measured (``advisor.tune._aims`` says why not always). ``levels``: the model's own, when made."""
+    the model is measured (``advisor.tune._aims`` says why not always). ``levels``: the model's own, when made;
+    ``as_sent``: levels predicted as the benchmark will send them (``levels_as_sent``)."""
     plan = MeasurePlan(tuple(slos))
     if not plan.searchable:
         return plan
     if levels is None:
-        levels = model_levels(topology, model, workload, plan, params)
+        levels = model_levels(topology, model, workload, plan, params, as_sent=as_sent)
     knee = knee_of(levels)
     return MeasurePlan(plan.slos, knee.load if knee is not None else None,
-                       predicted_curve(topology, model, workload, slos, params))
+                       predicted_curve(topology, model, workload, slos, params, as_sent=as_sent))
 
 
 def predicted_knee(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
-                   params: PerfParams) -> float | None:
+                   params: PerfParams, as_sent: bool = False) -> float | None:
     """Where the model puts the knee of ``topology`` under ``plan``'s SLOs (to 5%): where a real knee search
-    starts. None when no load meets the SLOs in the model or the plan has no SLO that load can break."""
+    starts (``as_sent``: its levels predicted as sent). None when no load meets the SLOs in the model or the plan
+    has no SLO that load can break."""
     if not plan.searchable:
         return None
-    knee = knee_of(model_levels(topology, model, workload, plan, params))
+    knee = knee_of(model_levels(topology, model, workload, plan, params, as_sent=as_sent))
     return knee.load if knee is not None else None

@@ -128,3 +128,30 @@ def test_a_fit_of_levels_as_sent_recovers_the_machine_that_made_them():
     assert sent.params.mfu_prefill == pytest.approx(0.35, rel=0.02)
     assert sent.after["in_sample"].overall < 0.01
     assert steady.after["in_sample"].overall > 10 * sent.after["in_sample"].overall
+
+
+def test_prompts_reach_the_engine_one_after_another_through_the_api_server():
+    """With ``front_s`` (the API server's time on each prompt, ``frontend_per_prompt_token_s``) a wave sent at once
+    reaches the engine one prompt per ``front_s``: the i-th prompt's first token comes (i + 1)·front_s plus its
+    prefill step after the wave was sent, where without it the four share one step."""
+    isl, osl = np.full(4, 2048), np.full(4, 2)
+    step = lambda d, p, ps: 0.001 + 1e-6 * p  # noqa: E731
+    paced = schedule(4, isl, osl, 1.0, 8192, 256, 0.0, step, 0.0, np.full(4, 0.05))
+    assert (paced.first - paced.arrive).tolist() == pytest.approx([0.05 * (i + 1) + 0.003048 for i in range(4)])
+    together = schedule(4, isl, osl, 1.0, 8192, 256, 0.0, step, 0.0)
+    assert (together.first - together.arrive).tolist() == pytest.approx([0.001 + 4 * 2048e-6] * 4)
+
+
+def test_the_api_servers_prompt_time_adds_to_ttft_and_caps_the_request_rate():
+    """In the steady view a lone user's TTFT grows by exactly ISL × frontend_per_prompt_token_s (it waits behind
+    nobody), and an instance serves at most 1 / (ISL × it) requests a second however many users there are."""
+    wl, topo = workload(2048, 256), place(CONFIG, CLUSTER)
+    p0 = default_params("H200")
+    p1 = p0.model_copy(update={"frontend_per_prompt_token_s": 5e-5})  # 102.4 ms a prompt: ≤ 9.77 requests/s
+    lone0, lone1 = predict(topo, MODEL, wl, p0, [1])[0], predict(topo, MODEL, wl, p1, [1])[0]
+    assert lone1.p50_ttft_ms - lone0.p50_ttft_ms == pytest.approx(102.4, rel=1e-6)
+    busy0, busy1 = predict(topo, MODEL, wl, p0, [256])[0], predict(topo, MODEL, wl, p1, [256])[0]
+    assert busy0.request_throughput > 15.0
+    assert busy1.request_throughput <= 1.0 / 0.1024 + 1e-9
+    sent = predict_as_sent(topo, MODEL, wl, p1, [256], [512])[0]
+    assert sent.request_throughput <= 1.0 / 0.1024 * 1.01

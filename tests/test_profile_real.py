@@ -6,13 +6,14 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
 * the profile is stored whole (GPU kind and count, vLLM's version, the shape, every probe level, the fitted
   parameters and their cross-validated errors) and written as a parameter file; no probe level read another's
   prompts from the prefix cache (each probe has its own seed);
-* a real study (the local executor, `executor.profile: auto`) finds it instead of profiling again, says so, and
-  starts its knee search where the profiled model puts the knee;
+* the fit predicted each probe as the benchmark sent it (``level_model: as sent``), and a real study (the local
+  executor, `executor.profile: auto`) finds it instead of profiling again, says so, and starts its knee search
+  where the profiled model, predicting levels as sent too, puts the knee;
 * a simulated study of the same shape on the same GPU kind predicts with it, and every level says so;
 * the profiled model predicts the real study's level — a concurrency (3) and a batch size (max-num-seqs 4; the probes
   ran vLLM's CPU default, 128) and a workload (ISL 192 / OSL 24) no probe measured — closer than the CPU kind's
   default parameters: the RMS of log(predicted / measured) over the values a fit compares
-  (``advisor.calibrate.fitted_values``), the loss the profile's fit minimises.
+  (``advisor.calibrate.fitted_values``), the loss the profile's fit minimises, the level predicted as it was sent.
 
 That last clause holds since the model learnt that vLLM's CPU build has no CUDA graphs (``GPUSpec.graphs``): with
 decode modelled as graphed, no term grew a decode step with depth, though every probe showed it, and the fit split the
@@ -48,8 +49,9 @@ from advisor.calibrate import Problem, Sample, fitted_values
 from advisor.job import job_from_dict, load_job
 from executors import place
 from executors.measure import MeasurePlan
-from executors.perf import PerfParams, default_params, predict
-from executors.simulated import predicted_knee
+from executors.bench_result import first_wave_left_out
+from executors.perf import PerfParams, default_params
+from executors.simulated import levels_as_sent, predicted_knee
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 
 pytestmark = [pytest.mark.vllm]
@@ -98,6 +100,7 @@ def test_profile_is_stored_whole_and_written_as_a_parameter_file(profiled):
     p = stored[0]
     assert p.gpu_count == 1 and p.engine_version and "vllm" in p.engine_version
     assert p.shape == job.model_profile().shape and p.report["depths"] == [1, 2]
+    assert p.report["level_model"] == "as sent"  # each probe predicted as the benchmark sent it
     assert f"stored {p.label}" in profiled["out"]
     # every probe level, at both depths, prefill (one output token) and decode
     assert {(lv["depth"], lv["kind"]) for lv in p.probes} == {(1, "prefill"), (1, "decode"), (2, "prefill"),
@@ -132,7 +135,8 @@ def real_study(profiled) -> dict[str, Any]:
     doc["executor"]["profile"] = "auto"  # the preset turns it off; a stored profile must be found, not remade
     probe = job_from_dict({**doc, "slos": [], "workload": {**workload, "load_levels": [3, 4]}})  # what it predicts
     topo = place(_config(), probe.cluster)
-    e2e = {m.concurrency: m.p50_e2el_ms for m in predict(topo, probe.model_profile(), probe.workload, params, [3, 4])}
+    e2e = {m.concurrency: m.p50_e2el_ms  # as the trial will predict them: as sent, the profile's view
+           for m in levels_as_sent(topo, probe.model_profile(), probe.workload, params, [3, 4])}
     bound = math.sqrt(e2e[3] * e2e[4])
     doc["slos"] = [{"metric": "p50_e2el_ms", "op": "<=", "value": round(bound, 3)}]
     (work / "study.yaml").write_text(yaml.safe_dump(doc))
@@ -141,8 +145,9 @@ def real_study(profiled) -> dict[str, Any]:
     job = load_job(work / "study.yaml")
     plan = MeasurePlan(tuple(job.slos))
     return {"work": work, "out": r.stdout, "job": job, "params": params,
-            "start": predicted_knee(topo, job.model_profile(), job.workload, plan, params),
-            "start_defaults": predicted_knee(topo, job.model_profile(), job.workload, plan, default_params("CPU"))}
+            "start": predicted_knee(topo, job.model_profile(), job.workload, plan, params, as_sent=True),
+            "start_defaults": predicted_knee(topo, job.model_profile(), job.workload, plan, default_params("CPU"),
+                                             as_sent=True)}
 
 
 def test_real_study_starts_its_knee_search_from_the_profile_and_says_so(real_study):
@@ -175,8 +180,10 @@ def test_profile_predicts_the_unmeasured_level_better_than_the_defaults(real_stu
     level = next(m for m in trial.measurements if "knee_start" in m.raw)
     measured = fitted_values(level)
     assert len(measured) >= 2, level
-    # the level as a fit sample: ``Problem.errors`` predicts it and compares as a profile's fit does
-    problem = Problem([Sample("study", 0, trial.config, job, {level.concurrency: measured})])
+    # the level as a fit sample: ``Problem.errors`` predicts it as it was sent and compares, as a profile's fit does
+    c = level.concurrency
+    wave = frozenset({c}) if first_wave_left_out(level) else frozenset()
+    problem = Problem([Sample("study", 0, trial.config, job, {c: measured}, {c: level.completed}, wave)], as_sent=True)
     profiled, defaults = problem.errors(real_study["params"]), problem.errors(default_params("CPU"))
     # the fit's own loss (``Errors.rms_log``): the median of three values followed the noisier two (module docstring)
     assert profiled.rms_log < defaults.rms_log, (profiled, defaults, measured)

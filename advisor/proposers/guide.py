@@ -62,6 +62,11 @@ SHORTLIST = 100
 PER_SHAPE = 3
 #: The re-fit sees at most this many measured trials (the most recent), which bounds its cost.
 MAX_FIT_TRIALS = 24
+#: What the re-fit may move: every parameter but the API server's time per prompt token, which only a wave of
+#: prompts sent at once separates from ``request_latency_s`` (a profile's probes, fitted as sent); a study's levels,
+#: fitted in the steady view at one prompt length, cannot tell the two apart, and on the H200 study r4 the re-fit
+#: that could move it led trial 5's knee search to five levels where it took four.
+REFIT = [n for n in CALIBRATABLE if n != "frontend_per_prompt_token_s"]
 #: Trial user attribute saying who proposed a trial ("model" or "sampler").
 PROPOSER_ATTR = "advisor_proposer"
 #: On a sampler's trial that took a model turn the model declined (it predicted nothing better).
@@ -204,7 +209,7 @@ class ModelGuide:
             return
         problem = Problem(self.samples[-MAX_FIT_TRIALS:])
         self.params = fit(problem, self.start,
-                          sensitive(problem, self.start, list(CALIBRATABLE), self._sensitivity))
+                          sensitive(problem, self.start, REFIT, self._sensitivity))
 
     # ---------------------------------------------------------------------------------------- ranking
     def _scored(self, cands: list[tuple[Params, DeploymentConfig]]) -> list[tuple[Params, DeploymentConfig, Outcome]]:

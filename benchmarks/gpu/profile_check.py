@@ -53,7 +53,7 @@ from executors import place  # noqa: E402
 from executors.bench_result import first_wave_left_out  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params, predict  # noqa: E402
-from executors.perf.burst import predict_as_sent  # noqa: E402
+from executors.perf.burst import AS_SENT, STEADY, predict_as_sent  # noqa: E402
 from executors.simulated import predicted_knee  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, Measurement, Mode, Role, RoleConfig  # noqa: E402
 
@@ -73,7 +73,7 @@ def values(m: Measurement) -> dict[str, float | None]:
 
 def view(as_sent: bool) -> str:
     """The level view a result was predicted in (``--as-sent``), as the results name it."""
-    return "as sent" if as_sent else "steady"
+    return AS_SENT if as_sent else STEADY
 
 
 def levels_of(topo: Any, model: Any, wl: Any, params: PerfParams, loads: list[int], as_sent: bool = False,

@@ -17,7 +17,9 @@ first (a decode token each, or their next prefill chunk), then waiting requests 
 token budget, ``max_num_seqs`` and the KV cache (each request's whole length reserved) allow; a request's first
 token comes at the end of the step that completes its prompt. Each step lasts what the step model (``perf.step._step``)
 says for its decodes and prefill tokens (kept per distinct step within a level), and a user's next request reaches
-the server ``request_latency_s`` after its last ended, so which requests share a step depends on the parameters (a
+the server ``request_latency_s`` after its last ended and the engine once the API server has worked through the
+prompts sent before it (``frontend_per_prompt_token_s`` a token: a wave sent at once reaches the engine prompt by
+prompt), so which requests share a step depends on the parameters (a
 fit runs every level's schedule at each evaluation: 0.5–5 minutes to fit a stored GPU profile's 11–14 levels on
 2 cores, where the steady view takes seconds — fine for a profile, not for the guide's thousands of candidates). Lengths
 are drawn as vLLM's random dataset draws them (uniform within ``range_ratio``), from a fixed seed.
@@ -45,6 +47,11 @@ from search_spaces import PERCENTILES, Measurement, ModelProfile, Workload
 
 if TYPE_CHECKING:
     from executors.topology import Topology
+
+#: The two views of a level (``raw["level_model"]``, a profile's ``level_model``): as the benchmark sent it, and the
+#: steady closed loop of ``perf.levels``.
+AS_SENT = "as sent"
+STEADY = "steady"
 
 #: Seed of the lengths a simulated level draws (fixed: a parameter fit needs the same level at every evaluation).
 LENGTH_SEED = 20261205
@@ -80,12 +87,15 @@ def lengths(mean: float, range_ratio: float, n: int, rng: np.random.Generator) -
 
 
 def schedule(c: int, isl: np.ndarray, osl: np.ndarray, acc: float, budget: int, max_seqs: int, kv_tokens: float,
-             step_time: Callable[[int, int, int], float], resend_s: float) -> Schedule:
+             step_time: Callable[[int, int, int], float], resend_s: float,
+             front_s: np.ndarray | None = None) -> Schedule:
     """vLLM V1's chunked-prefill schedule of a closed loop of ``c`` users sending ``len(isl)`` requests: the
     ``i``-th has ``isl[i]`` prompt and ``osl[i]`` output tokens (``acc`` of them per decode step after the first)
     and reserves its whole length in the KV cache (``kv_tokens`` per rank; ≤ 0: unbounded); a step holds at most
     ``budget`` tokens and ``max_seqs`` sequences and lasts ``step_time(decodes, prefill tokens, prefill
-    sequences)``; a user's next request reaches the server ``resend_s`` after its last one ended.
+    sequences)``; a user's next request reaches the server ``resend_s`` after its last one ended; ``front_s[i]``
+    (default none) is the time the API server spends on request ``i`` before the engine sees it, one request after
+    another (``frontend_per_prompt_token_s``).
 
     The delay matters: on the H200 (4 Dec, c = 16) a wave's requests ended 2.6-ms decode steps apart and the client
     sent each successor at once, but the first new prompt reached the engine only after the other groups' last
@@ -95,23 +105,28 @@ def schedule(c: int, isl: np.ndarray, osl: np.ndarray, acc: float, budget: int, 
     osl_steps = np.ceil(np.maximum(osl - 1, 0) / acc).astype(np.int64)
     reserve = (isl + osl).astype(float)
     kv = kv_tokens if kv_tokens > 0 else math.inf
-    arrive = np.full(requests, math.inf)
+    arrive = np.full(requests, math.inf)  # at the server (the API server)
     arrive[:min(c, requests)] = 0.0
+    front = front_s if front_s is not None else np.zeros(requests)
+    engine = np.full(requests, math.inf)  # at the engine: through the API server in arrival order
+    free = 0.0  # when the API server is next free
+    for r in range(min(c, requests)):
+        engine[r] = free = max(arrive[r], free) + front[r]
     first = np.full(requests, math.nan)
     last = np.full(requests, math.nan)
     left = isl.astype(np.int64).copy()  # prompt tokens still to prefill
     steps_left = osl_steps.copy()
-    waiting: deque[int] = deque(range(min(c, requests)))
-    pending: list[int] = []  # sent, not yet at the server (sorted by arrival)
+    waiting: deque[int] = deque()
+    pending: list[int] = list(range(min(c, requests)))  # sent, not yet at the engine (sorted by arrival)
     running: list[int] = []
     nxt, done, kv_used, now, steps = min(c, requests), 0, 0.0, 0.0, 0
     while done < requests:
-        while pending and arrive[pending[0]] <= now:
+        while pending and engine[pending[0]] <= now:
             waiting.append(pending.pop(0))
         if not running and not waiting:
             if not pending:
                 break
-            now = float(arrive[pending[0]])  # idle until the next request arrives
+            now = float(engine[pending[0]])  # idle until the next request arrives
             continue
         room, d, p, ps = budget, 0, 0, 0
         prefilled: list[int] = []
@@ -158,6 +173,7 @@ def schedule(c: int, isl: np.ndarray, osl: np.ndarray, acc: float, budget: int, 
             done += 1
             if nxt < requests:  # the user sends its next request
                 arrive[nxt] = now + resend_s
+                engine[nxt] = free = max(arrive[nxt], free) + front[nxt]
                 pending.append(nxt)
                 nxt += 1
     return Schedule(arrive, first, last, isl.astype(float), 1.0 + osl_steps * acc, c, steps)
@@ -204,8 +220,10 @@ def predict_as_sent(topology: Topology, model: ModelProfile, workload: Workload,
         rng = np.random.default_rng(LENGTH_SEED)
         isl = lengths(wd.isl_new, wd.r_i, n_rank, rng)
         osl = lengths(wd.osl, wd.r_o, n_rank, rng)
+        # the instance's one API server takes every rank's prompts: a rank's share of it runs dp x as long
+        front = isl * (wd.isl / wd.isl_new) * p.frontend_per_prompt_token_s * cfg.data_parallel_size
         sch = schedule(c_rank, isl, osl, acc, int(R.mnbt[0]), int(R.mns[0]), float(R.kv_cap[0]), step_time,
-                       p.request_latency_s)
+                       p.request_latency_s, front)
         out.append(_measured(steady[i], sch, p, wd.isl / wd.isl_new, ranks, topology.gpus,
                              bool(first_wave_out[i]) if first_wave_out else False))
     return out
@@ -231,7 +249,7 @@ def _measured(base: Measurement, sch: Schedule, p: PerfParams, isl_scale: float,
         "throughput_per_gpu": (tokens_in + tokens_out) * ranks / wall / gpus,
         "output_throughput_per_gpu": tokens_out * ranks / wall / gpus,
         "request_throughput": n * ranks / wall,
-        "raw": {**base.raw, "level_model": "as sent", "simulated_steps": sch.steps},
+        "raw": {**base.raw, "level_model": AS_SENT, "simulated_steps": sch.steps},
     }
     for q in PERCENTILES:
         tp = _pct(tpot * 1e3, q)

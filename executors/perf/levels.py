@@ -32,11 +32,23 @@ if TYPE_CHECKING:
 RANDOM_WAIT_UTIL_CAP = 0.9
 
 
-def _front_capped(x: Arr, instances: Arr, p: PerfParams) -> Arr:
-    """Request throughput ``x`` capped by the API servers' CPU (one per instance)."""
-    if p.frontend_per_request_s > 0.0:
-        return np.minimum(x, instances / p.frontend_per_request_s)
+def _front_capped(x: Arr, instances: Arr, p: PerfParams, prompt_s: Arr | float = 0.0) -> Arr:
+    """Request throughput ``x`` capped by the API servers' CPU (one per instance): ``frontend_per_request_s`` and
+    ``prompt_s``, a prompt's own processing, per request."""
+    per_request = p.frontend_per_request_s + prompt_s
+    if np.any(np.asarray(per_request) > 0.0):
+        return np.minimum(x, instances / np.maximum(per_request, 1e-12))
     return x
+
+
+def _front_wait(x: Arr, instances: Arr, users: Arr, prompt_s: Arr | float) -> Arr:
+    """Mean wait of a prompt behind the others in its instance's API server (one server, prompts processed one
+    after another): M/D/1 at the *other* users' share of it, as for a rank's prefill slot (an instance's only
+    user waits for nobody), capped as the engine's queues are."""
+    per = users / instances
+    others = np.maximum(per - 1.0, 0.0) / np.maximum(per, 1.0)
+    u = np.minimum(x * prompt_s / instances * others, RANDOM_WAIT_UTIL_CAP)
+    return _md1_wait(np.broadcast_to(np.asarray(prompt_s, dtype=float), np.shape(x)), u)
 
 
 def _md1_wait(service: Arr, u: Arr) -> Arr:
@@ -141,8 +153,12 @@ class Batch(Deployments):
         # a prefill probe) waits for nothing, where the whole slot's utilisation said 4.5 service times
         others = np.maximum(b - 1.0, 0.0) / bb
         chunk_wait = _md1_wait(service, np.minimum(f * others, RANDOM_WAIT_UTIL_CAP))
-        ttft_s = service + chunk_wait + tau + p.request_latency_s  # + first decode step, + the way in
-        X = _front_capped(n / (ttft_s + osl_steps * tau), inst, p)
+        prompt_s = wd.isl * p.frontend_per_prompt_token_s  # the API server's work on this prompt, before the engine
+        ttft_s = service + chunk_wait + tau + p.request_latency_s + prompt_s  # + first decode step, + the way in
+        front_wait = _front_wait(n / (ttft_s + osl_steps * tau), inst, n, prompt_s) if prompt_s > 0.0 else zero
+        chunk_wait = chunk_wait + front_wait  # random waits (exponential percentiles)
+        ttft_s = ttft_s + front_wait
+        X = _front_capped(n / (ttft_s + osl_steps * tau), inst, p, prompt_s)
         wait = np.maximum(c / X - (ttft_s + osl_steps * tau), 0.0)  # Little's law: the rest of C queues
         tpot = tau / R.acc
         sd_step = np.sqrt(f_any * (1.0 - f_any)) * (s1.total - s0.total) / R.acc
@@ -187,7 +203,8 @@ class Batch(Deployments):
         X = n / (osl_steps * tau)
         X = np.where(X >= mu_p, mu_p * 0.999, X)  # the exact step came out faster than the interpolation
         x_engine = X
-        X = _front_capped(X, self.inst_pd[k], p)
+        prompt_s = wd.isl * p.frontend_per_prompt_token_s  # the API server's work on a prompt, before the prefill
+        X = _front_capped(X, self.inst_pd[k], p, prompt_s)
         u = X / mu_p
         # Little's law on the closed loop: whatever of C is neither decoding nor being prefilled or moved waits.
         # Congestion jitter (M/D/1, utilisation capped) is the random part; the rest is a steady queue that every
@@ -196,7 +213,7 @@ class Batch(Deployments):
         wait = np.where(wait > 0.0, wait, 0.0)
         q_wait = np.minimum(wait, _md1_wait(S_p, np.minimum(u, RANDOM_WAIT_UTIL_CAP)))
         wait_d = wait - q_wait
-        ttft_service = S_p + t_kv + tau
+        ttft_service = S_p + t_kv + tau + prompt_s
         tpot = tau / Rd.acc
         raw = _raw_disaggregated(b, b_cap, b_kv, Rd.kv_cap, ranks_d.astype(int), ranks_p.astype(int), mu_p, u, S_p,
                                  q_wait, wait_d, mu_rank / self.tp_p[k] * wd.isl / wd.isl_new, t_kv, mu_kv, sd_, s_full)
