@@ -111,11 +111,13 @@ for step in "$@"; do
           run python3 -m advisor best $STUDY --storage sqlite:////tmp/da-gpu/results.db
           snapshot ;;
     check-qwen3-bg) # issue 29's two open GPU items, detached like study-bg: the DeepSeek-V3-width stack at depth 3
-                    # predicted (as sent: the stored profile, the defaults and the as-sent refit of its clean probes)
+                    # predicted (as sent: the stored profile, the defaults and the as-sent refits of its clean probes,
+                    # without and with the API server's per-prompt-token term)
                     # before it is deployed, then measured at four loads (c = 64 first, as in profiles-bg); then the
                     # Qwen3-235B-width profile
                     detach "python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 64,32,16,8 --as-sent \
                               --params asfit=benchmarks/results/h200-profile-dsv3/call6-8-4dec/refit-as-sent-no-pauses.json \
+                              --params asfront=benchmarks/results/h200-profile-dsv3/call6-8-4dec/refit-as-sent-no-pauses-front.json \
                               --out /tmp/da-gpu/check-dsv3-L3-r2.json; \
                             python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     qwen3-bg) detach "python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
