@@ -155,3 +155,27 @@ def test_the_api_servers_prompt_time_adds_to_ttft_and_caps_the_request_rate():
     assert busy1.request_throughput <= 1.0 / 0.1024 + 1e-9
     sent = predict_as_sent(topo, MODEL, wl, p1, [256], [512])[0]
     assert sent.request_throughput <= 1.0 / 0.1024 * 1.01
+
+
+def test_a_knee_search_predicted_as_sent_walks_levels_as_sent():
+    """``predicted_plan(as_sent=True)`` (a real trial on a profile fitted as sent): every level the model's own knee
+    search made, and the curve the search aims by, are levels as the benchmark sends them, and its start is that
+    search's knee — not the steady one's."""
+    from executors.measure import MeasurePlan, knee_of
+    from executors.simulated import levels_as_sent, model_levels, predicted_plan
+    from search_spaces import SLO
+
+    wl = Workload(isl=LengthDist(mean=2048, range_ratio=0.2), osl=LengthDist(mean=256, range_ratio=0.2),
+                  load_levels=[], knee_search=True, max_load=512)
+    slos = (SLO(metric="p90_ttft_ms", op="<=", value=2000.0), SLO(metric="p90_tokens_per_s_per_user", op=">=",
+                                                                  value=30.0))
+    topo, p = place(CONFIG, CLUSTER), default_params("H200")
+    plan = predicted_plan(topo, MODEL, wl, slos, p, as_sent=True)
+    levels = model_levels(topo, MODEL, wl, MeasurePlan(slos), p, as_sent=True)
+    assert levels and {m.raw["level_model"] for m in levels} == {"as sent"}
+    assert plan.start == knee_of(levels).load
+    steady = predicted_plan(topo, MODEL, wl, slos, p)
+    assert steady.start != plan.start
+    c = int(plan.curve.loads[len(plan.curve.loads) // 2])
+    again = levels_as_sent(topo, MODEL, wl, p, [c])[0]
+    assert plan.curve.at("p90_tokens_per_s_per_user", c) == pytest.approx(again.p90_tokens_per_s_per_user)

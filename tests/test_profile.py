@@ -18,13 +18,16 @@ from advisor.job import job_from_dict, load_job
 from advisor.profile import default_depths, plan_profile, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
+from executors.perf.burst import AS_SENT, STEADY
 from search_spaces import ModelProfile, model_preset
 
 
-def _store(database: db.Database, model: ModelProfile, gpu: str, version: str, mfu: float) -> db.HardwareProfile:
+def _store(database: db.Database, model: ModelProfile, gpu: str, version: str, mfu: float,
+           report: dict | None = None) -> db.HardwareProfile:
     params = default_params(gpu).model_copy(update={"mfu_decode": mfu}).model_dump()
     return database.add_profile(gpu=gpu, gpu_count=1, engine_version=version, shape_key=model.shape_key,
-                                model_name=model.name, shape=model.shape, params=params, report={}, probes=[])
+                                model_name=model.name, shape=model.shape, params=params, report=report or {},
+                                probes=[])
 
 
 def test_a_study_starts_from_the_file_then_the_matching_profile_then_unmeasured_defaults(tmp_path):
@@ -45,6 +48,37 @@ def test_a_study_starts_from_the_file_then_the_matching_profile_then_unmeasured_
     filed = job_from_dict({"name": "j", "preset": "h200-qwen3-235b", "executor": {"perf_params": str(path)}})
     assert resolve_params(filed, database).params.mfu_decode == 0.2  # a file the job names wins
     database.close()
+
+
+def test_a_profile_fitted_as_sent_says_so_and_older_ones_are_steady(tmp_path):
+    """The view a profile's parameters were fitted in travels with them (``ModelParams.view``): a trial predicts its
+    levels in it. Profiles stored before the fit as sent, the defaults and a parameter file are steady."""
+    database = db.connect(f"sqlite:///{tmp_path / 'r.db'}")
+    job = job_from_dict({"name": "j", "preset": "h200-qwen3-235b"})
+    assert resolve_params(job, database).view == STEADY
+    _store(database, job.model_profile(), "H200", "vllm 0.26.0", 0.13)
+    assert resolve_params(job, database).view == STEADY
+    _store(database, job.model_profile(), "H200", "vllm 0.26.0", 0.14, {"level_model": AS_SENT})
+    got = resolve_params(job, database)
+    assert (got.params.mfu_decode, got.view) == (0.14, AS_SENT)
+    database.close()
+
+
+def test_a_trial_predicts_in_the_view_its_parameters_were_fitted_in():
+    """``advisor.tune._view``: as sent for a real executor on a profile fitted so, steady for the simulated executor
+    (its levels are the steady state) and once the guide has re-fitted on the study's own levels."""
+    from types import SimpleNamespace as NS
+
+    from advisor.tune import _view
+
+    real, sim = NS(simulated=False), NS(simulated=True)
+    as_sent, steady = NS(view=AS_SENT), NS(view=STEADY)
+    fresh, refitted = NS(samples=[]), NS(samples=["a trial"])
+    assert _view(NS(executor=real, guide=None, model=as_sent)) == AS_SENT
+    assert _view(NS(executor=real, guide=fresh, model=as_sent)) == AS_SENT
+    assert _view(NS(executor=real, guide=refitted, model=as_sent)) == STEADY
+    assert _view(NS(executor=sim, guide=None, model=as_sent)) == STEADY
+    assert _view(NS(executor=real, guide=None, model=steady)) == STEADY
 
 
 def test_shape_key_ignores_depth_and_name_only():
