@@ -185,7 +185,8 @@ def _model_params(job: TuningJob, database: db.Database, executor: Executor, sum
     if isinstance(executor, SimulatedExecutor) and executor.params is None:
         executor.params = model.params
         executor.params_source = model.source
-    summary.model_params = model.source
+    summary.model_params = model.source + (f", fitted with levels predicted {model.view}: a trial predicts its levels "
+                                           f"so until the guide re-fits" if real and model.view == AS_SENT else "")
     return model
 
 
