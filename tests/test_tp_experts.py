@@ -259,6 +259,8 @@ def test_narrow_expert_shards_cost_exactly_the_documented_factor() -> None:
 def test_new_parameter_is_calibratable_and_bounded() -> None:
     from executors.perf import CALIBRATABLE
 
-    assert CALIBRATABLE[-1] == "expert_shard_min_width"
-    lo, hi = PerfParams.bounds()[-1]
+    # appended after every earlier field (their vector order, and so seeded perturbed draws, stay as they were); only
+    # the API server's per-prompt term came after it
+    assert CALIBRATABLE[-2:] == ["expert_shard_min_width", "frontend_per_prompt_token_s"]
+    lo, hi = PerfParams.bounds()[-2]
     assert lo <= PerfParams().expert_shard_min_width <= hi
