@@ -159,10 +159,18 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         return cls(job.model_profile(), params)  # type: ignore[call-arg]
     if spec.kind is ExecutorKind.RAY:
         _check_ray_address(ray_address or spec.ray_address)
+    platform = platform_for(job, resolve_env=True)
+    if spec.kind is ExecutorKind.LOCAL and platform.name == "gpu":  # measured here, stored as the job's GPU kind
+        from executors.gpu_kind import GPUKindMismatch, check_local_kind
+
+        try:
+            check_local_kind(job.cluster.gpu)
+        except GPUKindMismatch as e:
+            raise BadInput(str(e)) from None
     model_path = model_path_for(job)
     t = spec.timeouts
     common = dict(
-        platform=platform_for(job, resolve_env=True),
+        platform=platform,
         served_model_name=spec.served_model_name or job.name,
         max_model_len=job.workload.max_model_len,
         run_dir=job.resolve_path(spec.run_dir) / job.name,
