@@ -39,7 +39,8 @@ def fake_smi(folder: Path, *names: str) -> dict[str, str]:
 
 
 def gpu_job(tmp_path: Path, gpu: str) -> dict:
-    return {"name": "kind", "model": {"preset": "qwen3-moe-235b"}, "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 1},
+    return {"name": "kind", "model": {"preset": "qwen3-moe-235b"},
+            "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 1},
             "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 2000}],
             "executor": {"kind": "local", "platform": "gpu", "run_dir": str(tmp_path / "runs")},
             "storage": f"sqlite:///{tmp_path / 'results.db'}"}
