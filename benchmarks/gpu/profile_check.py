@@ -89,9 +89,12 @@ def param_sets(job: TuningJob, database: db.Database, files: list[str] | None = 
                ) -> dict[str, tuple[PerfParams, str]]:
     """The stored profile's parameters, the GPU kind's defaults, and each ``NAME=FILE`` of ``files``."""
     prof = resolve_params(job, database)
-    if prof.profile_id is None:
-        raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}: run advisor profile")
     sets = {"profile": (prof.params, prof.source), "defaults": (default_params(job.cluster.gpu), "defaults")}
+    if prof.profile_id is None:
+        if not files:
+            raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}: run advisor "
+                             "profile, or name parameter files (--params)")
+        del sets["profile"]  # another GPU kind's fits, given as files, against this kind's defaults
     for spec in files or ():
         name, _, path = spec.partition("=")
         if not name or not path:
@@ -430,7 +433,7 @@ def cmd_stack(a: argparse.Namespace) -> None:
         finally:
             ex.close()
         meas, failure = {str(m.concurrency): values(m) for m in run.measurements}, run.reason
-    result = {"depth": a.depth, "loads": loads, "profile": sets["profile"][1],
+    result = {"depth": a.depth, "loads": loads, "profile": sets.get("profile", (None, None))[1],
               "level_model": view(a.as_sent), "predicted": pred, "measured": meas,
               "failure": failure, "errors": {name: errors(p, meas) for name, p in pred.items()}}
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
