@@ -77,9 +77,10 @@ def main() -> None:
                          "clean_ratio_max": r3(max((r["ratio"] for r in ok), default=None)),
                          "stalled_ratio_min": r3(min((r["ratio"] for r in st), default=None))}
         s = summary[kind]
+        ratio = lambda x: "-" if x is None else f"{x:.0f}"  # noqa: E731 — a kind with no stalled (or clean) run
         print(f"\n{kind}: {s['stalled']} stalled (pause {s['stalled_pause_s'][0]} - {s['stalled_pause_s'][1]} s, "
-              f"ratio >= {s['stalled_ratio_min']:.0f}), {s['clean']} clean (pause <= {s['clean_pause_s_max']} s, "
-              f"ratio <= {s['clean_ratio_max']:.0f})")
+              f"ratio >= {ratio(s['stalled_ratio_min'])}), {s['clean']} clean (pause <= {s['clean_pause_s_max']} s, "
+              f"ratio <= {ratio(s['clean_ratio_max'])})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"folder": str(args.folder), "floor_s": STALL_FLOOR_S, "factor": STALL_FACTOR,
                                     "summary": summary, "levels": rows}, indent=2) + "\n")
