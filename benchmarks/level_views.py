@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             print("|---|---|---|---|---|")
             for key, e in r["knee_errors"].items():
                 name, view = key.split(" | ")
-                print(f"| {name} | {view} | {e['median_abs_log']:.3f} | {e['mean_abs_log']:.3f} | {e['n']} ({e['none']}) |")
+                print(f"| {name} | {view} | {e['median_abs_log']:.3f} | {e['mean_abs_log']:.3f} "
+                      f"| {e['n']} ({e['none']}) |")
     return 0
 
 
