@@ -5,8 +5,9 @@ trials. A profile deploys the job's model *shape* — its real widths, at two re
 per-layer part of a step separates from the fixed part — with real vLLM on one GPU of the job's kind, and
 measures with ``vllm bench serve``:
 
-* prefill-only levels: one request at a time of several prompt lengths and a single output token (the prefill of
-  one chunk, and of a few chunks where the prompt is longer than the token budget);
+* prefill-only levels of several prompt lengths and a single output token: one request at a time (the prefill of
+  one chunk, and of a few chunks where the prompt is longer than the token budget), and as many at once as fill
+  one step's token budget (``prefill_loads``: the steps a loaded server runs);
 * decode-heavy levels: short answers at several concurrencies (the decode step over batch sizes, at the job's
   context length).
 
@@ -175,6 +176,19 @@ def default_depths(model: ModelProfile, gpu: str) -> tuple[int, int]:
     return max(1, deep // 4), deep
 
 
+def prefill_loads(isl: int, budget: int, seqs: int) -> tuple[int, ...]:
+    """A prefill probe's concurrencies: one prompt at a time (a step of one prompt's chunks), and where the token
+    budget holds two or more of its prompts, as many as fill one step (``budget // isl``, at most ``seqs``).
+
+    Why the second level: with one prompt at a time every probe step holds a single sequence, so the fit never saw
+    the step a loaded server runs — several prompts, the API server handing them over one by one
+    (``frontend_per_prompt_token_s``), the second wave arriving as the first one's requests end. The as-sent fit
+    of the ~30B profile of 4 Dec (H200, single-prompt probes) met those steps only in the decode probes' waves and
+    bent its prefill terms to them (``mfu_prefill`` 0.29, ``attn_eff_prefill`` 0.20; docs/benchmarks.md)."""
+    full = min(seqs, budget // max(isl, 1))
+    return (1, full) if full >= 2 else (1,)
+
+
 def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> ProfilePlan:
     """What a profile of ``job`` deploys and measures: vLLM's default batch sizes for the GPU kind on one GPU,
     prompt lengths around the workload's for prefill, the workload's prompt length for decode."""
@@ -199,7 +213,7 @@ def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> Profile
     # probes minutes before (P50 TPOT 9.0 ms against 5.4 predicted), where another machine measured 2.7-3.8 ms on 8
     # fresh deployments of that shape. 24 and 32 requests are 1-3 s per level, a few seconds in all.
     pre_n, dec_n = (24, 32) if cpu else (4, 8)
-    probes = tuple(Probe("prefill", n, 1, (1,), pre_n) for n in lens) + (
+    probes = tuple(Probe("prefill", n, 1, prefill_loads(n, tokens, seqs), pre_n) for n in lens) + (
         Probe("decode", isl, osl, tuple(b for b in batches if b <= seqs), dec_n),)
     role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     return ProfilePlan(ds, probes, DeploymentConfig(mode=Mode.AGGREGATED, decode=role))

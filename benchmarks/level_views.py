@@ -145,6 +145,7 @@ def case_30b(work: Path) -> dict[str, Any]:
     sets = sets_of(job, database, params)
     held: dict[str, Any] = {}
     knees: dict[str, Any] = {}
+    ranks: dict[str, Any] = {}
     for r, rjob in dbs.items():
         rdb = db.connect(rjob.storage)
         again = pc.reparsed(str(work / r / "da-runs")) if r == "r4" else (lambda m: m)  # r4 predates the wave rule
@@ -156,6 +157,7 @@ def case_30b(work: Path) -> dict[str, Any]:
                 got[f"{r} all levels"] = out["pooled"][name]
         if r != "r4":  # r4's knees were judged with the first wave in (the parser's rule came after it)
             knees[r] = knee_starts(rjob, rdb, f"h200-study-30b-{r}", sets)
+            ranks[r] = ranking(rjob, rdb, f"h200-study-30b-{r}", sets)
     for key, got in held.items():  # pooled over the studies: the median of their medians, and the worst
         meds = [got[f"{r} under the knees"]["median"] for r in STUDIES_30B]
         got["under the knees"] = {"median": sorted(meds)[len(meds) // 2], "worst": max(meds),
@@ -163,7 +165,7 @@ def case_30b(work: Path) -> dict[str, Any]:
     return {"what": "~30B MoE, 1 x H200: profile #1 (3 and 12 layers; its stalled probe left out of both fits) held "
                     "to studies r4, r6 and r7 (48 layers)",
             "fits": report, "held_out": held, "pooled": "under the knees", "knee_starts": knees,
-            "knee_errors": knee_errors(knees)}
+            "knee_errors": knee_errors(knees), "ranking": ranks}
 
 
 def knee_starts(job: TuningJob, database: db.Database, study: str,
@@ -184,6 +186,57 @@ def knee_starts(job: TuningJob, database: db.Database, study: str,
             f"{name} | {pc.view(as_sent)}": predicted_knee(topo, model, job.workload, plan, p, as_sent=as_sent)
             for name, (p, _) in sets.items() for as_sent in VIEWS}})
     return rows
+
+
+def ranking(job: TuningJob, database: db.Database, study: str,
+            sets: dict[str, tuple[PerfParams, str]]) -> dict[str, Any]:
+    """How each parameter set ranks the study's measured deployments as the guide ranks candidates (the steady
+    view, ``advisor.proposers.model_rank.predicted_outcomes``): Spearman's rho between predicted and measured
+    objective (an infeasible prediction or measurement counts as 0), and the measured objective of the deployment
+    each set puts first, as a share of the best measured. One trial per configuration: repeats and reused
+    measurements are left out. A set that predicts every deployment alike (within 0.5%) ranks nothing: it is
+    reported as tied, with no pick."""
+    from advisor.proposers.model_rank import predicted_outcomes
+    from advisor.objectives import objective_names
+
+    name = objective_names(job)[0]
+    trials = [t for t in db.queries.list_trials(database, study, states=["complete"])
+              if t.config is not None and t.executed and t.repeat_of is None and t.reused_from is None]
+    measured = [float((t.objectives or {}).get(name) or 0.0) if (t.violation or 0.0) <= 0 else 0.0 for t in trials]
+    out: dict[str, Any] = {"trials": [t.number for t in trials], "measured": measured, "objective": name}
+    for set_name, (p, _) in sets.items():
+        got = predicted_outcomes(job, [t.config for t in trials], p, points=False)
+        pred = [o.values[0] if o.feasible else 0.0 for o in got]
+        if max(pred) <= 1.005 * min(pred):  # every deployment predicted alike: no ranking, no pick
+            out[set_name] = {"predicted": pred, "tied": True, "spearman": None, "pick": None,
+                             "pick_share_of_best": None}
+            continue
+        top = max(range(len(pred)), key=lambda i: pred[i])
+        out[set_name] = {"predicted": pred, "tied": False, "spearman": spearman(pred, measured),
+                         "pick": trials[top].number, "pick_share_of_best": measured[top] / max(measured)}
+    return out
+
+
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rank correlation (ties share their mean rank)."""
+    def ranks(v: list[float]) -> list[float]:
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2.0
+            i = j + 1
+        return r
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
+    return cov / (vx * vy) ** 0.5 if vx and vy else 0.0
 
 
 def knee_errors(knees: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -278,6 +331,16 @@ def main(argv: list[str] | None = None) -> int:
     print("(median |predicted / measured - 1|; pooled: "
           + "; ".join(f"{c}: {r['pooled']}" for c, r in results.items()) + ")")
     for case, r in results.items():
+        for study, rk in (r.get("ranking") or {}).items():
+            print(f"\n{case} {study}: the guide's ranking (steady view) of the study's {len(rk['trials'])} measured "
+                  f"deployments by {rk['objective']}")
+            print("| parameters | Spearman rho | first pick (trial) | its measured share of the best |")
+            print("|---|---|---|---|")
+            for name, v in rk.items():
+                if isinstance(v, dict) and v["tied"]:
+                    print(f"| {name} | — (every deployment predicted {v['predicted'][0]:,.0f}) | — | — |")
+                elif isinstance(v, dict):
+                    print(f"| {name} | {v['spearman']:.2f} | {v['pick']} | {v['pick_share_of_best']:.2f} |")
         if r.get("knee_errors"):
             print(f"\n{case}: where each parameter set puts each trial's knee (a knee search's start), "
                   f"median / mean |log(predicted / measured)| over {', '.join(r['knee_starts'])}'s trials")

@@ -509,10 +509,18 @@ class LevelProbe:
     expert_routing: str | None = None  # what the servers route with (``ExpertRouting`` text), stored per level
     # the first KV blocks this deployment's random prompts have sent (``prompt_seeds``), across its levels
     starts: prompt_seeds.PromptStarts | None = None
+    # the deployment's records by tokenizer folder (``Deployment.prompt_starts``), kept across ``measure`` calls
+    records: dict[str, prompt_seeds.PromptStarts | None] | None = None
 
     def __post_init__(self) -> None:
         if self.starts is None and self.workload.dataset is Dataset.RANDOM and self.workload.fresh_prompts:
-            self.starts = prompt_seeds.PromptStarts.load(self.runner.tokenizer)
+            tok = self.runner.tokenizer
+            if self.records is None or not tok:
+                self.starts = prompt_seeds.PromptStarts.load(tok)
+            else:
+                if tok not in self.records:
+                    self.records[tok] = prompt_seeds.PromptStarts.load(tok)
+                self.starts = self.records[tok]
 
     def _spec(self, load: float, **kw: Any) -> bench.LevelSpec:
         """The level's run, its seed one whose random prompts are new to the deployment."""
@@ -663,14 +671,18 @@ def _min(a: float | None, b: float | None) -> float | None:
 
 def measure_deployment(runner: LevelRunner, workload: Workload, plan: MeasurePlan, *, gpus: int,
                        disaggregated: bool, timings: Timings, expert_routing: str | None = None,
-                       short_levels: bool = True) -> list[Measurement]:
+                       short_levels: bool = True,
+                       prompt_starts: dict[str, prompt_seeds.PromptStarts | None] | None = None) -> list[Measurement]:
     """Warm-up, knee search and fixed levels on one running deployment; ``timings`` gets the warm-up and
     measuring seconds. A failure raises ``DeploymentFailed`` carrying the levels measured before it.
     ``expert_routing``: what the executor started the servers with, stored with every level. ``short_levels``:
     bracket the knee with short levels (``Workload.bracket_prompts_per_concurrency``) — off on vLLM's CPU
-    build, where a level's seconds go to starting the client and the tiny model's steps, not to its requests."""
+    build, where a level's seconds go to starting the client and the tiny model's steps, not to its requests.
+    ``prompt_starts``: the deployment's record of the random prompts it was sent (``Deployment.prompt_starts``),
+    so that this call's seeds avoid the earlier calls' prompts too."""
     t0, warm0 = time.monotonic(), timings.warmup_s
-    probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing)
+    probe = LevelProbe(runner, workload, plan, gpus, disaggregated, timings, expert_routing=expert_routing,
+                       records=prompt_starts)
     try:
         short = short_levels and workload.bracket_prompts_per_concurrency > 0
         return search_levels(probe, workload, plan, short=probe.short if short else None)

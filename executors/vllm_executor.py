@@ -93,7 +93,8 @@ class VllmExecutor(Executor):
             return measure_deployment(runner, workload, plan or MeasurePlan(), gpus=deployment.topology.gpus,
                                       disaggregated=deployment.topology.config.mode is Mode.DISAGGREGATED,
                                       timings=deployment.timings, expert_routing=str(self.expert_routing),
-                                      short_levels=not self.platform.cpu_per_gpu_slot)
+                                      short_levels=not self.platform.cpu_per_gpu_slot,
+                                      prompt_starts=deployment.prompt_starts)
 
     @abstractmethod
     def _levels(self, deployment: Deployment, workload: Workload, bdir: Path) -> AbstractContextManager[LevelRunner]:

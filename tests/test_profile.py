@@ -15,7 +15,7 @@ import yaml
 
 import db
 from advisor.job import job_from_dict, load_job
-from advisor.profile import default_depths, plan_profile, resolve_params
+from advisor.profile import default_depths, plan_profile, prefill_loads, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
 from executors.perf.burst import AS_SENT, STEADY
@@ -122,9 +122,19 @@ def test_plan_fits_the_gpu_and_the_model_length():
     weights = deep * 3 * 4096 * 1536 * 128 * 2  # routed experts alone, BF16
     assert weights < 0.5 * 141e9
     plan = plan_profile(qwen)
-    assert {p.kind for p in plan.probes} == {"prefill", "decode"} and plan.levels == 2 * 7
+    assert {p.kind for p in plan.probes} == {"prefill", "decode"} and plan.levels == 2 * 9
+    # prefill: one prompt at a time, and as many as fill one step of vLLM's default budget (8,192 tokens on an H200)
+    assert {p.isl: p.loads for p in plan.probes if p.kind == "prefill"} == {512: (1, 16), 2048: (1, 4), 8192: (1,)}
     seeds = {p.workload().seed for p in plan.probes}
     assert len(seeds) == len(plan.probes)  # no two probes of a deployment share prompts
+
+
+def test_prefill_probes_fill_one_step_where_the_budget_holds_two_prompts_or_more():
+    assert prefill_loads(512, 8192, 1024) == (1, 16)  # 16 x 512 = the whole budget
+    assert prefill_loads(3000, 8192, 1024) == (1, 2)  # two fit, a third would not
+    assert prefill_loads(8192, 8192, 1024) == (1,)  # one prompt is the step already
+    assert prefill_loads(16384, 8192, 1024) == (1,)  # chunked over two steps: still one at a time
+    assert prefill_loads(64, 2048, 16) == (1, 16)  # no more than max-num-seqs sequences in a step
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path):

@@ -24,12 +24,12 @@ def tokenizer(tmp_path_factory) -> str:
     return str(make_tiny_moe(tmp_path_factory.mktemp("tiny")))
 
 
-def _probe(tokenizer: str | None, workload: Workload = WORKLOAD) -> LevelProbe:
+def _probe(tokenizer: str | None, workload: Workload = WORKLOAD, records: dict | None = None) -> LevelProbe:
     def never(_spec):
         raise AssertionError("no level is run here")
 
     runner = LevelRunner(never, lambda: None, [], tokenizer=tokenizer)
-    return LevelProbe(runner, workload, MeasurePlan(()), gpus=1, disaggregated=False)
+    return LevelProbe(runner, workload, MeasurePlan(()), gpus=1, disaggregated=False, records=records)
 
 
 def _first_blocks(starts: prompt_seeds.PromptStarts, workload: Workload, specs) -> list[tuple[int, ...]]:
@@ -49,6 +49,28 @@ def test_a_deployments_levels_send_no_first_block_twice(tokenizer: str) -> None:
     own = [prompt_seeds.dataclasses.replace(s, seed=WORKLOAD.level_seed(x)) for s, x in zip(specs[1:9], LOADS)]
     theirs = _first_blocks(reader, WORKLOAD, own)
     assert len(set(theirs)) < len(theirs)
+
+
+def test_measure_calls_on_one_deployment_share_its_record(tokenizer: str) -> None:
+    """A profile measures each probe level in a ``measure`` call of its own, each a new ``LevelProbe``: the
+    deployment's record (``Deployment.prompt_starts``) keeps the later calls off the earlier calls' first blocks.
+    Seeds as a profile's probes of one deployment draw them: each probe its own workload seed, each level its load."""
+    reader = prompt_seeds.PromptStarts.load(tokenizer)
+    assert reader is not None
+    calls = [(WORKLOAD.model_copy(update={"seed": seed}), load) for seed in range(1, 4) for load in (1, 8, 4)]
+
+    def first_blocks(records: dict | None) -> list[tuple[int, ...]]:
+        blocks: list[tuple[int, ...]] = []
+        for wl, load in calls:
+            probe = _probe(tokenizer, wl, records)
+            specs = [probe._spec(load, warmup=True), probe._spec(load)]
+            blocks += _first_blocks(reader, wl, specs)
+        return blocks
+
+    shared = first_blocks({})
+    assert len(set(shared)) == len(shared)  # the deployment's record: no first block sent twice
+    alone = first_blocks(None)
+    assert len(set(alone)) < len(alone)  # a record per call: later calls repeat earlier calls' prompts
 
 
 def test_workloads_that_reuse_prompts_and_unreadable_tokenizers_keep_the_levels_seeds(tokenizer: str,
