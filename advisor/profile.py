@@ -6,8 +6,8 @@ per-layer part of a step separates from the fixed part — with real vLLM on one
 measures with ``vllm bench serve``:
 
 * prefill-only levels of several prompt lengths and a single output token: one request at a time (the prefill of
-  one chunk, and of a few chunks where the prompt is longer than the token budget), and as many at once as fill
-  one step's token budget (``prefill_loads``: the steps a loaded server runs);
+  one chunk, and of a few chunks where the prompt is longer than the token budget), and on GPUs as many at once as
+  fill one step's token budget (``prefill_loads``: the steps a loaded server runs);
 * decode-heavy levels: short answers at several concurrencies (the decode step over batch sizes, at the job's
   context length).
 
@@ -189,9 +189,17 @@ def prefill_loads(isl: int, budget: int, seqs: int) -> tuple[int, ...]:
     return (1, full) if full >= 2 else (1,)
 
 
-def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> ProfilePlan:
+def plan_profile(job: TuningJob, depths: Sequence[int] | None = None,
+                 step_filling: bool | None = None) -> ProfilePlan:
     """What a profile of ``job`` deploys and measures: vLLM's default batch sizes for the GPU kind on one GPU,
-    prompt lengths around the workload's for prefill, the workload's prompt length for decode."""
+    prompt lengths around the workload's for prefill, the workload's prompt length for decode.
+
+    ``step_filling``: prefill levels of as many prompts as fill a step (``prefill_loads``) beside the single-prompt
+    ones — by default on GPUs only. On vLLM's CPU build they gained nothing measurable: held to 8 levels of other
+    deployments and workloads, the fit with them was better in 2 of 4 runs and worse in 2, by 4-11 points of median
+    error either way (``benchmarks/prefill_probes.py``, docs/benchmarks.md), and they add 4 levels (~1-2 minutes
+    on 2 cores) to a profile; on 2 cores the client that sends 32 prompts at once shares the machine with the
+    server it measures (the 1-layer stack's 32-prompt level read slower than the 2-layer one's in 3 of 4 runs)."""
     if job.executor.kind is ExecutorKind.SIMULATED:
         raise BadInput("executor.kind: a profile measures real vLLM; give local or ray (the simulated executor "
                        "then uses the stored profile)")
@@ -213,7 +221,9 @@ def plan_profile(job: TuningJob, depths: Sequence[int] | None = None) -> Profile
     # probes minutes before (P50 TPOT 9.0 ms against 5.4 predicted), where another machine measured 2.7-3.8 ms on 8
     # fresh deployments of that shape. 24 and 32 requests are 1-3 s per level, a few seconds in all.
     pre_n, dec_n = (24, 32) if cpu else (4, 8)
-    probes = tuple(Probe("prefill", n, 1, prefill_loads(n, tokens, seqs), pre_n) for n in lens) + (
+    filling = not cpu if step_filling is None else step_filling
+    probes = tuple(Probe("prefill", n, 1, prefill_loads(n, tokens, seqs) if filling else (1,), pre_n)
+                   for n in lens) + (
         Probe("decode", isl, osl, tuple(b for b in batches if b <= seqs), dec_n),)
     role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
     return ProfilePlan(ds, probes, DeploymentConfig(mode=Mode.AGGREGATED, decode=role))
@@ -419,12 +429,13 @@ def fit_probes(samples: Sequence[Sample], gpu: str, as_sent: bool = False) -> Ca
 
 
 def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,
-                out: Path | None = None, on_level: Callable[[str], None] | None = None) -> ProfileResult:
+                out: Path | None = None, on_level: Callable[[str], None] | None = None,
+                step_filling: bool | None = None) -> ProfileResult:
     """Deploy each depth, measure every probe on it, fit, store. ``on_level(text)`` hears of each step (a
-    progress bar). Every deployment is torn down whatever happens; nothing is stored unless the whole profile
-    was measured and fitted."""
+    progress bar); ``step_filling`` as ``plan_profile``'s. Every deployment is torn down whatever happens; nothing
+    is stored unless the whole profile was measured and fitted."""
     t0 = time.monotonic()
-    plan = plan_profile(job, depths)  # bad input (a simulated job, depths) before anything is deployed
+    plan = plan_profile(job, depths, step_filling)  # bad input (a simulated job, depths) before anything is deployed
     cfg, tok_from = source_config(job)
     model = job.model_profile()
     root = job.resolve_path(job.executor.run_dir) / "profile-models"

@@ -300,6 +300,16 @@ def pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
+def write_results(out: Path, doc: Any, table: list[dict[str, Any]]) -> None:
+    """``doc`` as ``out``.json and ``table``'s rows as ``out``.csv."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    with out.with_suffix(".csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(table[0]))
+        w.writeheader()
+        w.writerows(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -315,11 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             results[case]["wall_s"] = round(time.monotonic() - t0, 1)
             print(f"{case}: {results[case]['what']} ({results[case]['wall_s']} s)", file=sys.stderr)
     table = rows(results)
-    a.out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    with a.out.with_suffix(".csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    write_results(a.out, results, table)
     print("| case | parameters | probes held out (fit's own view) | held-out levels: steady view | as sent |")
     print("|---|---|---|---|---|")
     for case in results:

@@ -5,24 +5,29 @@ Issue 29's fourth open item. Until 5 Dec a profile's prefill probes sent one pro
 a step of several prompts, nor the API server handing a wave of them over one by one; the as-sent fit of the ~30B
 H200 profile bent its prefill terms to the decode probes' waves instead (``mfu_prefill`` 0.29, ``attn_eff_prefill``
 0.20). The plan now adds, per prompt length whose prompts fit the token budget twice or more, a level of as many
-prompts at once as fill one step.
+prompts at once as fill one step — on GPUs; on the CPU build they gained nothing measurable here.
 
 Each run (real vLLM CPU build, the project's tiny dummy-weight MoE, nothing mocked):
 
-1. ``advisor.profile.run_profile`` at depths 1 and 2 with today's plan;
+1. ``advisor.profile.run_profile`` at depths 1 and 2 with the step-filling levels (which the CPU plan now leaves out:
+   this benchmark is why);
 2. held-out levels on the full model (2 layers), measured after the profile: two deployments (vLLM's CPU default,
    128 sequences / 2,048 tokens; and 8 / 512, a budget that splits prompts across steps), each at a prefill-heavy
    workload (ISL 256 +-20%, OSL 8) and a mixed one (ISL 192 +-20%, OSL 24) at two concurrencies;
-3. the probes fitted as ``advisor profile`` fits them (as sent), twice: with every level, and without the
-   step-filling prefill levels (the plan before); each, and the CPU kind's defaults, held to every held-out level
-   as it was sent. Errors: median |predicted / measured - 1| over the values a fit compares
-   (``advisor.calibrate.fitted_values``) and RMS log(predicted / measured), per level and pooled.
+3. the probes fitted as ``advisor profile`` fits them (as sent): with every level; without the step-filling
+   prefill levels (the plan before); without each step-filling family alone. Each fit, the stored profile and the
+   CPU kind's defaults held to every held-out level as it was sent. Errors: median |predicted / measured - 1| over
+   the values a fit compares (``advisor.calibrate.fitted_values``) and RMS log(predicted / measured), per level
+   and pooled.
+
+``--from FILE`` analyses an earlier output's runs again (step 3 only: its probe levels and held-out levels are
+in the file).
 
 What it does not show: a GPU. The CPU build has no CUDA graphs and its steps are mostly overhead; on 2 cores the
 machine's speed drifts by tens of percent between minutes (tests/test_profile_real.py), so ``--runs`` repeats the
 whole thing (a new profile each time) to show the spread.
 
-    python benchmarks/prefill_probes.py [--runs 2] [--out benchmarks/results/prefill_probes]
+    python benchmarks/prefill_probes.py [--runs 2 | --from FILE] [--out benchmarks/results/prefill_probes]
 
 About 6 minutes a run on a 2-core machine.
 """
@@ -30,7 +35,6 @@ About 6 minutes a run on a 2-core machine.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -43,6 +47,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import db  # noqa: E402
@@ -55,9 +60,12 @@ from executors import place  # noqa: E402
 from executors.bench_result import first_wave_left_out  # noqa: E402
 from executors.measure import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params  # noqa: E402
+from level_views import write_results  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, LengthDist, Mode, Role, RoleConfig, Workload  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+#: One CPU slot: the profile's probes and the held-out deployments alike.
+ONE_SLOT = ClusterSpec(gpu="CPU", nodes=1, gpus_per_node=1)
 #: The held-out deployments: (max-num-seqs, max-num-batched-tokens).
 DEPLOYMENTS = ((128, 2048), (8, 512))
 #: The held-out workloads: name -> (ISL, OSL, concurrencies).
@@ -68,37 +76,43 @@ PREFILL_TERMS = ("mfu_prefill", "attn_eff_prefill", "frontend_per_prompt_token_s
 
 
 def profile_job(work: Path) -> TuningJob:
-    doc = {"name": "prefill-probes", "preset": "cpu-tiny-moe", "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+    doc = {"name": "prefill-probes", "preset": "cpu-tiny-moe",
+           "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
            "executor": {"kind": "local", "run_dir": str(work / "runs")}, "storage": f"sqlite:///{work / 'results.db'}"}
     (work / "profile.yaml").write_text(yaml.safe_dump(doc))
     return load_job(work / "profile.yaml")
 
 
+def held_config(seqs: int, tokens: int) -> DeploymentConfig:
+    role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
+    return DeploymentConfig(mode=Mode.AGGREGATED, decode=role)
+
+
+def held_workload(name: str, c: int) -> Workload:
+    isl, osl, _ = WORKLOADS[name]
+    return Workload(isl=LengthDist(mean=isl, range_ratio=0.2), osl=LengthDist(mean=osl, range_ratio=0.2),
+                    load_levels=[c], knee_search=False, prompts_per_concurrency=4.0, min_prompts=32,
+                    warmups_per_concurrency=1.0, seed=1000 * c + isl)
+
+
 def held_out(job: TuningJob) -> list[dict[str, Any]]:
     """Measure every held-out level (``DEPLOYMENTS`` x ``WORKLOADS``) on the full model; one deployment at a time."""
-    cluster = ClusterSpec(gpu="CPU", nodes=1, gpus_per_node=1)
     out: list[dict[str, Any]] = []
     for seqs, tokens in DEPLOYMENTS:
-        role = RoleConfig(role=Role.MIXED, data_parallel_size=1, max_num_seqs=seqs, max_num_batched_tokens=tokens)
-        config = DeploymentConfig(mode=Mode.AGGREGATED, decode=role)
-        djob = job.model_copy(update={"cluster": cluster})
-        executor = make_executor(djob)
+        config = held_config(seqs, tokens)
+        executor = make_executor(job.model_copy(update={"cluster": ONE_SLOT}))
         try:
             t0 = time.monotonic()
-            dep = executor.deploy(place(config, cluster))
+            dep = executor.deploy(place(config, ONE_SLOT))
             print(f"  deployed {seqs}/{tokens} in {time.monotonic() - t0:.0f} s", file=sys.stderr)
             try:
-                for name, (isl, osl, loads) in WORKLOADS.items():
+                for name, (_, _, loads) in WORKLOADS.items():
                     for c in loads:
-                        wl = Workload(isl=LengthDist(mean=isl, range_ratio=0.2), osl=LengthDist(mean=osl, range_ratio=0.2),
-                                      load_levels=[c], knee_search=False, prompts_per_concurrency=4.0, min_prompts=32,
-                                      warmups_per_concurrency=1.0, seed=1000 * c + isl)
-                        for m in executor.measure(dep, wl, MeasurePlan()):
-                            out.append({"deployment": f"{seqs}/{tokens}", "workload": name, "concurrency": c,
-                                        "config": config, "job": job.model_copy(update={"cluster": cluster,
-                                                                                         "workload": wl}),
-                                        "values": fitted_values(m), "completed": m.completed,
-                                        "first_wave_out": first_wave_left_out(m), "flags": list(m.flags)})
+                        for m in executor.measure(dep, held_workload(name, c), MeasurePlan()):
+                            out.append({"deployment": f"{seqs}/{tokens}", "seqs": seqs, "tokens": tokens,
+                                        "workload": name, "concurrency": c, "values": fitted_values(m),
+                                        "completed": m.completed, "first_wave_out": first_wave_left_out(m),
+                                        "flags": list(m.flags), "prefix_cache_hit_rate": m.prefix_cache_hit_rate})
                             print(f"  {seqs}/{tokens} {name} c={c}: {out[-1]['values']}", file=sys.stderr)
             finally:
                 executor.teardown(dep)
@@ -107,7 +121,7 @@ def held_out(job: TuningJob) -> list[dict[str, Any]]:
     return out
 
 
-def errors_of(levels: list[dict[str, Any]], params: PerfParams) -> dict[str, Any]:
+def errors_of(job: TuningJob, levels: list[dict[str, Any]], params: PerfParams) -> dict[str, Any]:
     """Each held-out level's errors, as sent, and pooled (median over levels of the per-level median; RMS log over
     every value)."""
     per: list[dict[str, Any]] = []
@@ -116,8 +130,9 @@ def errors_of(levels: list[dict[str, Any]], params: PerfParams) -> dict[str, Any
         if not lv["values"]:
             continue
         c = lv["concurrency"]
-        sample = Sample("held", 0, lv["config"], lv["job"], {c: lv["values"]}, {c: lv["completed"]},
-                        frozenset({c} if lv["first_wave_out"] else ()))
+        ljob = job.model_copy(update={"cluster": ONE_SLOT, "workload": held_workload(lv["workload"], c)})
+        sample = Sample("held", 0, held_config(lv["seqs"], lv["tokens"]), ljob, {c: lv["values"]},
+                        {c: lv["completed"]}, frozenset({c} if lv["first_wave_out"] else ()))
         problem = Problem([sample], as_sent=True)
         e = problem.errors(params)
         logs.extend(r for _, r in problem.log_ratios(params))
@@ -128,61 +143,66 @@ def errors_of(levels: list[dict[str, Any]], params: PerfParams) -> dict[str, Any
     return {"levels": per, "median_of_medians": statistics.median(meds) if meds else None, "rms_log": rms}
 
 
-def one_run(work: Path) -> dict[str, Any]:
+def measure(work: Path) -> dict[str, Any]:
+    """One run's measurements: the profile (its probe levels and fitted parameters) and the held-out levels."""
     job = profile_job(work)
     database = db.connect(job.storage)
     try:
         t0 = time.monotonic()
-        result = run_profile(job, database, depths=(1, 2),
+        result = run_profile(job, database, depths=(1, 2), step_filling=True,  # the CPU plan leaves them out
                              on_level=lambda text: print(f"  profile: {text}", file=sys.stderr))
         profile_s = time.monotonic() - t0
-        probes = pc.ProbeLevels(job, database)
-        filling = frozenset(pc.level_name(lv) for lv in probes.profile.probes
-                            if lv["kind"] == "prefill" and lv["concurrency"] > 1)
         t0 = time.monotonic()
         levels = held_out(job)
-        held_s = time.monotonic() - t0
-        sets = {"defaults": default_params("CPU"), "stored profile": PerfParams.model_validate(result.profile.params)}
-        fits: dict[str, Any] = {}
-        for name, drop in (("fit, every probe", frozenset()), ("fit, single-prompt prefill only", filling)):
-            cal = fit_probes(probes.samples(drop), "CPU", as_sent=True)
-            sets[name] = cal.params
-            d = cal.to_dict()
-            fits[name] = {"dropped": sorted(drop), "probes_held_out": d["error_after"].get("held_out"),
-                          "prefill_terms": {k: getattr(cal.params, k) for k in PREFILL_TERMS}}
-        fits["defaults"] = {"prefill_terms": {k: getattr(sets["defaults"], k) for k in PREFILL_TERMS}}
-        return {"profile_s": round(profile_s, 1), "held_out_s": round(held_s, 1),
-                "probe_levels": [{k: lv[k] for k in ("depth", "kind", "isl", "concurrency", "values", "completed")}
-                                 for lv in probes.profile.probes],
-                "step_filling_levels": sorted(filling), "fits": fits,
-                "held_out": [{k: v for k, v in lv.items() if k not in ("config", "job")} for lv in levels],
-                "errors": {name: errors_of(levels, p) for name, p in sets.items()}}
+        return {"profile_s": round(profile_s, 1), "held_out_s": round(time.monotonic() - t0, 1),
+                "stored_params": result.profile.params, "probe_levels": result.profile.probes, "held_out": levels}
     finally:
         database.close()
+
+
+def analyse(run: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The fits of one run's probes — every level; without the step-filling prefill levels (the plan before); without
+    each step-filling family alone — and every parameter set held to the run's held-out levels."""
+    job = profile_job(work)
+    probes = pc.ProbeLevels(job, None, levels=run["probe_levels"])
+    filling = [lv for lv in run["probe_levels"] if lv["kind"] == "prefill" and lv["concurrency"] > 1]
+    drops = {"fit, every probe": frozenset(),
+             "fit, single-prompt prefill only": frozenset(pc.level_name(lv) for lv in filling)}
+    for isl, c in sorted({(lv["isl"], lv["concurrency"]) for lv in filling}):
+        drops[f"fit, without prefill {isl} c={c}"] = frozenset(
+            pc.level_name(lv) for lv in filling if (lv["isl"], lv["concurrency"]) == (isl, c))
+    sets = {"defaults": default_params("CPU"), "stored profile": PerfParams.model_validate(run["stored_params"])}
+    fits: dict[str, Any] = {"defaults": {"prefill_terms": {k: getattr(sets["defaults"], k) for k in PREFILL_TERMS}}}
+    for name, drop in drops.items():
+        cal = fit_probes(probes.samples(drop), "CPU", as_sent=True)
+        sets[name] = cal.params
+        fits[name] = {"dropped": sorted(drop), "probes_held_out": cal.to_dict()["error_after"].get("held_out"),
+                      "prefill_terms": {k: getattr(cal.params, k) for k in PREFILL_TERMS}}
+    return {"fits": fits, "errors": {name: errors_of(job, run["held_out"], p) for name, p in sets.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--from", dest="source", type=Path, help="analyse the runs of an earlier output (no measuring)")
     ap.add_argument("--out", type=Path, default=RESULTS / "prefill_probes")
     a = ap.parse_args(argv)
+    measured = json.loads(a.source.read_text())["runs"] if a.source else []
     runs: list[dict[str, Any]] = []
-    for i in range(a.runs):
+    for i in range(len(measured) or a.runs):
         with tempfile.TemporaryDirectory(prefix="prefill-probes-") as tmp:
             t0 = time.monotonic()
-            print(f"run {i + 1} of {a.runs}", file=sys.stderr)
-            runs.append(one_run(Path(tmp)))
-            runs[-1]["wall_s"] = round(time.monotonic() - t0, 1)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.with_suffix(".json").write_text(json.dumps({"command": "python benchmarks/prefill_probes.py "
-                                                      f"--runs {a.runs}", "runs": runs}, indent=2, default=str) + "\n")
-    table = [{"run": i + 1, "parameters": name, "held_out_median": e["median_of_medians"], "held_out_rms_log": e["rms_log"],
+            print(f"run {i + 1}", file=sys.stderr)
+            run = measured[i] if measured else measure(Path(tmp))
+            wall = run.get("wall_s") or round(time.monotonic() - t0, 1)  # measuring's, not a re-analysis's
+            runs.append({**{k: run[k] for k in ("profile_s", "held_out_s", "stored_params", "probe_levels",
+                                                "held_out")}, **analyse(run, Path(tmp)), "wall_s": wall})
+    table = [{"run": i + 1, "parameters": name, "held_out_median": e["median_of_medians"],
+              "held_out_rms_log": e["rms_log"],
               "probes_held_out_median": (r["fits"].get(name, {}).get("probes_held_out") or {}).get("overall")}
              for i, r in enumerate(runs) for name, e in r["errors"].items()]
-    with a.out.with_suffix(".csv").open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    command = f"python benchmarks/prefill_probes.py {f'--from {a.source}' if a.source else f'--runs {a.runs}'}"
+    write_results(a.out, {"command": command, "runs": runs}, table)
     print("| run | parameters | held-out levels: median of medians | RMS log |")
     print("|---|---|---|---|")
     for row in table:

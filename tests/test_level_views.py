@@ -55,3 +55,22 @@ def test_the_30b_profile_fitted_as_sent_predicts_three_studies_and_their_knees(d
     assert knees["fit as sent | as sent"]["n"] == 15
     assert knees["fit as sent | as sent"]["median_abs_log"] < knees["stored profile | steady"]["median_abs_log"]
     assert knees["fit as sent | steady"]["median_abs_log"] > 2 * knees["fit as sent | as sent"]["median_abs_log"]
+
+
+def test_the_profiles_rank_the_30b_space_as_one_and_the_ranking_is_what_was_committed(derived):
+    """docs/performance-model.md §8: no term for the performance mode, none (steady) for a budget above one prompt —
+    every profile and fit predicts r6's and r7's measured deployments alike, so the guide's first pick is a tie."""
+    for study, got in derived["h200-30b"]["ranking"].items():
+        want = COMMITTED["h200-30b"]["ranking"][study]
+        assert got["measured"] == pytest.approx(want["measured"]) and len(set(got["measured"])) == len(got["measured"])
+        for name in ("stored profile", "fit steady", "fit as sent"):
+            assert got[name]["tied"] and got[name]["pick"] is None, (study, name, got[name]["predicted"])
+        assert not got["defaults"]["tied"]
+        assert got["defaults"]["spearman"] == pytest.approx(want["defaults"]["spearman"])
+
+
+def test_spearman_ranks_ties_together():
+    assert level_views.spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert level_views.spearman([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert level_views.spearman([1, 1, 2, 2], [1, 2, 3, 4]) == pytest.approx(0.8944, abs=1e-4)
+    assert level_views.spearman([5, 5, 5], [1, 2, 3]) == 0.0  # no ranking to correlate

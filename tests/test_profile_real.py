@@ -1,7 +1,7 @@
 """The hardware profile for real (issue 29): `advisor profile` on the tiny dummy-weight MoE with vLLM's CPU build at
 two depths, then studies that start from it without being told. Nothing mocked.
 
-One module fixture profiles once (two cold starts, 12 probe levels; a few minutes on 2 cores); the tests read it:
+One module fixture profiles once (two cold starts, 8 probe levels; a few minutes on 2 cores); the tests read it:
 
 * the profile is stored whole (GPU kind and count, vLLM's version, the shape, every probe level, the fitted
   parameters and their cross-validated errors) and written as a parameter file; no probe level read another's
@@ -105,15 +105,12 @@ def test_profile_is_stored_whole_and_written_as_a_parameter_file(profiled):
     # every probe level, at both depths, prefill (one output token) and decode
     assert {(lv["depth"], lv["kind"]) for lv in p.probes} == {(1, "prefill"), (1, "decode"), (2, "prefill"),
                                                                (2, "decode")}
-    assert len(p.probes) == 12 and all(lv["completed"] and "flags" in lv for lv in p.probes)
-    # prefill one prompt at a time, and as many at once as fill one step of the CPU build's 2,048-token budget
-    assert {(lv["depth"], lv["isl"], lv["concurrency"]) for lv in p.probes if lv["kind"] == "prefill"} == {
-        (d, isl, c) for d in (1, 2) for isl, c in ((64, 1), (64, 32), (256, 1), (256, 8))}
+    assert len(p.probes) == 8 and all(lv["completed"] and "flags" in lv for lv in p.probes)
     # probes of one deployment never share prompts (each has its own seed): no prefix-cache hits
     assert all((lv["prefix_cache_hit_rate"] or 0.0) <= 0.01 for lv in p.probes), \
         [(lv["kind"], lv["isl"], lv["concurrency"], lv["prefix_cache_hit_rate"]) for lv in p.probes]
     # the fit is cross-validated by probe, and the file is the stored parameters
-    assert p.report["error_after"]["held_out"]["levels"] == 12
+    assert p.report["error_after"]["held_out"]["levels"] == 8
     assert PerfParams.load(work / "params.json") == PerfParams.model_validate(p.params)
     assert p.params != default_params("CPU").model_dump()
 

@@ -318,15 +318,18 @@ class ProbeLevels:
     """A stored profile's probe levels, each with the probe job it was measured as (the job's model shape at the
     level's depth on one GPU, the probe's workload) — what ``advisor profile`` fitted, rebuilt from the database."""
 
-    def __init__(self, job: TuningJob, database: db.Database) -> None:
+    def __init__(self, job: TuningJob, database: db.Database | None,
+                 levels: list[dict[str, Any]] | None = None) -> None:
+        """The stored profile's levels, or ``levels`` (a profile report's ``probes``) where given."""
         from advisor.profile import plan_profile
 
-        self.profile = matching_profile(database, job)
-        if self.profile is None:
+        self.profile = matching_profile(database, job) if database is not None else None
+        if levels is None and self.profile is None:
             raise SystemExit(f"no stored profile matches {job.model_profile().name} on {job.cluster.gpu}")
+        self.levels: list[dict[str, Any]] = levels if levels is not None else self.profile.probes  # type: ignore[union-attr]
         self.plan = plan_profile(job)
         self.probes = {(p.kind, p.isl, p.osl): p for p in self.plan.probes}
-        self.folders = {d: check_folder(job, d) for d in {lv["depth"] for lv in self.profile.probes}}
+        self.folders = {d: check_folder(job, d) for d in {lv["depth"] for lv in self.levels}}
         self.one_gpu = ClusterSpec(gpu=job.cluster.gpu, nodes=1, gpus_per_node=1)
         self.job = job
 
@@ -341,16 +344,20 @@ class ProbeLevels:
 
         groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
         sent: dict[tuple[int, str, int, int], dict[int, int]] = {}
+        wave: dict[tuple[int, str, int, int], set[int]] = {}
         first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
-        for lv in self.profile.probes:
+        for lv in self.levels:
             if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop or lv.get("fitted") is False:
                 continue  # named in ``drop``, or one advisor.profile left out of its fit (stalled twice)
             key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
-            groups.setdefault(key, {})[int(lv["concurrency"])] = {k: float(v) for k, v in lv["values"].items()}
-            sent.setdefault(key, {})[int(lv["concurrency"])] = int(lv.get("completed") or 0)
+            c = int(lv["concurrency"])
+            groups.setdefault(key, {})[c] = {k: float(v) for k, v in lv["values"].items()}
+            sent.setdefault(key, {})[c] = int(lv.get("completed") or 0)
+            if lv.get("first_wave_out"):  # recorded since 5 Dec; earlier profiles' levels read as not left out
+                wave.setdefault(key, set()).add(c)
             first.setdefault(key, lv)
-        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured, sent[key])
-                for i, (key, measured) in enumerate(groups.items())]
+        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured, sent[key],
+                       frozenset(wave.get(key, ()))) for i, (key, measured) in enumerate(groups.items())]
 
 
 def cmd_refit(a: argparse.Namespace) -> None:
