@@ -302,10 +302,17 @@ class _Measured:
         """One probe's fit sample (none where no level of it completed), measured now or by a checkpoint, with how
         its ``levels`` were sent (requests, first wave left out) for the fit as sent."""
         if measured:
-            requests = {int(lv["concurrency"]): int(lv["completed"]) for lv in levels if lv.get("completed")}
-            wave = frozenset(int(lv["concurrency"]) for lv in levels if lv.get("first_wave_out"))
+            requests, wave = how_sent(levels)
             (self.comm if comm else self.samples).append(
                 Sample("profile", len(self.samples) + len(self.comm), config, probe_job, measured, requests, wave))
+
+
+def how_sent(levels: Sequence[dict[str, Any]]) -> tuple[dict[int, int], frozenset[int]]:
+    """How a probe's stored ``levels`` were sent, for the fit as sent (``Sample.requests``,
+    ``Sample.first_wave_out``): each concurrency's completed requests, and the concurrencies whose first wave the
+    bench parser left out (recorded since 5 Dec; earlier profiles' levels read as not left out)."""
+    requests = {int(lv["concurrency"]): int(lv["completed"]) for lv in levels if lv.get("completed")}
+    return requests, frozenset(int(lv["concurrency"]) for lv in levels if lv.get("first_wave_out"))
 
 
 def probe_executor_job(job: TuningJob, folder: Path, probes: Sequence[Probe], gpus: int) -> TuningJob:

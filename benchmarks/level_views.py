@@ -218,25 +218,16 @@ def ranking(job: TuningJob, database: db.Database, study: str,
 
 
 def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rank correlation (ties share their mean rank)."""
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2.0
-            i = j + 1
-        return r
+    """Spearman's rank correlation (``scipy.stats.spearmanr``: ties share their mean rank); 0 where either side
+    is constant and there is no ranking to correlate."""
+    import warnings
 
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
-    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return cov / (vx * vy) ** 0.5 if vx and vy else 0.0
+    from scipy.stats import spearmanr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant input: scipy warns and answers nan
+        rho = float(spearmanr(x, y).statistic)
+    return 0.0 if rho != rho else rho
 
 
 def knee_errors(knees: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ whole thing (a new profile each time) to show the spread.
 
     python benchmarks/prefill_probes.py [--runs 2 | --from FILE] [--out benchmarks/results/prefill_probes]
 
-About 6 minutes a run on a 2-core machine.
+About 9 minutes a run on a 2-core machine (2 x 4 minutes of deploying and measuring, then the fits).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import db  # noqa: E402
 import profile_check as pc  # noqa: E402
-from advisor.calibrate import Problem, Sample, fitted_values  # noqa: E402
+from advisor.calibrate import Errors, Problem, Sample, fitted_values  # noqa: E402
 from advisor.executor_factory import make_executor  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import fit_probes, run_profile  # noqa: E402
@@ -133,9 +133,9 @@ def errors_of(job: TuningJob, levels: list[dict[str, Any]], params: PerfParams) 
         ljob = job.model_copy(update={"cluster": ONE_SLOT, "workload": held_workload(lv["workload"], c)})
         sample = Sample("held", 0, held_config(lv["seqs"], lv["tokens"]), ljob, {c: lv["values"]},
                         {c: lv["completed"]}, frozenset({c} if lv["first_wave_out"] else ()))
-        problem = Problem([sample], as_sent=True)
-        e = problem.errors(params)
-        logs.extend(r for _, r in problem.log_ratios(params))
+        ratios = Problem([sample], as_sent=True).log_ratios(params)  # one simulation of the level
+        e = Errors.of(ratios, 1)
+        logs.extend(r for _, r in ratios)
         per.append({"level": f"{lv['deployment']} {lv['workload']} c={c}", "median": e.overall, "rms_log": e.rms_log,
                     **{f"median_{k}": v for k, v in e.per_metric.items()}})
     meds = [p["median"] for p in per if p["median"] is not None]

@@ -515,12 +515,10 @@ class LevelProbe:
     def __post_init__(self) -> None:
         if self.starts is None and self.workload.dataset is Dataset.RANDOM and self.workload.fresh_prompts:
             tok = self.runner.tokenizer
-            if self.records is None or not tok:
-                self.starts = prompt_seeds.PromptStarts.load(tok)
-            else:
-                if tok not in self.records:
-                    self.records[tok] = prompt_seeds.PromptStarts.load(tok)
-                self.starts = self.records[tok]
+            records = self.records if self.records is not None and tok else {}
+            if tok not in records:
+                records[tok] = prompt_seeds.PromptStarts.load(tok)
+            self.starts = records[tok]
 
     def _spec(self, load: float, **kw: Any) -> bench.LevelSpec:
         """The level's run, its seed one whose random prompts are new to the deployment."""

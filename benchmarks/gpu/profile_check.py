@@ -342,22 +342,19 @@ class ProbeLevels:
         the levels named in ``drop`` (``level_name``: levels a server-wide pause distorted)."""
         from advisor.calibrate import Sample
 
-        groups: dict[tuple[int, str, int, int], dict[int, dict[str, float]]] = {}
-        sent: dict[tuple[int, str, int, int], dict[int, int]] = {}
-        wave: dict[tuple[int, str, int, int], set[int]] = {}
-        first: dict[tuple[int, str, int, int], dict[str, Any]] = {}
+        from advisor.profile import how_sent
+
+        groups: dict[tuple[int, str, int, int], list[dict[str, Any]]] = {}
         for lv in self.levels:
             if lv.get("gpus", 1) != 1 or not lv["values"] or level_name(lv) in drop or lv.get("fitted") is False:
                 continue  # named in ``drop``, or one advisor.profile left out of its fit (stalled twice)
-            key = (lv["depth"], lv["kind"], lv["isl"], lv["osl"])
-            c = int(lv["concurrency"])
-            groups.setdefault(key, {})[c] = {k: float(v) for k, v in lv["values"].items()}
-            sent.setdefault(key, {})[c] = int(lv.get("completed") or 0)
-            if lv.get("first_wave_out"):  # recorded since 5 Dec; earlier profiles' levels read as not left out
-                wave.setdefault(key, set()).add(c)
-            first.setdefault(key, lv)
-        return [Sample("profile", i, self.plan.config, self.level_job(first[key]), measured, sent[key],
-                       frozenset(wave.get(key, ()))) for i, (key, measured) in enumerate(groups.items())]
+            groups.setdefault((lv["depth"], lv["kind"], lv["isl"], lv["osl"]), []).append(lv)
+        samples = []
+        for i, group in enumerate(groups.values()):
+            measured = {int(lv["concurrency"]): {k: float(v) for k, v in lv["values"].items()} for lv in group}
+            requests, wave = how_sent(group)
+            samples.append(Sample("profile", i, self.plan.config, self.level_job(group[0]), measured, requests, wave))
+        return samples
 
 
 def cmd_refit(a: argparse.Namespace) -> None:
