@@ -32,6 +32,9 @@
 #     check-qwen3-bg the DeepSeek-V3-width stack check at depth 3 (c = 64, 32, 16, 8; predicted as sent, with the
 #                    as-sent refit of the stored profile's clean probes as a further column), then the
 #                    Qwen3-235B-width profile; detached like study-bg
+#     issue29-bg     the Qwen3-235B-width profile, the DeepSeek-V3-width stack check at depth 3 (c = 32, 16, 8; H200
+#                    only), then the Qwen3-235B-width stack at a depth the profile did not measure, predicted as sent
+#                    from the profile just stored; detached like study-bg
 #     qwen3-bg       the Qwen3-235B-width profile alone, detached like study-bg (follow with wait, end with stop)
 #     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
 #                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
@@ -120,6 +123,20 @@ for step in "$@"; do
                               --params asfront=benchmarks/results/h200-profile-dsv3/call6-8-4dec/refit-as-sent-no-pauses-front.json \
                               --out /tmp/da-gpu/check-dsv3-L3-r2.json; \
                             python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
+    issue29-bg) # 6 Dec, issue 29's GPU items in one detached session: the Qwen3-235B-width profile (its plan's
+                # step-filling prefill levels, fitted as sent); the DeepSeek-V3-width stack at depth 3 on an H200
+                # (c = 32, 16, 8: c = 64 paused on JIT compiles both times it ran), predicted as sent before it is
+                # deployed by the stored profile, the defaults and the as-sent refit of its clean probes with the API
+                # server's term (5 Dec; refitted at today's code on 6 Dec: the same numbers); then the
+                # Qwen3-235B-width stack at a depth the profile did not measure (H200 6, H100 3), predicted as sent by the profile just stored, then measured
+                q=$G/h200-profile-qwen3-235b.yaml; r=benchmarks/results/h200-profile-dsv3/call6-8-4dec
+                qd=6; dsv3="python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 32,16,8 --as-sent \
+                            --params asfront=$r/refit-as-sent-no-pauses-front.json \
+                            --out /tmp/da-gpu/check-dsv3-L3-r3.json;"
+                [ "${DA_GPU_KIND:-H200}" = H200 ] || { qd=3; dsv3="echo '=== DeepSeek-V3-width check skipped: not an H200';"; }
+                detach "python3 -m advisor profile $q --out /tmp/da-gpu/profile-qwen3-235b.json; $dsv3 \
+                        python3 $G/profile_check.py stack $q --depth $qd --loads 32,12,4 --as-sent \
+                          --out /tmp/da-gpu/check-qwen3-L$qd.json" ;;
     qwen3-bg) detach "python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
     importtime-bg) (t=$(date +%s.%N); python3 -X importtime -c "import vllm.entrypoints.cli.main, vllm.entrypoints.openai.api_server" \
                      2> /tmp/da-gpu/importtime.log; echo "# wall $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" $t) s" \
