@@ -27,7 +27,8 @@ Three steps, each a subcommand, run on the device machine after ``advisor profil
 * ``stack JOB --depth D --loads 8,64 --out CHECK.json``: a reduced-depth stack of the job's model shape at a depth
   the profile did not deploy, predicted, then deployed (local executor) and measured at ``--loads``.
   ``--measured-from CHECK.json`` predicts an earlier check's measured levels again (with ``--params``, a refit)
-  without deploying; ``--drop-loads`` leaves out its levels a server-wide pause distorted.
+  without deploying; ``--drop-loads`` leaves out its levels a server-wide pause distorted. ``--config SEQSxTOKENS``
+  deploys other batch sizes than the profile's (vLLM's defaults for the GPU kind).
 
 Runs where the project's dependencies and vLLM are installed (``benchmarks/gpu/profile_h200.sh``).
 """
@@ -416,28 +417,38 @@ def cmd_stack(a: argparse.Namespace) -> None:
     job = load_job(a.job)
     database = open_db(job, a.profile_from)
     sets = param_sets(job, database, a.params)
-    loads = [int(x) for x in a.loads.split(",")]
-    sjob = stack_job(job, a.depth, loads)
+    # an earlier check (--measured-from) gives its own depth, loads and batch sizes unless they are named
+    earlier = json.loads(Path(a.measured_from).read_text()) if a.measured_from else {}
+    depth = a.depth or earlier.get("depth")
+    if not depth:
+        raise SystemExit("stack: give --depth (or --measured-from an earlier check)")
+    loads = [int(x) for x in a.loads.split(",")] if a.loads else earlier.get("loads") or [8, 64]
+    sjob = stack_job(job, depth, loads)
     wl = sjob.workload
-    config = plan_profile(job).config
+    seqs_tokens = a.config or earlier.get("config")  # the profile's batch sizes unless told
+    config = config_of(seqs_tokens) if seqs_tokens else plan_profile(job).config
     topo = place(config, sjob.cluster)
     sent = [wl.num_prompts(c) for c in loads]
+    # as sent, each level's latencies without its first wave, as the bench parser reads the level (c >= 2); until
+    # 6 Dec the first wave stayed in the prediction and out of the measurement
+    wave_out = [True] * len(loads)
     pred = {name: {str(m.concurrency): values(m) for m in levels_of(topo, sjob.model_profile(), wl, params, loads,
-                                                                      a.as_sent, sent)}
+                                                                      a.as_sent, sent, wave_out)}
             for name, (params, _) in sets.items()}
     if a.measured_from:  # predict again what an earlier check measured (another profile, a refit): no deploy
-        earlier = json.loads(Path(a.measured_from).read_text())
         meas, failure = {c: v for c, v in earlier["measured"].items() if c not in set(a.drop_loads.split(","))}, \
             earlier.get("failure")
     else:
-        Path(a.out).write_text(json.dumps({"depth": a.depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
+        Path(a.out).write_text(json.dumps({"depth": depth, "loads": loads, "predicted": pred}, indent=2) + "\n")
         ex = make_executor(with_probe_kv(sjob, max(loads) * (job.workload.isl.mean + job.workload.osl.mean)))
         try:
             run = ex.evaluate(topo, wl, plan=MeasurePlan())
         finally:
             ex.close()
         meas, failure = {str(m.concurrency): values(m) for m in run.measurements}, run.reason
-    result = {"depth": a.depth, "loads": loads, "profile": sets.get("profile", (None, None))[1],
+    result = {"depth": depth, "loads": loads,
+              "config": f"{config.decode.max_num_seqs}x{config.decode.max_num_batched_tokens}",
+              "profile": sets.get("profile", (None, None))[1],
               "level_model": view(a.as_sent), "predicted": pred, "measured": meas,
               "failure": failure, "errors": {name: errors(p, meas) for name, p in pred.items()}}
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
@@ -484,12 +495,14 @@ def main() -> None:
     q.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
     s = sub.add_parser("stack")
     s.add_argument("job")
-    s.add_argument("--depth", type=int, required=True)
-    s.add_argument("--loads", default="8,64")
+    s.add_argument("--depth", type=int, help="layers (default: --measured-from's)")
+    s.add_argument("--loads", help="concurrencies, e.g. 8,64 (default: --measured-from's, else 8,64)")
+    s.add_argument("--config", metavar="SEQSxTOKENS", help="batch sizes of the deployment (default: the profile's)")
     s.add_argument("--out", required=True)
     s.add_argument("--profile-from", help="the database holding the profile (default: the job's storage)")
     s.add_argument("--params", action="append", metavar="NAME=FILE", help="a parameter file as a further column")
-    s.add_argument("--measured-from", help="an earlier stack check's JSON: predict its measured levels again, no deploy")
+    s.add_argument("--measured-from",
+                   help="an earlier stack check's JSON: predict its measured levels again, no deploy")
     s.add_argument("--drop-loads", default="", help="with --measured-from: loads left out (a pause distorted them)")
     for cmd in (h, r, q, s):
         cmd.add_argument("--as-sent", action="store_true", help="levels predicted as the benchmark sent them "
