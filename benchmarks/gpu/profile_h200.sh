@@ -34,7 +34,8 @@
 #                    Qwen3-235B-width profile; detached like study-bg
 #     issue29-bg     the Qwen3-235B-width profile, the DeepSeek-V3-width stack check at depth 3 (c = 32, 16, 8; H200
 #                    only), then the Qwen3-235B-width stack at a depth the profile did not measure, predicted as sent
-#                    from the profile just stored; detached like study-bg
+#                    from the profile just stored; detached like study-bg (DSV3_FIRST=1: the DeepSeek-V3-width check
+#                    first)
 #     qwen3-bg       the Qwen3-235B-width profile alone, detached like study-bg (follow with wait, end with stop)
 #     importtime-bg  python -X importtime of what vllm serve imports before its first line, in the background
 #                    (/tmp/da-gpu/importtime.log; it runs beside the study's first deploy, so its seconds are
@@ -134,7 +135,10 @@ for step in "$@"; do
                             --params asfront=$r/refit-as-sent-no-pauses-front.json \
                             --out /tmp/da-gpu/check-dsv3-L3-r3.json;"
                 [ "${DA_GPU_KIND:-H200}" = H200 ] || { qd=3; dsv3="echo '=== DeepSeek-V3-width check skipped: not an H200';"; }
-                detach "python3 -m advisor profile $q --out /tmp/da-gpu/profile-qwen3-235b.json; $dsv3 \
+                # (6 Dec it ran in this order on an H100: the DeepSeek-V3-width check was skipped. Where an H200
+                # comes, DSV3_FIRST=1 runs that check first: it is the one issue 29 still lacks on an H200.)
+                if [ "${DSV3_FIRST:-0}" = 1 ]; then first="$dsv3"; dsv3=""; else first=""; fi
+                detach "$first python3 -m advisor profile $q --out /tmp/da-gpu/profile-qwen3-235b.json; $dsv3 \
                         python3 $G/profile_check.py stack $q --depth $qd --loads 32,12,4 --as-sent \
                           --out /tmp/da-gpu/check-qwen3-L$qd.json" ;;
     qwen3-bg) detach "python3 -m advisor profile $G/h200-profile-qwen3-235b.yaml --out /tmp/da-gpu/profile-qwen3-235b.json" ;;
