@@ -129,7 +129,8 @@ for step in "$@"; do
                 # (c = 32, 16, 8: c = 64 paused on JIT compiles both times it ran), predicted as sent before it is
                 # deployed by the stored profile, the defaults and the as-sent refit of its clean probes with the API
                 # server's term (5 Dec; refitted at today's code on 6 Dec: the same numbers); then the
-                # Qwen3-235B-width stack at a depth the profile did not measure (H200 6, H100 3), predicted as sent by the profile just stored, then measured
+                # Qwen3-235B-width stack at a depth the profile did not measure (H200 6, H100 3), predicted as sent by
+                # the profile just stored, then measured
                 q=$G/h200-profile-qwen3-235b.yaml; r=benchmarks/results/h200-profile-dsv3/call6-8-4dec
                 qd=6; dsv3="python3 $G/profile_check.py stack $G/h200-profile-dsv3.yaml --depth 3 --loads 32,16,8 --as-sent \
                             --params asfront=$r/refit-as-sent-no-pauses-front.json \
