@@ -1,5 +1,6 @@
 """Both fits' as-sent errors on the probe levels, including the c = 256 decode probes (b) never saw."""
-import json, sys
+import json
+import sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import level_views as lv

@@ -1,6 +1,8 @@
 """As-sent fits of the ~30B profile #1 (H200) with and without its c = 256 decode probes, held to r4/r6/r7 as
 benchmarks/level_views.py's h200-30b case does (same unpacking, jobs, sets, heldout, knee starts)."""
-import json, statistics, sys, time
+import json
+import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))

@@ -1,4 +1,5 @@
-import json, statistics
+import json
+import statistics
 from pathlib import Path
 OUT = Path(__file__).resolve().parent
 d = json.loads((OUT / "results.json").read_text())
