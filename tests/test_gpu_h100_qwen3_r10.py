@@ -8,12 +8,11 @@ put to levels nobody had seen when it was written. Re-derives the figures with `
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.stack_checks_again import stack_checks_again
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks/results/h100-qwen3-checks-r2"
@@ -24,15 +23,8 @@ PARAMS = {"profile": PROFILE / "profile-qwen3-235b.json", "no256": PROFILE / "ex
 @pytest.fixture(scope="module")
 def again(tmp_path_factory) -> dict:
     """stack_checks.py over a copy of the committed checks."""
-    work = tmp_path_factory.mktemp("r10")
-    for f in RES.glob("check-*.json"):
-        shutil.copy(f, work / f.name)
-    args = [sys.executable, str(ROOT / "benchmarks/gpu/stack_checks.py"), str(work), "--job",
-            str(ROOT / "benchmarks/gpu/h200-profile-qwen3-235b.yaml"), "--gpu", "H100",
-            *[a for name, f in PARAMS.items() for a in ("--params", f"{name}={f}")]]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, cwd=work)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads((work / "stack_checks.json").read_text())
+    return stack_checks_again(tmp_path_factory.mktemp("r10"), list(RES.glob("check-*.json")),
+                              {k: str(v) for k, v in PARAMS.items()})
 
 
 def medians(result: dict, view: str, name: str) -> dict[str, float]:

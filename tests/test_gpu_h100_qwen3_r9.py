@@ -7,12 +7,11 @@ docs say of them."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.stack_checks_again import stack_checks_again
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks/results/h100-qwen3-profile"
@@ -22,15 +21,8 @@ PARAMS = {"profile": "profile-qwen3-235b.json", "single-prompt": "refit-as-sent-
 @pytest.fixture(scope="module")
 def again(tmp_path_factory) -> dict:
     """stack_checks.py over a copy of the committed checks and parameter files."""
-    work = tmp_path_factory.mktemp("r9")
-    for f in [*RES.glob("check-*.json"), *(RES / f for f in PARAMS.values())]:
-        shutil.copy(f, work / f.name)
-    args = [sys.executable, str(ROOT / "benchmarks/gpu/stack_checks.py"), str(work), "--job",
-            str(ROOT / "benchmarks/gpu/h200-profile-qwen3-235b.yaml"), "--gpu", "H100",
-            *[a for name, f in PARAMS.items() for a in ("--params", f"{name}={f}")]]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, cwd=work)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads((work / "stack_checks.json").read_text())
+    files = [*RES.glob("check-*.json"), *(RES / f for f in PARAMS.values())]
+    return stack_checks_again(tmp_path_factory.mktemp("r9"), files, PARAMS)
 
 
 def test_the_checks_predicted_again_are_what_was_committed(again):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 import level_views as lv  # noqa: E402  (adds ROOT and benchmarks/gpu to sys.path)
-from level_views import pc, db, fit_probes  # noqa: E402
+from level_views import pc, db  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 work = OUT / "work"
@@ -27,17 +27,10 @@ c256 = sorted(n for n, *_ in names if "/decode/" in n and n.endswith("/c256"))
 DROPS = {"fit as sent": frozenset(lv.STALLED_30B),                      # (a) = level_views' fit as sent
          "fit as sent no c256": frozenset(lv.STALLED_30B) | frozenset(c256)}  # (b) every decode c=256 out
 params, report = {}, {}
-for name, drop in DROPS.items():
-    t0 = time.monotonic()
-    cal = fit_probes(levels.samples(drop), job.cluster.gpu, as_sent=True)
-    params[name] = cal.params
-    cal.params.save(str(OUT / f"{name.replace(' ', '-')}.json"))
-    d = cal.to_dict()
-    report[name] = {"fit_s": round(time.monotonic() - t0, 1), "dropped": sorted(drop),
-                    "probes_before": d["error_before"]["in_sample"],
-                    "probes_in_sample": d["error_after"]["in_sample"],
-                    "probes_held_out": d["error_after"].get("held_out"),
-                    "changes": d["changes"], "params": d["params"]}
+for name, drop in DROPS.items():  # level_views' fits (steady and as sent) of the probes less ``drop``; the as-sent one
+    p, rep = lv.fits(levels, job.cluster.gpu, drop)
+    params[name], report[name] = p["fit as sent"], rep["fit as sent"]
+    params[name].save(str(OUT / f"{name.replace(' ', '-')}.json"))
     print(f"{name}: fit {report[name]['fit_s']} s", file=sys.stderr)
     (OUT / "fits.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
 sets = lv.sets_of(job, database, params)

@@ -1,0 +1,26 @@
+"""The committed stack checks of a GPU session predicted again here (``benchmarks/gpu/stack_checks.py`` over copies:
+nothing deployed), for the tests that hold a session's figures to what the docs say of them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "benchmarks/gpu/h200-profile-qwen3-235b.yaml"
+
+
+def stack_checks_again(work: Path, files: list[Path], params: dict[str, str], gpu: str = "H100",
+                       job: Path = JOB) -> dict:
+    """``files`` (the checks, and parameter files named by their base name in ``params``) copied to ``work``, then
+    stack_checks.py there; its ``stack_checks.json``."""
+    for f in files:
+        shutil.copy(f, work / f.name)
+    args = [sys.executable, str(ROOT / "benchmarks/gpu/stack_checks.py"), str(work), "--job", str(job), "--gpu", gpu,
+            *[a for name, f in params.items() for a in ("--params", f"{name}={f}")]]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, cwd=work)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads((work / "stack_checks.json").read_text())
