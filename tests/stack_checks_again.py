@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "benchmarks/gpu/h200-profile-qwen3-235b.yaml"
 
@@ -24,3 +26,13 @@ def stack_checks_again(work: Path, files: list[Path], params: dict[str, str], gp
     r = subprocess.run(args, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, cwd=work)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((work / "stack_checks.json").read_text())
+
+
+def assert_as_committed(again: dict, committed: Path) -> None:
+    """Every check's median error per parameter set and view is the committed ``stack_checks.json``'s."""
+    want = json.loads(committed.read_text())
+    key = lambda r: (r["check"], r["set"], r["view"])  # noqa: E731
+    got = {key(r): r["median"] for r in again["errors"]}
+    assert set(got) == {key(r) for r in want["errors"]}
+    for r in want["errors"]:
+        assert got[key(r)] == pytest.approx(r["median"], rel=1e-6), key(r)

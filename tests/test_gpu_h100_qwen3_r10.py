@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.stack_checks_again import stack_checks_again
+from tests.stack_checks_again import assert_as_committed, stack_checks_again
 
 ROOT = Path(__file__).resolve().parents[1]
 RES = ROOT / "benchmarks/results/h100-qwen3-checks-r2"
@@ -32,12 +32,7 @@ def medians(result: dict, view: str, name: str) -> dict[str, float]:
 
 
 def test_the_checks_predicted_again_are_what_was_committed_and_what_the_device_wrote(again):
-    want = json.loads((RES / "stack_checks.json").read_text())
-    key = lambda r: (r["check"], r["set"], r["view"])  # noqa: E731
-    got = {key(r): r["median"] for r in again["errors"]}
-    assert set(got) == {key(r) for r in want["errors"]}
-    for r in want["errors"]:
-        assert got[key(r)] == pytest.approx(r["median"], rel=1e-6), key(r)
+    assert_as_committed(again, RES / "stack_checks.json")
     # the device predicted with the fixed as-sent view (first wave left out) and the same files: the same numbers
     for name in PARAMS:
         assert medians(again, "as sent, on the device", name) == pytest.approx(medians(again, "as-sent", name))
