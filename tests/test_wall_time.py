@@ -25,16 +25,17 @@ LEVEL_S = 1.0
 
 
 class TimedLevels(SimulatedExecutor):
-    """The model's levels, one by one, each taking ``LEVEL_S`` seconds."""
+    """The model's levels, one by one, each taking ``level_s`` seconds."""
 
     torn_down = 0
+    level_s = LEVEL_S
 
     def measure(self, deployment: Deployment, workload: Workload,
                 plan: MeasurePlan | None = None) -> list[Measurement]:
         model = super().measure
 
         def probe(load: float) -> Measurement:
-            time.sleep(LEVEL_S)
+            time.sleep(self.level_s)
             one = workload.model_copy(update={"knee_search": False, "load_levels": [int(load)]})
             return model(deployment, one, plan)[0].model_copy(update={"source": "measured"})
 
@@ -80,13 +81,18 @@ def test_a_trial_still_measuring_at_the_limit_stops_before_its_next_level(tmp_pa
 
 def test_no_trial_starts_that_the_runs_median_trial_would_not_finish(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'wall.db'}"
-    job = _job([8, 16], wall_s=3.0)  # a trial takes 2 s: after the first, less than 2 s is left
+    # A trial takes 6 s (two levels of 3 s). The wall time counts from the command's start, so the run's own
+    # start (database, migrations, the study: 0.4 s on an idle machine) comes off it too. 11 s lets the first
+    # trial finish after up to 5 s of that start -- a loaded 2-core CI machine once took over 3 s, where a 3-s
+    # limit with 1-s levels left 1 s -- and leaves less than one trial's 6 s after it, whatever the start took.
+    job = _job([8, 16], wall_s=11.0)
     ex = TimedLevels(job.model_profile(), default_params(job.cluster.gpu))
+    ex.level_s = 3.0
     summary = tune_mod.tune(job, storage=url, executor=ex)
     (t,) = _trials(url)
     assert t.state is TrialState.COMPLETE and [m.concurrency for m in t.measurements] == [8, 16]
-    assert summary.stopped_because.startswith("wall time of 3 s: ")
-    assert summary.stopped_because.endswith("s left, less than this run's median trial (2 s): no further trial "
+    assert summary.stopped_because.startswith("wall time of 11 s: ")
+    assert summary.stopped_because.endswith("s left, less than this run's median trial (6 s): no further trial "
                                             "started")
 
 
