@@ -9,6 +9,28 @@ import pytest
 
 from tests.shared_runs import tiny_local_probe  # noqa: F401 — a session fixture, shared by the files that use it
 
+#: What pytest-xdist's workers get in their environment that the command did not set (seen 6 Dec with
+#: pytest-xdist 3.8: COLUMNS=80 and LINES=24 in every worker, None in the command). Rich and our CLI size their
+#: output from COLUMNS, so a CLI run in a worker, or a tuner a test starts from it, folded its lines at 80 columns
+#: and a test looking for "budget reached" on one line failed only when run two at a time.
+TERMINAL_ENV = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """In the command (xdist's controller): hand each worker the command's own terminal variables."""
+    node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker: the command's terminal variables, as if the tests ran in the command itself."""
+    given = getattr(config, "workerinput", {}).get("terminal_env")
+    for k, v in (given or {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
 
 @pytest.fixture(scope="session")
 def pg_url() -> str:
