@@ -24,8 +24,8 @@ def test_every_declared_marker_runs_in_the_one_at_a_time_pass() -> None:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), *args], check=False, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, stdin=subprocess.DEVNULL,
+    return subprocess.run(["bash", str(ROOT / "scripts" / "test.sh"), *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
                           env={"PATH": "/usr/bin:/bin", "DEPLOY_ADVISOR_TEST_WORKERS": "1"})
 
 
