@@ -204,6 +204,49 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
 }
 
 
-def default_params(gpu_kind: str) -> PerfParams:
-    """Defaults for a GPU kind of ``search_spaces.GPU_TABLE`` (unknown kinds get the plain defaults)."""
+def prior_params(gpu_kind: str) -> PerfParams:
+    """The documented priors for a GPU kind (each field's default with ``_GPU_OVERRIDES``): what the model
+    assumes before any measurement, and where every fit starts."""
     return PerfParams(**_GPU_OVERRIDES.get(gpu_kind, {}))
+
+
+#: The reference calibration: parameters fitted to published measurements of real multi-GPU vLLM deployments
+#: (``advisor.reference_fit``, written by ``python benchmarks/published.py --write-reference``). Shipped as data.
+REFERENCE_PATH = Path(__file__).with_name("reference_params.json")
+#: GPU kinds the reference calibration never applies to: the CPU slot is a different machine altogether.
+_NOT_REFERENCED = frozenset({"CPU"})
+
+
+def _reference() -> dict[str, Any]:
+    """The shipped reference calibration (``{}`` when none is shipped), read once."""
+    global _REFERENCE
+    if _REFERENCE is None:
+        _REFERENCE = json.loads(REFERENCE_PATH.read_text()) if REFERENCE_PATH.is_file() else {}
+    return _REFERENCE
+
+
+_REFERENCE: dict[str, Any] | None = None
+
+
+def reference_source(gpu_kind: str) -> str | None:
+    """What the default parameters of ``gpu_kind`` rest on when the reference calibration applies to it, in
+    words (the rows, families and GPUs it was fitted on, and whether this GPU kind was among them); else None."""
+    ref = _reference()
+    if not ref or gpu_kind in _NOT_REFERENCED:
+        return None
+    gpus = ref.get("gpus", [])
+    seen = "fitted on this GPU kind" if gpu_kind in gpus else f"never validated on {gpu_kind}"
+    return (f"reference calibration: {ref.get('rows', '?')} published vLLM measurements of "
+            f"{', '.join(ref.get('families', []))} on {', '.join(gpus)} ({seen})")
+
+
+def default_params(gpu_kind: str) -> PerfParams:
+    """The parameters the model uses for a GPU kind when nothing closer to the job was measured: the shipped
+    reference calibration (fitted to published multi-GPU vLLM measurements; one vector for every GPU kind, the
+    hardware entering through the datasheet's peaks) over the kind's priors — or the priors alone for the CPU
+    slot and when no reference is shipped."""
+    base = prior_params(gpu_kind)
+    ref = _reference()
+    if not ref or gpu_kind in _NOT_REFERENCED:
+        return base
+    return PerfParams.from_vector(list(ref["params"].values()), base=base, names=list(ref["params"]))
