@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "best_under_slo", "failures",
                      "get_study", "get_trial", "history", "list_studies", "list_trials", "measurements",
                      "pareto_front", "parse_slos", "run_query"], "db.queries"),
-    **dict.fromkeys(["TIMING_KEYS", "Best", "DatabaseUnavailable", "Export", "Failure", "HardwareProfile",
+    **dict.fromkeys(["TIMING_KEYS", "Best", "DatabaseUnavailable", "Export", "ExternalPoint", "Failure", "HardwareProfile",
                      "HistoryPoint", "Level", "Study", "Trial", "UnknownStudy", "UnknownTrial"], "db.rows"),
     "IllegalTransition": "search_spaces",
 }
@@ -91,6 +91,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Best,
         DatabaseUnavailable,
         Export,
+        ExternalPoint,
         Failure,
         HardwareProfile,
         HistoryPoint,

@@ -47,10 +47,10 @@ from db.mapping import (
     text,
     trial,
 )
-from db.models import ExportRow, HardwareProfileRow, StudyRow, TrialRow
+from db.models import ExportRow, ExternalMeasurementRow, HardwareProfileRow, StudyRow, TrialRow
 from db.outage import retry_methods
 from db.redaction import redact_url
-from db.rows import DatabaseUnavailable, HardwareProfile, Trial, UnknownTrial
+from db.rows import DatabaseUnavailable, ExternalPoint, HardwareProfile, Trial, UnknownTrial
 from search_spaces import DeploymentConfig, Measurement, TrialState, transition
 
 #: A longer log tail is cut to its last this-many characters.
@@ -440,6 +440,73 @@ class Database:
             return [_profile(r) for r in s.scalars(q.order_by(HardwareProfileRow.id.desc())).all()]
 
 
+    # -- external measurements
+
+    def add_external(self, points: Sequence[ExternalPoint]) -> tuple[int, int]:
+        """Store imported operating points, all in one transaction (an import is whole or absent); a point whose
+        ``content_key`` is stored already is left as it is. Returns (added, already stored)."""
+        rows = [_external_values(p) for p in points]
+        added = 0
+        with self._write() as s:
+            now = self._now(s)
+            for values in rows:
+                res = s.execute(self._insert(ExternalMeasurementRow.__table__).values(**values, imported_at=now)
+                                .on_conflict_do_nothing(index_elements=["content_key"]))
+                added += max(0, res.rowcount or 0)
+        return added, len(rows) - added
+
+    def external_points(self, *, batch: str | None = None, model: str | None = None,
+                        gpu: str | None = None) -> list[ExternalPoint]:
+        """Imported operating points in the order they were imported, of one batch, model and GPU kind where
+        given."""
+        q = select(ExternalMeasurementRow)
+        if batch is not None:
+            q = q.where(ExternalMeasurementRow.batch == batch)
+        if model is not None:
+            q = q.where(ExternalMeasurementRow.model == model)
+        if gpu is not None:
+            q = q.where(ExternalMeasurementRow.gpu == gpu)
+        with self._read() as s:
+            return [_external(r) for r in s.scalars(q.order_by(ExternalMeasurementRow.id)).all()]
+
+    def external_batches(self) -> list[tuple[str, int]]:
+        """Each import batch's label with its number of points, by label."""
+        with self._read() as s:
+            q = (select(ExternalMeasurementRow.batch, func.count()).group_by(ExternalMeasurementRow.batch)
+                 .order_by(ExternalMeasurementRow.batch))
+            return [(b, int(n)) for b, n in s.execute(q).all()]
+
+
+def _external_values(p: ExternalPoint) -> dict[str, Any]:
+    """The columns of one point to store (text cut to its column, ``NaN`` metrics as missing)."""
+    if p.deployment is None:
+        raise ValueError(f"{p.source}: an imported point needs its deployment")
+    if not p.batch or not p.batch.strip():
+        raise ValueError("an import batch needs a non-empty label")
+    metrics = {k: float(v) for k, v in p.metrics.items() if v is not None and math.isfinite(float(v))}
+    return {"batch": clip(p.batch, 200), "source": text(p.source), "engine": clip(p.engine, 64),
+            "engine_version": clip(p.engine_version, 200), "model": clip(p.model, 256),
+            "precision": clip(p.precision, 200), "gpu": clip(p.gpu, 32), "total_gpus": p.total_gpus,
+            "mode": clip(p.mode, 16), "deployment": p.deployment.model_dump(mode="json"),
+            "deployment_text": text(p.deployment.describe()), "mtp": clip(p.mtp, 200), "isl": p.isl, "osl": p.osl,
+            "range_ratio": p.range_ratio, "concurrency": p.concurrency, "metrics": metrics,
+            "per_gpu_normalization": text(p.per_gpu_normalization), "notes": text(p.notes),
+            "content_key": p.content_key()}
+
+
+def _external(r: ExternalMeasurementRow) -> ExternalPoint:
+    try:
+        deployment: DeploymentConfig | None = DeploymentConfig.model_validate(r.deployment)
+    except ValueError:  # pydantic's ValidationError: stored by an older vocabulary; its words still say what it was
+        deployment = None
+    return ExternalPoint(batch=r.batch, source=r.source, engine=r.engine, engine_version=r.engine_version,
+                         model=r.model, precision=r.precision, gpu=r.gpu, total_gpus=r.total_gpus, mode=r.mode,
+                         deployment=deployment, mtp=r.mtp, isl=r.isl, osl=r.osl, range_ratio=r.range_ratio,
+                         concurrency=r.concurrency, metrics=dict(r.metrics),
+                         per_gpu_normalization=r.per_gpu_normalization, notes=r.notes,
+                         deployment_text=r.deployment_text, id=r.id, imported_at=r.imported_at)
+
+
 def _profile(r: HardwareProfileRow) -> HardwareProfile:
     return HardwareProfile(id=r.id, created_at=r.created_at, gpu=r.gpu, gpu_count=r.gpu_count,
                            engine_version=r.engine_version, shape_key=r.shape_key, model_name=r.model_name,
@@ -448,4 +515,5 @@ def _profile(r: HardwareProfileRow) -> HardwareProfile:
 
 # Every call into our tables outlasts a short outage (``db.outage``): the writes and reads a tuner makes.
 retry_methods(Database, ["upsert_study", "start_trial", "record_invalid", "record_resources", "heartbeat",
-                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile", "profiles"])
+                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile", "profiles",
+                         "add_external", "external_points", "external_batches"])

@@ -240,3 +240,42 @@ class HardwareProfileRow(Base):
     params: Mapped[dict[str, Any]] = mapped_column(_json())
     report: Mapped[dict[str, Any]] = mapped_column(_json())
     probes: Mapped[list[Any]] = mapped_column(_json())
+
+
+class ExternalMeasurementRow(Base):
+    """One operating point measured outside our studies (a published row, a user's own ``vllm bench serve`` JSON),
+    imported by ``advisor import``: evidence for the model, never a trial (nothing here ran, or is told to Optuna).
+
+    ``content_key`` is the digest of what makes the point the same measurement (its source, layout, workload and
+    concurrency): importing the same rows again adds nothing."""
+
+    __tablename__ = "advisor_external_measurements"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: The import batch's label (``advisor import --label``): what ``advisor calibrate --external`` names.
+    batch: Mapped[str] = mapped_column(String(200), index=True)
+    source: Mapped[str] = mapped_column(Text)
+    engine: Mapped[str] = mapped_column(String(64))
+    engine_version: Mapped[str | None] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(256), index=True)
+    precision: Mapped[str | None] = mapped_column(String(200))
+    gpu: Mapped[str] = mapped_column(String(32), index=True)
+    total_gpus: Mapped[int] = mapped_column(Integer)
+    #: "agg", "disagg", "prefill-only" or "decode-only" (the published rows' words).
+    mode: Mapped[str] = mapped_column(String(16))
+    #: ``DeploymentConfig.model_dump(mode="json")``
+    deployment: Mapped[dict[str, Any]] = mapped_column(_json())
+    #: ``DeploymentConfig.describe()``
+    deployment_text: Mapped[str] = mapped_column(Text)
+    #: As the source states it ("no", "yes (spec_method=mtp)", …); NULL: not stated.
+    mtp: Mapped[str | None] = mapped_column(String(200))
+    isl: Mapped[int | None] = mapped_column(Integer)
+    osl: Mapped[int | None] = mapped_column(Integer)
+    range_ratio: Mapped[float | None] = mapped_column(Double)
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    #: {metric: value}, keyed by the published rows' metric names (``tput_per_gpu``, ``median_ttft_ms``, …).
+    metrics: Mapped[dict[str, Any]] = mapped_column(_json())
+    per_gpu_normalization: Mapped[str | None] = mapped_column(Text)
+    notes: Mapped[str | None] = mapped_column(Text)
+    content_key: Mapped[str] = mapped_column(String(64), unique=True)
+    imported_at: Mapped[datetime] = mapped_column(UTCDateTime())

@@ -258,6 +258,27 @@ def _q_failures(db: Database, study: str) -> Table:
     return cols, rows
 
 
+#: The metrics of imported points, in the published rows' names and order (``advisor import``).
+EXTERNAL_METRICS: tuple[str, ...] = (
+    "tput_per_gpu", "output_tput_per_gpu", "input_tput_per_gpu", "median_ttft_ms", "p90_ttft_ms", "median_tpot_ms",
+    "p90_tpot_ms", "tok_s_per_user", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def _q_external(db: Database, batch: str, model: str, gpu: str) -> Table:
+    points = db.external_points(batch=batch or None, model=model or None, gpu=gpu or None)
+    extra = sorted({k for p in points for k in p.metrics} - set(EXTERNAL_METRICS))
+    names = [*EXTERNAL_METRICS, *extra]
+    cols = ["id", "batch", "engine", "model", "precision", "gpu", "total_gpus", "mode", "deployment", "mtp", "isl",
+            "osl", "range_ratio", "concurrency", *names, "per_gpu_normalization", "source", "imported_at"]
+    rows = [
+        [_cell(v) for v in [p.id, p.batch, p.engine, p.model, p.precision, p.gpu, p.total_gpus, p.mode,
+                            p.deployment_text, p.mtp, p.isl, p.osl, p.range_ratio, p.concurrency,
+                            *(p.metrics.get(k) for k in names), p.per_gpu_normalization, p.source, p.imported_at]]
+        for p in points
+    ]
+    return cols, rows
+
+
 _STUDY = QueryArg("study", str, "the study's name")
 _SLO = QueryArg("slo", str, "comma-separated SLOs, e.g. 'p90_ttft_ms<=2000,p90_tokens_per_s_per_user>=20'", "")
 
@@ -287,11 +308,18 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
             (_STUDY, QueryArg("objective", str, "objective name (default: the study's first)", "")), _q_history,
         ),
         NamedQuery("failures", "failed, invalid and interrupted trials with their reasons", (_STUDY,), _q_failures),
+        NamedQuery(
+            "external", "imported operating points (advisor import): source, layout, workload, measured metrics",
+            (QueryArg("batch", str, "only this import batch's label (default: every batch)", ""),
+             QueryArg("model", str, "only this model, as imported (default: every model)", ""),
+             QueryArg("gpu", str, "only this GPU kind (default: every kind)", "")),
+            _q_external,
+        ),
     ]
 }
 
 __all__ = [
-    "Best", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
+    "Best", "EXTERNAL_METRICS", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
     "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
     "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
     "parse_slos", "rank_deployments", "run_query", "trial_table",
