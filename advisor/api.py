@@ -87,18 +87,21 @@ def profile(url: str, job: TuningJob, *, depths: list[int] | None = None, out: P
 
 
 def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = None, seed: int = 0,
-              names: list[str] | None = None, models: dict[str, str] | None = None) -> Any:
-    """``advisor calibrate``: fit the performance model to the studies' measured trials; write the fitted
-    parameters to ``out`` (what a job's ``executor.perf_params`` loads) and the report beside it.
+              names: list[str] | None = None, models: dict[str, str] | None = None,
+              external: list[str] | None = None, gpu: str | None = None) -> Any:
+    """``advisor calibrate``: fit the performance model to the studies' measured trials and to the imported points
+    of the batches ``external`` (on GPU kind ``gpu`` where given); write the fitted parameters to ``out`` (what a
+    job's ``executor.perf_params`` loads) and the report beside it.
 
     ``models`` maps a model folder's name to where it is on this machine, for studies measured elsewhere."""
     import json
 
     from advisor.calibrate import calibrate as fit, measured_samples
+    from advisor.external import external_samples
 
     database = _open(url)
     try:
-        samples = []
+        samples, left = external_samples(database, external or [], gpu) if external else ([], [])
         for study in studies:
             row = queries.get_study(database, check_study_name(study))
             if row is None:
@@ -110,12 +113,28 @@ def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = No
             job = job_from_dict(doc, source=f"study {study!r}")
             samples += measured_samples(database, study, job)
         cal = fit(samples, folds=folds, seed=seed, names=names)
+        cal.left_out = [f"{p.source} (c={p.concurrency}): {why}" for p, why in left]
     finally:
         database.close()
     out.parent.mkdir(parents=True, exist_ok=True)
     cal.params.save(out)
     out.with_suffix(".report.json").write_text(json.dumps(cal.to_dict(), indent=2) + "\n")
     return cal
+
+
+def import_points(url: str, points: list[Any], batch: str) -> tuple[int, int]:
+    """``advisor import``: store operating points read from files as the external measurements of ``batch``, in one
+    transaction: (added, already stored)."""
+    from advisor.external import import_points as store
+
+    try:  # created where it does not exist yet: importing may be the first thing a user does
+        database = db.connect(url)
+    except db.DatabaseUnavailable as e:
+        raise BadInput(f"storage: cannot open {redact_url(url)}: {e}") from None
+    try:
+        return store(database, points, batch)
+    finally:
+        database.close()
 
 
 def executed_trials(job: TuningJob, url: str, study: str | None) -> int:

@@ -123,6 +123,8 @@ class Calibration:
     before: dict[str, Errors] = field(default_factory=dict)
     after: dict[str, Errors] = field(default_factory=dict)
     changes: dict[str, tuple[float, float]] = field(default_factory=dict)  # name → (default, fitted)
+    #: Imported points of the batches asked for that the model cannot describe, each with the reason.
+    left_out: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         def err(e: Errors) -> dict[str, object]:
@@ -134,6 +136,7 @@ class Calibration:
             "error_before": {k: err(v) for k, v in self.before.items()},
             "error_after": {k: err(v) for k, v in self.after.items()},
             "changes": {k: {"default": a, "fitted": b} for k, (a, b) in self.changes.items()},
+            "left_out": self.left_out,
             "params": self.params.model_dump(),
         }
 

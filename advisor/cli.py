@@ -360,7 +360,11 @@ def profile(
 @app.command()
 @friendly
 def calibrate(
-    studies: Annotated[list[str], typer.Argument(help="Studies whose measured trials to fit (one GPU kind).")],
+    studies: Annotated[list[str] | None, typer.Argument(help="Studies whose measured trials to fit (one GPU "
+                                                             "kind).")] = None,
+    external: Annotated[list[str] | None, typer.Option(help="Also fit the points of this import batch "
+                                                            "(`advisor import --label`; repeatable).")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Only the imported points on this GPU kind.")] = None,
     out: Annotated[Path, typer.Option(help="Where the fitted parameters go (a job's executor.perf_params).")]
     = Path("perf-params.json"),
     folds: Annotated[int | None, typer.Option(min=2, help="Cross-validation folds (default: leave one trial out "
@@ -375,12 +379,19 @@ def calibrate(
     """Fit the performance model's efficiency parameters to measured trials; report cross-validated error."""
     from advisor.calibrate import metric_headers
 
+    if not studies and not external:
+        raise BadInput("calibrate: name the studies to fit, or an imported batch with --external")
     names = [n.strip() for n in params.split(",") if n.strip()] if params else None
     models = {Path(m).name: m for m in model or []}
     with console.status("fitting the performance model to the measured trials"):
-        cal = api.calibrate(_storage(storage), studies, out=out, folds=folds, seed=seed, names=names, models=models)
-    console.print(f"{len(cal.trials)} measured trials on {cal.gpu}; median |predicted / measured − 1| of "
+        cal = api.calibrate(_storage(storage), studies or [], out=out, folds=folds, seed=seed, names=names,
+                            models=models, external=external or [], gpu=gpu)
+    what = "measured trials and imported points" if external else "measured trials"
+    console.print(f"{len(cal.trials)} {what} on {cal.gpu}; median |predicted / measured − 1| of "
                   f"throughput and P50 latencies (held out: {cal.folds}-fold cross-validation by trial):")
+    if cal.left_out:
+        console.print(f"{len(cal.left_out)} imported point(s) left out, the model cannot describe them; the first: "
+                      f"{cal.left_out[0]}", markup=False, highlight=False, soft_wrap=True)
     rows = [[f"{part.replace('_', ' ')}, {when}", errs[part].levels,
              *(f"{x:.1%}" if x is not None else None for x in errs[part].row()),
              f"{errs[part].rms_log:.3g}" if errs[part].rms_log is not None else None]
@@ -390,6 +401,69 @@ def calibrate(
     print_rows("", ["parameter", "default", "fitted"],
                 [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")
+
+
+@app.command("import")
+@friendly
+def import_(
+    files: Annotated[list[Path], typer.Argument(help="Published tables (.csv, the columns of shared/published's) "
+                                                     "and `vllm bench serve --save-result` files (.json).")],
+    label: Annotated[str | None, typer.Option(help="The import batch's label, what `advisor calibrate --external` "
+                                                   "names (default: the first file's name without its suffix).")]
+    = None,
+    config: Annotated[Path | None, typer.Option(help="The deployment the .json results measured (a DeploymentConfig "
+                                                     "YAML or JSON, as `advisor simulate --config` reads).")] = None,
+    job: Annotated[Path | None, typer.Option(help="The job that ran them: its model, GPU kind and workload.")]
+    = None,
+    model: Annotated[str | None, typer.Option(help="Without --job: the model preset (or model folder) they "
+                                                   "served.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="Without --job: the GPU kind they ran on.")] = None,
+    engine_version: Annotated[str, typer.Option(help="The vLLM version that served the .json results.")] = "",
+    storage: StorageOpt = None,
+) -> None:
+    """Import operating points measured elsewhere (published tables, your own `vllm bench serve` results) as
+    external measurements with their source: evidence for `advisor calibrate --external`, never trials. Importing
+    the same points again adds nothing."""
+    from advisor.external import check_batch, read_files
+
+    batch = check_batch(label if label is not None else files[0].stem)
+    bench = _bench_deployment(config, job, model, gpu, engine_version) if config or job or model or gpu else None
+    read = read_files(files, bench)
+    url = _storage(storage)
+    added, already = api.import_points(url, read.points, batch)
+    console.print(f"batch {batch!r} in {redact_url(url)}: {added} point(s) added, {already} already stored, "
+                  f"{len(read.skipped)} row(s) skipped", markup=False, highlight=False)
+    for path, skip in read.skipped[:10]:
+        console.print(f"  skipped {path.name} line {skip.line}: {skip.reason}", markup=False, highlight=False,
+                      soft_wrap=True)
+    if len(read.skipped) > 10:
+        console.print(f"  … and {len(read.skipped) - 10} more", markup=False, highlight=False)
+
+
+def _bench_deployment(config: Path | None, job_file: Path | None, model: str | None, gpu: str | None,
+                      engine_version: str) -> Any:
+    """What produced the .json results: --config with --job, or with --model and --gpu (one line if not)."""
+    from advisor.external import BenchDeployment, read_deployment
+    from search_spaces import GPU_TABLE, MODEL_PRESETS
+
+    if config is None:
+        raise BadInput("--config: the deployment the .json results measured is needed with --job, --model or --gpu")
+    cfg = read_deployment(config)
+    if job_file is not None:
+        if model is not None or gpu is not None:
+            raise BadInput("--job names the model and GPU kind; give --model and --gpu only without --job")
+        return BenchDeployment.of_job(cfg, load_job(job_file), engine_version)
+    if model is None or gpu is None:
+        raise BadInput("--model and --gpu: with --config and no --job, name the model preset and the GPU kind")
+    if gpu not in GPU_TABLE:
+        raise BadInput(f"--gpu: unknown GPU kind {gpu!r}; allowed: {', '.join(GPU_TABLE)}")
+    if model not in MODEL_PRESETS:
+        folder = Path(model).expanduser().resolve()
+        if not (folder.is_file() or (folder / "config.json").is_file()):
+            raise BadInput(f"--model: {model!r} is neither a model preset nor a model folder with a config.json; "
+                           f"presets: {', '.join(MODEL_PRESETS)}")
+        model = str(folder)
+    return BenchDeployment(config=cfg, model=model, gpu=gpu, engine_version=engine_version)
 
 
 @app.command()
