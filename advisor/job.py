@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from advisor.errors import BadInput, describe_validation_error, shown
 from db.redaction import redact_url
 from search_spaces.default_space import default_space
+from search_spaces.model_profile import WeightFormat
+from search_spaces.rules import precision_error
 from search_spaces import valid_space
 from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 from search_spaces import (
@@ -47,7 +49,13 @@ class ModelRef(BaseModel):
 
     preset: str | None = None
     path: str | None = Field(None, description="A config.json, or a folder holding one (also what real runs serve).")
-    weight_bytes: float | None = Field(None, gt=0)
+    weight_bytes: float | None = Field(None, gt=0, description=(
+        "Bytes per body weight (attention, dense, shared experts, embeddings; also the experts unless the model "
+        "or expert_weight_bytes says otherwise): 2 bf16, 1 fp8, 0.5 nvfp4."))
+    expert_weight_bytes: float | None = Field(None, gt=0, description="Bytes per routed-expert weight.")
+    expert_format: WeightFormat | None = Field(None, description=(
+        "Routed experts' format when their width alone does not say it: bf16, fp8, nvfp4 or mxfp4 (0.5 bytes "
+        "means nvfp4 unless this says mxfp4)."))
     kv_bytes: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
@@ -69,8 +77,15 @@ class ModelRef(BaseModel):
             if not p.is_absolute() and base_dir is not None:
                 p = base_dir / p
             prof = ModelProfile.from_hf_config(p)
-        upd = {k: v for k, v in (("weight_bytes", self.weight_bytes), ("kv_bytes", self.kv_bytes)) if v is not None}
-        return prof.model_copy(update=upd) if upd else prof
+        upd: dict[str, Any] = {k: v for k, v in (("weight_bytes", self.weight_bytes), ("kv_bytes", self.kv_bytes),
+                                                 ("expert_weight_bytes", self.expert_weight_bytes),
+                                                 ("expert_format", self.expert_format)) if v is not None}
+        if self.weight_bytes is not None:
+            upd["weight_format"] = None  # the width given says the format
+        if self.expert_weight_bytes is not None and self.expert_format is None:
+            upd["expert_format"] = None
+        # validated again: a width that contradicts the model is one line, not a silent mix
+        return ModelProfile.model_validate({**prof.model_dump(), **upd}) if upd else prof
 
 
 class ObjectiveMode(StrEnum):
@@ -384,10 +399,13 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
     if base_dir is not None:
         job._base_dir = str(base_dir)
     try:
-        job.model_profile()
+        profile = job.model_profile()
     except (OSError, ValueError, KeyError, TypeError) as e:
         field = "model.path" if job.model.path else "model"
         raise BadInput(f"{source}: {field}: {_one_line(e)}") from None
+    refused = precision_error(profile, job.cluster.spec)
+    if refused:
+        raise BadInput(f"{source}: model: {refused}")
     if "space" not in doc:
         job = with_default_space(job)
     return job

@@ -19,7 +19,9 @@ class GPUSpec(BaseModel):
     memory_gib: float = Field(gt=0, description="HBM capacity usable by the framework.")
     bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor-core TFLOP/s.")
     fp8_tflops: float = Field(gt=0, description="Dense FP8 tensor-core TFLOP/s.")
-    fp4_tflops: float | None = Field(None, gt=0, description="Dense FP4 TFLOP/s; None where there is no FP4 path.")
+    fp4_tflops: float | None = Field(None, gt=0, description=(
+        "Dense FP4 TFLOP/s (block-scaled e2m1: NVFP4 and MXFP4 run on the same FP4 tensor cores, and the datasheets "
+        "quote one FP4 figure); None where there is no FP4 tensor core (Hopper)."))
     hbm_tbps: float = Field(gt=0, description="HBM bandwidth, TB/s.")
     scaleup_domain: int = Field(ge=1, description="GPUs reachable over the scale-up fabric (NVLink domain).")
     scaleup_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
@@ -52,6 +54,15 @@ GPU_TABLE: dict[str, GPUSpec] = {
         scaleup_domain=8, scaleup_gbps=900, scaleout_gbps=50,
         source="NVIDIA HGX B200 datasheet",
     ),
+    # NVIDIA HGX B300 (Blackwell Ultra) platform page and DGX B300 datasheet: per board of 8, FP4 144 PFLOPS sparse /
+    # 108 dense (13.5 PF dense per GPU), FP8 72 PF and BF16 36 PF with sparsity (4.5 / 2.25 PF dense per GPU),
+    # 2.3 TB HBM3e (288 GB per GPU), 8 TB/s per GPU, NVLink 5 1.8 TB/s bidirectional per GPU (8-GPU NVLink domain),
+    # ConnectX-8 800 Gb/s per GPU (networking 1.6 TB/s per board, both directions).
+    "B300": GPUSpec(
+        name="B300", memory_gib=288, bf16_tflops=2250, fp8_tflops=4500, fp4_tflops=13500, hbm_tbps=8.0,
+        scaleup_domain=8, scaleup_gbps=900, scaleout_gbps=100,
+        source="NVIDIA HGX B300 platform specifications / DGX B300 datasheet",
+    ),
     # NVIDIA GB200 NVL72 datasheet (per GPU = rack / 72): 186 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8 /
     # 10 PFLOPS FP4 dense, 8 TB/s, NVLink 5 1.8 TB/s bidirectional across all 72 GPUs, ConnectX-7 400 Gb/s per GPU.
     "GB200": GPUSpec(
@@ -60,7 +71,8 @@ GPU_TABLE: dict[str, GPUSpec] = {
         source="NVIDIA GB200 NVL72 datasheet",
     ),
     # NVIDIA GB300 NVL72 datasheet (per GPU = rack / 72): 288 GB HBM3e, 2.5 PFLOPS BF16 / 5 PFLOPS FP8 /
-    # 15 PFLOPS NVFP4 dense (Blackwell Ultra), 8 TB/s, NVLink 5 1.8 TB/s bidirectional across 72 GPUs, ConnectX-8 800 Gb/s per GPU.
+    # 15 PFLOPS NVFP4 dense (Blackwell Ultra; rack 1,080 PF dense FP4), 8 TB/s, NVLink 5 1.8 TB/s bidirectional
+    # across 72 GPUs, ConnectX-8 800 Gb/s per GPU.
     "GB300": GPUSpec(
         name="GB300", memory_gib=288, bf16_tflops=2500, fp8_tflops=5000, fp4_tflops=15000, hbm_tbps=8.0,
         scaleup_domain=72, scaleup_gbps=900, scaleout_gbps=100,
@@ -82,6 +94,21 @@ def matmul_tflops(spec: GPUSpec, weight_bytes: float) -> float:
     if weight_bytes <= 0.5 and spec.fp4_tflops:
         return spec.fp4_tflops
     return spec.fp8_tflops if weight_bytes <= 1.0 else spec.bf16_tflops
+
+
+def format_tflops(spec: GPUSpec, fmt: str) -> float:
+    """Peak dense rate of a matmul over weights stored as ``fmt`` (a ``WeightFormat`` value), as vLLM computes it:
+
+    * ``nvfp4``: W4A4 on the FP4 tensor cores (Blackwell); no FP4 path elsewhere (``rules.precision_error`` refuses
+      it before this is asked; the FP8 rate is returned so that a what-if never divides by nothing);
+    * ``mxfp4``: on Blackwell the MoE kernels take FP8 (MXFP8) activations against the FP4 weights — the FP8 rate;
+      on Hopper vLLM runs them weight-only (Marlin / Triton W4A16: half-byte reads, BF16 math) — the BF16 rate;
+    * ``fp8``: FP8 (W8A8 block-scaled); ``bf16``: BF16."""
+    if fmt == "nvfp4":
+        return spec.fp4_tflops or spec.fp8_tflops
+    if fmt == "mxfp4":
+        return spec.fp8_tflops if spec.fp4_tflops else spec.bf16_tflops
+    return spec.fp8_tflops if fmt == "fp8" else spec.bf16_tflops
 
 
 def gpu_spec(kind: str) -> GPUSpec:

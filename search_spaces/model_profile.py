@@ -85,7 +85,7 @@ class ModelProfile(BaseModel):
     expert_format: WeightFormat | None = Field(None, description="Routed experts' format (None: from their width).")
     architecture: str = Field("", description="vLLM architecture (config.json architectures[0]); '' hand-made.")
     # ---- layer kinds besides full attention (counts are of the num_layers decoder layers) ----
-    sliding_window: int = Field(0, ge=0, description="Tokens a sliding-window layer attends to (and V4's local branch).")
+    sliding_window: int = Field(0, ge=0, description="Tokens a sliding-window layer attends to (V4: its local branch).")
     num_sliding_layers: int = Field(0, ge=0, description="Layers that attend only to the last sliding_window tokens.")
     attention_sinks: bool = Field(False, description="Learned per-head sink logits (gpt-oss): no KV, negligible cost.")
     index_topk: int = Field(0, ge=0, description="DSA / CSA: tokens (entries) attention reads per query.")
@@ -340,7 +340,8 @@ class ModelProfile(BaseModel):
         if self.uniform_attention:
             return self.num_layers * ctx
         w = min(ctx, float(self.sliding_window))
-        out = self.num_full_layers * ctx + self.num_sliding_layers * w + self.num_sparse_layers * min(ctx, self.index_topk)
+        out = (self.num_full_layers * ctx + self.num_sliding_layers * w
+               + self.num_sparse_layers * min(ctx, self.index_topk))
         if self.attention is AttentionKind.CSA:
             out += (self.num_layers * w + self.num_csa_layers * min(ctx / self.csa_ratio, self.index_topk)
                     + self.num_hca_layers * ctx / self.hca_ratio)

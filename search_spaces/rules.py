@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from search_spaces.cluster import ClusterSpec
 from search_spaces.deployment import DeploymentConfig, RoleConfig
 from search_spaces.knobs import KNOBS, KV_DTYPE_BYTES
-from search_spaces.model_profile import AttentionKind, ModelProfile
+from search_spaces.hardware import GPUSpec
+from search_spaces.model_profile import AttentionKind, ModelProfile, WeightFormat
 from search_spaces.packing import PackingError, pack
 
 GIB = 1024**3
@@ -24,7 +25,7 @@ ACTIVATION_BYTES_PER_TOKEN_HIDDEN = 24
 #: Qwen3-*-FP8's ``quantization_config``). vLLM's ``validate_fp8_block_shape_moe``
 #: (vllm/model_executor/layers/quantization/utils/fp8_utils.py) refuses an expert shard whose
 #: ``intermediate_size_per_partition`` is not a multiple of block_n (and, with TP > 1, of block_k).
-#: Assumption: every ``weight_bytes == 1`` profile is block-quantised this way (the profile does not say).
+#: Assumption: every profile with 1-byte experts is block-quantised this way (the profile does not say).
 FP8_BLOCK = 128
 
 
@@ -56,14 +57,32 @@ def weight_bytes_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
     """Weights one GPU of ``role`` holds: non-expert weights split by TP (attention TP, within a DP rank); the
     routed experts spread over all ``tp × dp`` GPUs of the instance either way — whole experts (plus EPLB
     replicas) with EP, a ``1/(tp·dp)`` slice of every expert without (TP experts)."""
-    wb = model.weight_bytes
+    wb, we = model.weight_bytes, model.expert_bytes
     dense = model.non_expert_params * wb / role.tensor_parallel_size
     if role.enable_expert_parallel:
         slots = model.n_routed_experts + role.eplb.num_redundant_experts
-        experts = model.num_moe_layers * model.expert_params * wb * slots / role.ep_size
+        experts = model.num_moe_layers * model.expert_params * we * slots / role.ep_size
     else:
-        experts = model.routed_params * wb / expert_shards(role)
+        experts = model.routed_params * we / expert_shards(role)
     return dense + experts
+
+
+def precision_error(model: ModelProfile, spec: GPUSpec) -> str | None:
+    """Why ``model``'s weights cannot run on ``spec`` (one line), or None. NVFP4 is W4A4 on FP4 tensor cores, which
+    Hopper has not (vLLM refuses ModelOpt NVFP4 checkpoints below compute capability 10.0); MXFP4 runs there
+    weight-only (Marlin / Triton W4A16), so it is allowed and costed so (``hardware.format_tflops``)."""
+    if spec.fp4_tflops is None and WeightFormat.NVFP4 in model.fp4_formats:
+        fp4 = ", ".join(k for k, g in _fp4_gpus().items() if g)
+        return (f"{model.name} has NVFP4 weights (model.weight_bytes / expert_weight_bytes 0.5), which need FP4 "
+                f"tensor cores; {spec.name} has none. Allowed on {spec.name}: bf16 (2), fp8 (1) or mxfp4 experts "
+                f"(expert_format: mxfp4, weight-only); NVFP4 runs on {fp4}")
+    return None
+
+
+def _fp4_gpus() -> dict[str, bool]:
+    from search_spaces.hardware import GPU_TABLE
+
+    return {k: bool(g.fp4_tflops) for k, g in GPU_TABLE.items()}
 
 
 def kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
@@ -74,20 +93,48 @@ def kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
     return _kv_bytes_per_token_per_gpu(role, model)
 
 
+def _kv_share(role: RoleConfig, model: ModelProfile) -> float:
+    """The share of a layer's KV one TP rank holds: MLA's latent and V4's single K=V head are replicated over TP
+    ranks; GQA's KV heads are split over them (at least one each)."""
+    if model.attention in (AttentionKind.MLA, AttentionKind.CSA):
+        return 1.0
+    return max(1, model.num_kv_heads // role.tensor_parallel_size) / model.num_kv_heads
+
+
 def _kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
     if model.attention is AttentionKind.MLA:
         return model.kv_bytes_per_token
-    share = max(1, model.num_kv_heads // role.tensor_parallel_size) / model.num_kv_heads
-    return model.kv_bytes_per_token * share
+    return model.kv_bytes_per_token * _kv_share(role, model)
+
+
+def state_bytes_per_seq_per_gpu(role: RoleConfig, model: ModelProfile) -> float:
+    """Cache bytes one sequence holds on one GPU whatever its length: its sliding windows (split over TP as its KV
+    heads are; ``--kv-cache-dtype`` applies) and its linear layers' recurrent states (value heads split over TP)."""
+    state = model.state_bytes_per_seq
+    if not state:
+        return 0.0
+    linear = model.num_linear_layers * model.linear_state_bytes
+    heads = model.linear_num_value_heads
+    lin_share = max(1, heads // role.tensor_parallel_size) / heads if heads else 1.0
+    window = (state - linear) * _kv_share(role, model)
+    if role.kv_cache_dtype != "auto":
+        window *= KV_DTYPE_BYTES[role.kv_cache_dtype] / model.kv_bytes
+    return window + linear * lin_share
 
 
 def kv_capacity_tokens(
     role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, gpu_memory_utilization: float = 0.9
 ) -> float:
-    """KV tokens one DP rank can hold after weights, activations and the runtime reserve (≤0: none)."""
+    """KV tokens one DP rank can hold after weights, activations and the runtime reserve (≤0: none). Models with
+    per-sequence state (sliding windows, linear layers) first set aside ``max_num_seqs`` sequences' states, at most
+    half of what is free: vLLM's hybrid cache holds both in one pool and runs as many sequences as their states and
+    KV fit, so the tokens left are the pool less the states of the sequences that run."""
     budget = cluster.spec.memory_gib * GIB * gpu_memory_utilization
     activations = role.max_num_batched_tokens * model.hidden_size * ACTIVATION_BYTES_PER_TOKEN_HIDDEN
     free = budget - weight_bytes_per_gpu(role, model) - activations - RUNTIME_RESERVE_GIB * GIB
+    state = state_bytes_per_seq_per_gpu(role, model)
+    if state and free > 0:
+        free -= min(role.max_num_seqs * state, free / 2)
     return free / kv_bytes_per_token_per_gpu(role, model)
 
 
@@ -119,7 +166,7 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
                 f" = {shards} GPUs, which does not divide moe_intermediate_size {model.moe_intermediate_size}",
             )
         )
-    elif shards > 1 and model.weight_bytes == 1.0 and (model.moe_intermediate_size // shards) % FP8_BLOCK:
+    elif shards > 1 and model.expert_bytes == 1.0 and (model.moe_intermediate_size // shards) % FP8_BLOCK:
         out.append(
             Violation(
                 "tp-experts-fp8-block",
@@ -146,9 +193,12 @@ def _role_rules(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max
         out += [Violation(f"{k.flag.removeprefix('--')}-gpu-only",
                           f"{name}: {k.flag} {getattr(role, k.name)} runs only on GPUs")
                 for k in KNOBS if k.gpu_only and getattr(role, k.name) != k.default]
-    if role.kv_cache_dtype != "auto" and model.attention is AttentionKind.MLA:
+    if role.kv_cache_dtype != "auto" and model.attention in (AttentionKind.MLA, AttentionKind.CSA):
         out.append(Violation("kv-cache-dtype-mla", f"{name}: --kv-cache-dtype {role.kv_cache_dtype} is not searched "
                              f"with MLA attention (vLLM's MLA backends take their own FP8 KV formats)"))
+    refused = precision_error(model, cluster.spec)
+    if refused:
+        out.append(Violation("fp4-needs-blackwell", f"{name}: {refused}"))
     weights = weight_bytes_per_gpu(role, model) / GIB
     cap = kv_capacity_tokens(role, model, cluster)
     if cap < max_model_len:

@@ -19,8 +19,8 @@ from search_spaces import (
     RoleConfig,
     Workload,
     kv_capacity_tokens,
-    matmul_tflops,
 )
+from search_spaces.hardware import format_tflops
 
 _ZCACHE: dict[int, float] = {}
 
@@ -39,7 +39,7 @@ class _ModelDerived:
     """Per-model numbers, computed once (the properties of ModelProfile recompute on every access)."""
 
     __slots__ = ("model", "L", "L_moe", "h", "E", "k", "wb", "kv_tok", "f_body", "f_lm", "w_body", "w_lm",
-                 "f_pair", "w_exp", "fa_dec", "fa_pf", "mla", "n_kv_heads", "mtp_layers")
+                 "f_pair", "w_exp", "fa_dec", "fa_pf", "mla", "n_kv_heads", "mtp_layers", "fa_dec_l", "fa_pf_l")
 
     def __init__(self, m: ModelProfile) -> None:
         self.model = m
@@ -54,7 +54,7 @@ class _ModelDerived:
         self.w_lm = V * h * m.weight_bytes
         pe = m.expert_params
         self.f_pair = 2.0 * pe * self.L_moe  # FLOPs of one (token, expert) pair over all MoE layers
-        self.w_exp = pe * m.weight_bytes * self.L_moe  # bytes of one expert slot over all MoE layers
+        self.w_exp = pe * m.expert_bytes * self.L_moe  # bytes of one expert slot over all MoE layers (their own width)
         H = m.num_heads
         self.mla = m.attention is AttentionKind.MLA
         if self.mla:
@@ -62,8 +62,10 @@ class _ModelDerived:
             self.fa_dec = 2.0 * H * (2 * m.kv_lora_rank + m.qk_rope_head_dim) * self.L
             # prefill: up-projected K (nope + rope) and V per head
             self.fa_pf = 2.0 * H * (m.head_dim + m.v_head_dim) * self.L
-        else:
+        else:  # GQA: scores and values over each head; DeepSeek-V4: the same over its one shared K=V head
             self.fa_dec = self.fa_pf = 4.0 * H * m.head_dim * self.L
+        # per layer and attended entry: what the layer kinds other than full attention are costed by
+        self.fa_dec_l, self.fa_pf_l = self.fa_dec / self.L, self.fa_pf / self.L
         self.n_kv_heads = m.num_kv_heads
         self.mtp_layers = m.mtp_layers
 
@@ -147,7 +149,7 @@ class _Role:
                  "log_miss", "cv_static2", "z_e", "z_dp", "f_pair_g", "copies", "bytes_copy", "c_byte",
                  "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "dp_sync",
                  "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
-                 "exp_eff", "tp_experts")
+                 "exp_eff", "tp_experts", "rate_exp", "kr_dec", "kr_pf")
 
     def __init__(self, role: RoleConfig, md: _ModelDerived, wd: _WorkloadDerived, cluster: ClusterSpec,
                  p: PerfParams, mtp: int) -> None:
@@ -160,8 +162,11 @@ class _Role:
         self.e = group if self.ep else 1
         # TP experts: without EP vLLM flattens the MoE layer's TP size to tp × dp (FusedMoEParallelConfig.make)
         self.tp_experts = not self.ep and group > 1
-        peak = matmul_tflops(spec, md.wb)
-        self.rate_lin = peak * 1e12
+        m = md.model
+        # matmul peaks per layer kind: the body's format (attention projections, shared experts, dense layers) and
+        # the routed experts' own (FP4 experts beside FP8 attention, MXFP4 weight-only on Hopper)
+        self.rate_lin = format_tflops(spec, m.body_format.value) * 1e12
+        self.rate_exp = format_tflops(spec, m.experts_format.value) * 1e12
         self.rate_attn = (spec.fp8_tflops if md.model.kv_bytes <= 1.0 else spec.bf16_tflops) * 1e12
         self.bw = spec.hbm_tbps * 1e12 * p.hbm_eff
         self.f_body = md.f_body / tp
@@ -169,6 +174,9 @@ class _Role:
         self.w_dense_t = (md.w_body + md.w_lm) / tp / self.bw
         self.fa_dec = md.fa_dec / tp
         self.fa_pf = md.fa_pf / tp
+        self.kr_dec = self.kr_pf = 1.0
+        if not m.uniform_attention:
+            self._layer_kinds(md, wd, spec.fp8_tflops * 1e12)
         if md.mla:  # the latent is replicated on every TP rank
             self.kvb = md.kv_tok
         else:
@@ -269,3 +277,29 @@ class _Role:
         self.mtp_factor = 1.0 + n / md.L  # the MTP module is about one more layer per draft token
         self.kv_cap = kv_capacity_tokens(role, md.model, cluster)
         self.ctx_pf, self.ctx_dec = wd.ctx_pf, wd.ctx_dec
+
+    def _layer_kinds(self, md: _ModelDerived, wd: _WorkloadDerived, rate_fp8: float) -> None:
+        """Attention of a model whose layers are not all full attention, folded into the full-attention form the
+        step model reads (``F_att·ctx`` per query token, ``ctx·kv`` bytes per sequence) at the workload's contexts:
+        the attended entries per layer kind (sliding windows cap the context at the window, DSA at ``index_topk``,
+        V4 at its window plus the compressed entries), the lightning indexers' FP8 scores over every cached
+        (compressed) entry — converted to this role's attention rate — and the linear layers' per-token state
+        update; cache reads the same way, with the indexers' keys and the linear layers' states."""
+        m = md.model
+        to_attn = self.rate_attn / rate_fp8
+        lin = m.linear_flops_per_token()
+        for ctx, pf in ((max(wd.ctx_dec, 1.0), False), (max(wd.ctx_pf, 1.0), True)):
+            entries = m.attended(ctx)
+            sparse = m.num_sparse_layers * min(ctx, m.index_topk)  # sparse MLA runs absorbed, prefill too
+            if pf:
+                f = md.fa_pf_l * (entries - sparse) + md.fa_dec_l * sparse
+            else:
+                f = md.fa_dec_l * entries
+            f += m.indexer_flops(ctx) * to_attn + lin
+            kr = m.kv_read_bytes(ctx) / (ctx * md.kv_tok)
+            if pf:
+                self.fa_pf = f / ctx / self.tp
+                self.kr_pf = kr
+            else:
+                self.fa_dec = f / ctx / self.tp
+                self.kr_dec = kr

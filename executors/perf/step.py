@@ -33,7 +33,8 @@ Num = TypeVar("Num", float, np.ndarray)
 _role_fields = ("q", "z_dp", "rate_lin", "f_body", "f_lm", "w_dense_t", "ctx_dec", "fa_dec", "rate_attn", "ctx_pf",
                 "fa_pf", "kvb", "bw", "dp", "z_e", "k", "group", "cv_static2", "f_pair_g", "exp_eff", "slots_local",
                 "log_miss", "w_slot_t", "mtp_factor", "c_byte", "own_div", "bytes_copy", "tp", "copies", "a2a_lat",
-                "ar_t0", "ar_byte", "eager", "dp_sync", "eplb_amort", "acc", "kv_cap", "e")
+                "ar_t0", "ar_byte", "eager", "dp_sync", "eplb_amort", "acc", "kv_cap", "e",
+                "rate_exp", "kr_dec", "kr_pf")
 _role_flags = ("agrs", "ll_chunked", "dbo", "graphable")
 
 
@@ -109,14 +110,15 @@ def _step(R: _Roles, b: Arr, P: Arr, pf_seqs: Arr, cv_dp: Arr, occ: Arr) -> Step
     # attention
     t_attn_c = imb * (Td * R.ctx_dec * R.fa_dec / (R.rate_attn * p.attn_eff_decode)
                       + P * R.ctx_pf * R.fa_pf / (R.rate_attn * p.attn_eff_prefill))
-    t_attn_m = imb * (b * R.ctx_dec + pf_seqs * R.ctx_pf) * R.kvb / R.bw
+    t_attn_m = imb * (b * R.ctx_dec * R.kr_dec + pf_seqs * R.ctx_pf * R.kr_pf) * R.kvb / R.bw
     t_attn = np.where(t_attn_c > t_attn_m, t_attn_c, t_attn_m)
     # routed experts on the hottest GPU of the EP group
     Tg = T * occ * R.dp
     spread = (R.z_e > 0.0) & (Tg > 0.0)
     pairs = np.where(spread, Tg * R.k / R.group, 1.0)  # routed pairs per GPU, evenly spread
     imb_e = np.where(spread, 1.0 + R.z_e * np.sqrt(R.cv_static2 + 1.0 / pairs), 1.0)
-    t_exp_c = Tg * R.k * R.f_pair_g * imb_e / (rate * R.exp_eff)
+    rate_e = np.where(R.rate_exp == R.rate_lin, rate, R.rate_exp * mfu)  # the experts' own format's peak
+    t_exp_c = Tg * R.k * R.f_pair_g * imb_e / (rate_e * R.exp_eff)
     touched = np.where(Tg > 0.0, R.slots_local * (1.0 - _exp(Tg * R.log_miss)), 0.0)
     t_exp_m = touched * R.w_slot_t
     t_exp = np.where(t_exp_c > t_exp_m, t_exp_c, t_exp_m)
@@ -155,7 +157,9 @@ def _prefill_cv(R: _Roles, P: Arr, q: Arr) -> Arr:
     wd = R.wd
     # share of the step that is attention, to first order
     a = wd.ctx_pf * R.fa_pf / (R.rate_attn * R.p.attn_eff_prefill)
-    lin = (R.f_body + R.k * R.f_pair_g * R.group / R.tp) / (R.rate_lin * R.p.mfu_prefill)
+    exp = R.k * R.f_pair_g * R.group / R.tp
+    lin = np.where(R.rate_exp == R.rate_lin, (R.f_body + exp) / (R.rate_lin * R.p.mfu_prefill),
+                   R.f_body / (R.rate_lin * R.p.mfu_prefill) + exp / (R.rate_exp * R.p.mfu_prefill))
     f_att = a / (a + lin)
     cv_req = wd.cv_isl * (1.0 + f_att)
     n_step = np.maximum(P / wd.isl_new, 1.0)
