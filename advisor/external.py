@@ -207,7 +207,8 @@ def stored(point: OperatingPoint, batch: str) -> db.ExternalPoint:
 def point_of_stored(p: db.ExternalPoint) -> OperatingPoint:
     """A stored point as the model reads it (``OperatingPoint``)."""
     return OperatingPoint(source=p.source, engine=p.engine, engine_version=p.engine_version or "", model=p.model,
-                          precision=p.precision or "", gpu=p.gpu, total_gpus=p.total_gpus, mode=p.mode,  # type: ignore[arg-type]
+                          precision=p.precision or "", gpu=p.gpu, total_gpus=p.total_gpus,
+                          mode=p.mode,  # type: ignore[arg-type]  # stored from an OperatingPoint's mode
                           config=p.deployment, layout=p.layout or "", mtp=p.mtp or 0, isl=p.isl or 1,
                           osl=p.osl or 1, range_ratio=p.range_ratio or 0.0, concurrency=p.concurrency or 1,
                           measured=dict(p.metrics), per_gpu_normalization=p.per_gpu_normalization or "",
@@ -290,3 +291,30 @@ def external_samples(database: db.Database, batches: Iterable[str], gpu: str | N
         samples += got
         left += skipped
     return samples, left
+
+
+# ---------------------------------------------------------------------------------------------- a study's view
+def of_study(points: Iterable[db.ExternalPoint], job: TuningJob) -> list[db.ExternalPoint]:
+    """The stored points of the study's model and GPU kind: the model named by the study's preset (a published
+    name that is that preset, ``operating_point.model_preset_of``) or its model folder, on the study's GPU kind.
+    Their deployments and loads may differ from any trial's; they are drawn beside, never ranked with, its levels."""
+    from advisor.operating_point import model_preset_of
+
+    preset, path = job.model.preset, job.model.path
+    wanted = {preset} if preset else {str(Path(path).resolve()) if path else ""} - {""}
+    return [p for p in points if p.gpu == job.cluster.gpu
+            and (p.model in wanted or (preset is not None and model_preset_of(p.model) == preset))]
+
+
+def level_values(p: db.ExternalPoint) -> dict[str, float]:
+    """A stored point's metrics under the product's metric names (``operating_point.METRIC_COLUMNS``), those
+    that have one: what a study's plot can put beside its levels. Tokens/s per user at a percentile is 1000 / TPOT
+    at that percentile (how ``executors.bench_result`` computes a level's), so P90 tok/s/user — the study page's
+    default axis — comes from a published P90 TPOT."""
+    from advisor.operating_point import METRIC_COLUMNS
+
+    out = {ours: v for col, ours in METRIC_COLUMNS.items() if ours and (v := p.metrics.get(col)) is not None}
+    for pct, col in (("p50", "median_tpot_ms"), ("p90", "p90_tpot_ms")):
+        if (tpot := p.metrics.get(col)) and tpot > 0:
+            out.setdefault(f"{pct}_tokens_per_s_per_user", 1000.0 / tpot)
+    return out

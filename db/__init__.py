@@ -33,7 +33,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "best_under_slo", "failures",
                      "get_study", "get_trial", "history", "list_studies", "list_trials", "measurements",
                      "pareto_front", "parse_slos", "run_query"], "db.queries"),
-    **dict.fromkeys(["TIMING_KEYS", "Best", "DatabaseUnavailable", "Export", "ExternalPoint", "Failure", "HardwareProfile",
+    **dict.fromkeys(["TIMING_KEYS", "Best", "DatabaseUnavailable", "Export", "ExternalPoint", "Failure",
+                     "HardwareProfile",
                      "HistoryPoint", "Level", "Study", "Trial", "UnknownStudy", "UnknownTrial"], "db.rows"),
     "IllegalTransition": "search_spaces",
 }

@@ -478,32 +478,33 @@ class Database:
 
 
 def _external_values(p: ExternalPoint) -> dict[str, Any]:
-    """The columns of one point to store (text cut to its column, ``NaN`` metrics as missing)."""
-    if p.deployment is None:
-        raise ValueError(f"{p.source}: an imported point needs its deployment")
+    """The columns of one point to store (text cut to its column, non-finite metrics as missing)."""
     if not p.batch or not p.batch.strip():
         raise ValueError("an import batch needs a non-empty label")
     metrics = {k: float(v) for k, v in p.metrics.items() if v is not None and math.isfinite(float(v))}
-    return {"batch": clip(p.batch, 200), "source": text(p.source), "engine": clip(p.engine, 64),
-            "engine_version": clip(p.engine_version, 200), "model": clip(p.model, 256),
+    words = p.deployment.describe() if p.deployment is not None else (p.layout or p.deployment_text or p.mode)
+    return {"batch": clip(p.batch, 200), "content_key": clip(p.key, 64), "source": text(p.source),
+            "engine": clip(p.engine, 64), "engine_version": clip(p.engine_version, 200), "model": clip(p.model, 256),
             "precision": clip(p.precision, 200), "gpu": clip(p.gpu, 32), "total_gpus": p.total_gpus,
-            "mode": clip(p.mode, 16), "deployment": p.deployment.model_dump(mode="json"),
-            "deployment_text": text(p.deployment.describe()), "mtp": clip(p.mtp, 200), "isl": p.isl, "osl": p.osl,
+            "mode": clip(p.mode, 16),
+            "deployment": p.deployment.model_dump(mode="json") if p.deployment is not None else None,
+            "deployment_text": text(words), "layout": text(p.layout), "mtp": p.mtp, "isl": p.isl, "osl": p.osl,
             "range_ratio": p.range_ratio, "concurrency": p.concurrency, "metrics": metrics,
-            "per_gpu_normalization": text(p.per_gpu_normalization), "notes": text(p.notes),
-            "content_key": p.content_key()}
+            "per_gpu_normalization": text(p.per_gpu_normalization), "notes": text(p.notes)}
 
 
 def _external(r: ExternalMeasurementRow) -> ExternalPoint:
-    try:
-        deployment: DeploymentConfig | None = DeploymentConfig.model_validate(r.deployment)
-    except ValueError:  # pydantic's ValidationError: stored by an older vocabulary; its words still say what it was
-        deployment = None
-    return ExternalPoint(batch=r.batch, source=r.source, engine=r.engine, engine_version=r.engine_version,
-                         model=r.model, precision=r.precision, gpu=r.gpu, total_gpus=r.total_gpus, mode=r.mode,
-                         deployment=deployment, mtp=r.mtp, isl=r.isl, osl=r.osl, range_ratio=r.range_ratio,
-                         concurrency=r.concurrency, metrics=dict(r.metrics),
-                         per_gpu_normalization=r.per_gpu_normalization, notes=r.notes,
+    deployment: DeploymentConfig | None = None
+    if r.deployment is not None:
+        try:
+            deployment = DeploymentConfig.model_validate(r.deployment)
+        except ValueError:  # pydantic's ValidationError: an older vocabulary; its words still say what it was
+            deployment = None
+    return ExternalPoint(batch=r.batch, key=r.content_key, source=r.source, engine=r.engine,
+                         engine_version=r.engine_version, model=r.model, precision=r.precision, gpu=r.gpu,
+                         total_gpus=r.total_gpus, mode=r.mode, deployment=deployment, layout=r.layout, mtp=r.mtp,
+                         isl=r.isl, osl=r.osl, range_ratio=r.range_ratio, concurrency=r.concurrency,
+                         metrics=dict(r.metrics), per_gpu_normalization=r.per_gpu_normalization, notes=r.notes,
                          deployment_text=r.deployment_text, id=r.id, imported_at=r.imported_at)
 
 
@@ -515,5 +516,5 @@ def _profile(r: HardwareProfileRow) -> HardwareProfile:
 
 # Every call into our tables outlasts a short outage (``db.outage``): the writes and reads a tuner makes.
 retry_methods(Database, ["upsert_study", "start_trial", "record_invalid", "record_resources", "heartbeat",
-                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile", "profiles",
-                         "add_external", "external_points", "external_batches"])
+                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile",
+                         "profiles", "add_external", "external_points", "external_batches"])

@@ -319,7 +319,8 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
 }
 
 __all__ = [
-    "Best", "EXTERNAL_METRICS", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError",
+    "Best", "EXTERNAL_METRICS", "LEVEL_FIELDS", "MEASUREMENT_COLUMNS", "NAMED_QUERIES", "NamedQuery", "QueryArg",
+    "QueryError",
     "RunRow", "Runs", "TRIAL_COLUMNS", "Table", "best_under_slo", "cluster_factor", "copies", "failures", "get_study", "get_trial", "history", "level_table",
     "list_studies", "list_trials", "measurements", "objective_maximized", "pareto_front", "pareto_mask",
     "parse_slos", "rank_deployments", "run_query", "trial_table",

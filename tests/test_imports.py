@@ -214,3 +214,82 @@ def test_a_real_bench_json_is_imported_with_its_deployment(tiny_local_probe, tmp
             m = stored[p.concurrency]  # measured again, or two runs pooled, is not one JSON's)
             assert p.metrics["tput_per_gpu"] == pytest.approx(m.throughput_per_gpu)
             assert p.metrics["median_ttft_ms"] == pytest.approx(m.p50_ttft_ms)
+
+
+def test_a_studys_pareto_plot_draws_the_imported_points_of_its_model_and_gpu(tmp_path: Path) -> None:
+    """The dashboard's overlay: points of the study's model preset and GPU kind only, as their own trace, their
+    text escaped (a batch label or source is whatever a file said)."""
+    import pandas as pd
+
+    from advisor.external import level_values, of_study
+    from advisor.job import job_from_dict
+    from ui.plots import external_trace, pareto_figure
+
+    with VISIBLE.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    mine = [r for r in rows if r["gpu"] == "H200" and r["model"].startswith("DeepSeek-R1")][:3]
+    other = [r for r in rows if r["gpu"] == "B200"][:2]
+    table = tmp_path / "t.csv"
+    with table.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(mine + other)
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    label = "<b>bold</b> & co"
+    code, out = _cli("import", str(table), "--label", label, "--storage", url)
+    assert code == 0, out
+    job = job_from_dict({"name": "s", "preset": "h200-dsv3", "executor": {"kind": "simulated"}})
+    with db.connect(url, read_only=True) as d:
+        points = of_study(d.external_points(), job)
+    assert len(points) == len(mine) and {p.gpu for p in points} == {"H200"}
+    frame = pd.DataFrame([{"batch": p.batch, "source": p.source, "engine": p.engine, "deployment": p.deployment_text,
+                           "gpus": p.total_gpus, "concurrency": p.concurrency, **level_values(p)} for p in points])
+    x, y = "throughput_per_gpu", "p50_ttft_ms"
+    trace = external_trace(frame, x, y)
+    assert trace is not None and trace.meta == "external" and len(trace.x) == len(mine)
+    assert "<b>bold" not in trace.name and "&lt;b&gt;bold&lt;/b&gt; &amp; co" in trace.name
+    assert all("<b>" not in c[0] for c in trace.customdata)
+    levels = pd.DataFrame(columns=["trial", "concurrency", "config", "p90_ttft_ms", x, y, "meets_slo", "pareto"])
+    fig = pareto_figure(levels.astype({"meets_slo": bool, "pareto": bool}), x, y, external=frame)
+    assert [t.meta for t in fig.data].count("external") == 1
+    assert external_trace(frame, x, "p99_itl_ms") is None  # no published column of that metric: nothing drawn
+
+
+def test_the_study_page_draws_imported_points_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The study page with imported points of its model and GPU: no exception, the caption counts them, the
+    database file unchanged by the read-only dashboard."""
+    from streamlit.testing.v1 import AppTest
+
+    from advisor.job import job_from_dict
+    from advisor.tune import tune
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    tune(job_from_dict({"name": "ui-ext", "preset": "h200-qwen3-235b", "budget": {"trials": 3}, "storage": url,
+                        "sampler": {"seed": 1, "guide": False}, "workload": {"knee_search": False},
+                        "executor": {"kind": "simulated"}}))
+    rows = []
+    for c, tput, tpot in ((16, 900.0, 20.0), (64, 2100.0, 35.0)):
+        row = _row(8, c, {"tput_per_gpu": tput, "median_tpot_ms": tpot})
+        row.update({"model": "Qwen3-235B-A22B <i>FP8</i>", "source": f"https://example.org/<script>#{c}",
+                    "p90_tpot_ms": str(tpot * 1.2)})
+        rows.append(row)
+    cols = [*REQUIRED_COLUMNS, "tput_per_gpu", "median_tpot_ms", "p90_tpot_ms"]
+    table = tmp_path / "q.csv"
+    with table.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    assert _cli("import", str(table), "--label", "blog", "--storage", url)[0] == 0
+    monkeypatch.setenv("ADVISOR_STORAGE", url)
+    monkeypatch.delenv("ADVISOR_ALLOW_NEW_STUDIES", raising=False)
+    monkeypatch.setenv("ADVISOR_UI_RUN_DIR", str(tmp_path / "runs"))
+    before = (tmp_path / "a.db").read_bytes()
+    at = AppTest.from_file(str(ROOT / "ui" / "app.py"), default_timeout=120)
+    at.switch_page("views/study.py")
+    at.query_params["study"] = "ui-ext"
+    at.query_params["tab"] = "Pareto front"
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    captions = "\n".join(str(c.value) for c in at.caption)
+    assert "2 imported operating point(s) of this model and GPU kind" in captions, captions
+    assert (tmp_path / "a.db").read_bytes() == before

@@ -298,6 +298,24 @@ def levels(url: str, name: str, stamp: Stamp, x: str, y: str) -> pd.DataFrame:
     return df[["trial", "state", "config", "gpus", *metrics, "meets_slo", "pareto"]]
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def external(url: str, name: str) -> pd.DataFrame:
+    """The imported operating points (``advisor import``) of the study's model and GPU kind, one row each: batch,
+    source, engine, deployment, concurrency and the metrics that have a name of ours (``advisor.external``).
+    Empty where there are none or the study's job no longer validates."""
+    from advisor.external import level_values, of_study
+
+    d = database(url)
+    try:
+        job = api.job_of_study(d, name)
+    except BadInput:
+        return pd.DataFrame()
+    rows = [{"batch": p.batch, "source": p.source, "engine": p.engine, "deployment": p.deployment_text or "",
+             "gpus": p.total_gpus, "concurrency": p.concurrency, **level_values(p)}
+            for p in of_study(d.external_points(gpu=job.cluster.gpu), job)]
+    return pd.DataFrame(rows)
+
+
 #: Metrics the Pareto plot may put on an axis: those whose better direction is known (``queries.pareto_mask``).
 AXIS_METRICS = [m for m in LEVEL_METRICS if m in slo_metrics()]
 

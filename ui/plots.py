@@ -91,13 +91,15 @@ def trial_axis(trials: pd.Series) -> dict[str, Any]:
 
 
 def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = (),
-                  names: Mapping[str, str] | None = None, baseline: Iterable[int] = ()) -> go.Figure:
+                  names: Mapping[str, str] | None = None, baseline: Iterable[int] = (),
+                  external: pd.DataFrame | None = None) -> go.Figure:
     """Every trial × load level (x vs y), SLO bounds on these axes drawn as lines, the Pareto front on top.
 
     Points meeting every SLO are blue, others grey; hover shows the deployment in words — its short form from
     ``names`` (configuration text → ``DeploymentConfig.short()``) where given, which keeps the figure a quarter
     of the size the browser has to take in. The levels of vLLM's defaults (``baseline`` trials) are ringed and
-    named in the legend (trace ``meta`` "baseline").
+    named in the legend (trace ``meta`` "baseline"). ``external``: imported operating points of the study's model
+    and GPU (``ui.data.external``) drawn as a trace of their own (``meta`` "external"), never on the front.
     """
     pts = plottable(levels, x, y)
     kind = _scatter(len(pts))
@@ -137,6 +139,8 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                              meta="pareto", line={"color": FRONT, "width": 2, "shape": "hv"},
                              marker={"color": FRONT, "size": 11, "symbol": "star"}, customdata=custom(front),
                              hovertemplate=hover))
+    if (ext := external_trace(external, x, y)) is not None:
+        fig.add_trace(ext)
     others = []
     for slo in slos:
         text = f"SLO {advice.slo_text(slo)}"
@@ -154,6 +158,28 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                       yaxis_title=label(y), height=480, legend={"orientation": "h", "y": -0.18},
                       margin={"t": 50, "l": 60, "r": 20, "b": 40})
     return fig
+
+
+def external_trace(points: pd.DataFrame | None, x: str, y: str) -> go.Scatter | None:
+    """Imported operating points with both metrics as one labelled trace (``meta`` "external"), or None. Their
+    text comes from files others wrote (a published table's source, a batch label): escaped, never markup."""
+    if points is None or points.empty or x not in points or y not in points:
+        return None
+    pts = points[points[x].notna() & points[y].notna()]
+    if pts.empty:
+        return None
+    batches = sorted({str(b) for b in pts["batch"]})
+    custom = np.empty((len(pts), 4), dtype=object)
+    custom[:, 0] = [html.escape(str(v)) for v in pts["batch"]]
+    custom[:, 1] = [html.escape(f"{e}, c={c}") for e, c in zip(pts["engine"], pts["concurrency"], strict=True)]
+    custom[:, 2] = [_wrap(html.escape(str(d))) for d in pts["deployment"]]
+    custom[:, 3] = [html.escape(str(s)[:120]) for s in pts["source"]]
+    hover = (f"<b>imported: %{{customdata[0]}}</b> (%{{customdata[1]}})<br>%{{customdata[2]}}<br>"
+             f"{label(x)}: %{{x:,.1f}}<br>{label(y)}: %{{y:,.1f}}<br>%{{customdata[3]}}<extra></extra>")
+    name = html.escape(f"imported ({', '.join(batches)[:60]}): {len(pts)}")
+    return go.Scatter(x=_floats(pts[x]), y=_floats(pts[y]), mode="markers", name=name, meta="external",
+                      marker={"color": "#FF7F0E", "size": 9, "symbol": "diamond-open", "line": {"width": 2}},
+                      customdata=custom, hovertemplate=hover)
 
 
 def _wrap(text: str, width: int = 70) -> str:

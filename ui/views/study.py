@@ -267,13 +267,19 @@ def pareto() -> None:
     names = dict(zip(trials_df["config"], trials_df["deployment"], strict=True)) if not trials_df.empty else {}
     short_names = dict(zip(trials_df["trial"].astype(int), trials_df["deployment"], strict=True)) \
         if not trials_df.empty else {}
-    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials),
+    imported = data.external(url, name)
+    shown_imported = plots.external_trace(imported, px, py)
+    if shown_imported is not None:
+        st.caption(f"◇ {len(shown_imported.x)} imported operating point(s) of this model and GPU kind (`advisor "
+                   "import`): measured elsewhere, on their own deployments and loads; drawn beside the trials, "
+                   "never on the front")
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials, imported),
                             key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
     for p in picked_points[:3]:
         custom = p.get("customdata")
-        if custom:
+        if custom and isinstance(custom[0], (int, float)):  # a trial's level (an imported point names its batch)
             common.trial_link(name, int(custom[0]), f"Open trial {int(custom[0])} (c={int(custom[1])})")
     if front.empty:
         st.warning("No measured level meets every SLO yet, so there is no front to recommend.")
