@@ -246,8 +246,8 @@ class ExternalMeasurementRow(Base):
     """One operating point measured outside our studies (a published row, a user's own ``vllm bench serve`` JSON),
     imported by ``advisor import``: evidence for the model, never a trial (nothing here ran, or is told to Optuna).
 
-    ``content_key`` is the digest of what makes the point the same measurement (its source, layout, workload and
-    concurrency): importing the same rows again adds nothing."""
+    ``content_key`` is the point's identity (its source, layout, workload and concurrency, as the importer digests
+    them): importing the same rows again adds nothing."""
 
     __tablename__ = "advisor_external_measurements"
 
@@ -263,12 +263,15 @@ class ExternalMeasurementRow(Base):
     total_gpus: Mapped[int] = mapped_column(Integer)
     #: "agg", "disagg", "prefill-only" or "decode-only" (the published rows' words).
     mode: Mapped[str] = mapped_column(String(16))
-    #: ``DeploymentConfig.model_dump(mode="json")``
-    deployment: Mapped[dict[str, Any]] = mapped_column(_json())
-    #: ``DeploymentConfig.describe()``
+    #: ``DeploymentConfig.model_dump(mode="json")``; NULL where the source measured no whole deployment
+    #: (``prefill-only``, ``decode-only``).
+    deployment: Mapped[dict[str, Any] | None] = mapped_column(_json())
+    #: ``DeploymentConfig.describe()``, else the source's own words for the layout.
     deployment_text: Mapped[str] = mapped_column(Text)
-    #: As the source states it ("no", "yes (spec_method=mtp)", …); NULL: not stated.
-    mtp: Mapped[str | None] = mapped_column(String(200))
+    #: The source's own words for the layout (``raw_parallel_desc``).
+    layout: Mapped[str | None] = mapped_column(Text)
+    #: MTP draft tokens (0: off).
+    mtp: Mapped[int | None] = mapped_column(Integer)
     isl: Mapped[int | None] = mapped_column(Integer)
     osl: Mapped[int | None] = mapped_column(Integer)
     range_ratio: Mapped[float | None] = mapped_column(Double)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -262,13 +260,16 @@ class ExternalPoint:
     """One operating point measured outside our studies (``advisor import``): a published row or a user's own
     ``vllm bench serve`` result, with where it comes from. Evidence for the performance model, never a trial.
 
-    ``metrics`` are keyed by the published rows' names (``tput_per_gpu``, ``median_ttft_ms``, ``p90_tpot_ms``, …);
-    ``deployment`` is the layout as a ``DeploymentConfig`` (``None`` only when a stored one no longer fits today's
-    vocabulary; ``deployment_text`` still says what it was); ``mode`` the source's word (``agg``, ``disagg``,
-    ``prefill-only``, ``decode-only``). ``id`` and ``imported_at`` are the database's (``None`` before it is
-    stored)."""
+    ``key`` is the point's identity (its source, layout, workload and load: the same measurement imported again has
+    the same key); ``metrics`` are keyed by the published rows' names (``tput_per_gpu``, ``median_ttft_ms``,
+    ``p90_tpot_ms``, …); ``deployment`` is the layout as a ``DeploymentConfig`` — ``None`` where the source measured
+    no whole deployment (``prefill-only``, ``decode-only``) or a stored one no longer fits today's vocabulary
+    (``deployment_text`` and ``layout`` still say what it was); ``mode`` is the source's word (``agg``,
+    ``disagg``, ``prefill-only``, ``decode-only``). ``id`` and ``imported_at`` are the database's (``None`` before
+    it is stored)."""
 
     batch: str
+    key: str
     source: str
     engine: str
     engine_version: str | None
@@ -278,7 +279,8 @@ class ExternalPoint:
     total_gpus: int
     mode: str
     deployment: DeploymentConfig | None
-    mtp: str | None
+    layout: str | None
+    mtp: int | None
     isl: int | None
     osl: int | None
     range_ratio: float | None
@@ -295,15 +297,3 @@ class ExternalPoint:
         """The point in a few words: ``vllm on 8 × B200, agg, c=64 (batch 'inferencex')``."""
         return (f"{self.engine} on {self.total_gpus} × {self.gpu}, {self.mode}, c={self.concurrency} "
                 f"(batch {self.batch!r})")
-
-    def content_key(self) -> str:
-        """The digest of what makes two points the same measurement: source, engine, model, precision, GPU kind and
-        count, mode, layout, MTP, workload and concurrency — not the batch label, the metrics or the notes, so the
-        same rows imported again (under any label) are found as already stored."""
-        if self.deployment is None:
-            raise ValueError("a point without a deployment has no content key")
-        ident = {"source": self.source, "engine": self.engine, "engine_version": self.engine_version,
-                 "model": self.model, "precision": self.precision, "gpu": self.gpu, "total_gpus": self.total_gpus,
-                 "mode": self.mode, "deployment": self.deployment.model_dump(mode="json"), "mtp": self.mtp,
-                 "isl": self.isl, "osl": self.osl, "range_ratio": self.range_ratio, "concurrency": self.concurrency}
-        return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()

@@ -6,10 +6,11 @@ Create Date: 2026-12-07
 
 ``advisor_external_measurements``: one row per imported operating point (``advisor import``) — a published
 measurement or a user's own ``vllm bench serve`` result — with its source, engine, model, precision, GPU kind and
-count, mode, the deployment (``DeploymentConfig`` JSON and its words), MTP as stated, the workload (ISL, OSL, range
+count, mode, the deployment (``DeploymentConfig`` JSON and its words; none for a prefill-only or decode-only
+measurement) and the source's words for it, MTP draft tokens, the workload (ISL, OSL, range
 ratio), the concurrency, the measured metrics (JSON, keyed by the published rows' metric names), how per-GPU figures
-were normalised, notes, the import batch's label and when it was imported. ``content_key`` (unique) is the digest
-of what makes two rows the same measurement, so an import repeated adds nothing. These are never trials.
+were normalised, notes, the import batch's label and when it was imported. ``content_key`` (unique) is the point's
+identity (source, layout, workload, concurrency), so an import repeated adds nothing. These are never trials.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def upgrade() -> None:
         sa.Column("gpu", sa.String(32), nullable=False),
         sa.Column("total_gpus", sa.Integer(), nullable=False),
         sa.Column("mode", sa.String(16), nullable=False),
-        sa.Column("deployment", json, nullable=False),
+        sa.Column("deployment", json, nullable=True),
         sa.Column("deployment_text", sa.Text(), nullable=False),
-        sa.Column("mtp", sa.String(200), nullable=True),
+        sa.Column("layout", sa.Text(), nullable=True),
+        sa.Column("mtp", sa.Integer(), nullable=True),
         sa.Column("isl", sa.Integer(), nullable=True),
         sa.Column("osl", sa.Integer(), nullable=True),
         sa.Column("range_ratio", sa.Double(), nullable=True),
