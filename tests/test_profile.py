@@ -15,7 +15,8 @@ import yaml
 
 import db
 from advisor.job import job_from_dict, load_job
-from advisor.profile import default_depths, plan_profile, prefill_loads, resolve_params
+from executors.perf.params import default_source
+from advisor.profile import PROBE_MEMORY_SHARE, default_depths, plan_profile, prefill_loads, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
 from executors.perf.burst import AS_SENT, STEADY
@@ -33,7 +34,11 @@ def _store(database: db.Database, model: ModelProfile, gpu: str, version: str, m
 def test_a_study_starts_from_the_file_then_the_matching_profile_then_unmeasured_defaults(tmp_path):
     database = db.connect(f"sqlite:///{tmp_path / 'r.db'}")
     job = job_from_dict({"name": "j", "preset": "h200-qwen3-235b"})
-    assert resolve_params(job, database).source == "defaults for H200, unmeasured"
+    source = resolve_params(job, database).source
+    assert source == default_source("H200", "qwen3-moe-235b")
+    assert "reference calibration" in source and "qwen3-moe-235b never validated" in source  # not fitted on it
+    gb300 = job_from_dict({"name": "g", "preset": "gb300-rack-dsv3"})
+    assert resolve_params(gb300, database).source == "defaults for GB300, unmeasured"  # no published vLLM rows
     other = _store(database, model_preset("deepseek-v3"), "H200", "vllm 0.26.0", 0.11)  # another shape
     b200 = _store(database, job.model_profile(), "B200", "vllm 0.26.0", 0.12)  # another GPU kind
     assert resolve_params(job, database).profile_id is None and other.id and b200.id
@@ -117,11 +122,14 @@ def test_generated_tokenizer_round_trips_random_prompts(tmp_path):
 
 def test_plan_fits_the_gpu_and_the_model_length():
     qwen = job_from_dict({"name": "j", "preset": "h200-qwen3-235b", "executor": {"kind": "local"}})
-    shallow, deep = default_depths(qwen.model_profile(), "H200")
-    assert 1 <= shallow < deep <= 12
-    weights = deep * 3 * 4096 * 1536 * 128 * 2  # routed experts alone, BF16
-    assert weights < 0.5 * 141e9
     plan = plan_profile(qwen)
+    shallow, deep = plan.depths
+    assert 1 <= shallow < deep <= qwen.model_profile().num_layers and shallow == deep // 4
+    weights = deep * 3 * 4096 * 1536 * 128 * 2  # routed experts alone, BF16
+    assert weights < PROBE_MEMORY_SHARE * 141 * 2**30
+    # as deep as the GPU holds, the probes' KV cache counted: more layers without it, the whole model where it fits
+    assert default_depths(qwen.model_profile(), "H200")[1] > deep
+    assert default_depths(model_preset("tiny-moe"), "H200", kv_tokens=10**6) == (1, 2)
     assert {p.kind for p in plan.probes} == {"prefill", "decode"} and plan.levels == 2 * 9
     # prefill: one prompt at a time, and as many as fill one step of vLLM's default budget (8,192 tokens on an H200)
     assert {p.isl: p.loads for p in plan.probes if p.kind == "prefill"} == {512: (1, 16), 2048: (1, 4), 8192: (1,)}
