@@ -77,7 +77,7 @@ MODEL_ALIASES: dict[str, str] = {
     "qwen3-235b": "qwen3-moe-235b",
     "qwen3-30b": "qwen3-moe-30b",
     "qwen3-next": "qwen3-next-80b",
-    "qwen3.5": "qwen3.5",
+    "qwen3.5": "qwen3.5-397b",
     "minimax-m2.5": "minimax-m2.5",
     "minimax-m2": "minimax-m2",
     "gpt-oss-120b": "gpt-oss-120b",

@@ -15,11 +15,11 @@ import yaml
 
 import db
 from advisor.job import job_from_dict, load_job
-from executors.perf.params import default_source
 from advisor.profile import PROBE_MEMORY_SHARE, default_depths, plan_profile, prefill_loads, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
 from executors.perf.burst import AS_SENT, STEADY
+from executors.perf.params import default_source
 from search_spaces import ModelProfile, model_preset
 
 

@@ -71,6 +71,11 @@ class PerfParams(BaseModel):
     eager_layer_latency_s: float = _p(30e-6, 0.0, 1e-3, (
         "Extra launch latency per layer when a step runs without full CUDA graphs (prefill chunks, "
         "DeepEP high-throughput decode, every step of vLLM's CPU build)."))
+    layer_latency_s: float = _p(0.0, 0.0, 1e-3, (
+        "GPU time per layer of every step that no batch size removes: each layer's kernels (attention, router, "
+        "expert GEMMs, norms) run for some microseconds however few tokens they get, inside a CUDA graph too. 0 "
+        "by default; the reference calibration fits it to published runs, whose single-request decode steps "
+        "take ~10 ms on 61-62-layer models where weight reads alone take ~1 ms."))
     cpu_step_s: float = _p(0.6e-3, 0.0, 0.05, (
         "Scheduler/input-preparation CPU time per step per DP rank not hidden by async scheduling."))
     cpu_per_seq_s: float = _p(6e-6, 0.0, 1e-3, "Scheduler CPU time per running sequence per step per DP rank.")
@@ -213,8 +218,6 @@ def prior_params(gpu_kind: str) -> PerfParams:
 #: The reference calibration: parameters fitted to published measurements of real multi-GPU vLLM deployments
 #: (``advisor.reference_fit``, written by ``python benchmarks/published.py --write-reference``). Shipped as data.
 REFERENCE_PATH = Path(__file__).with_name("reference_params.json")
-#: GPU kinds the reference calibration never applies to: the CPU slot is a different machine altogether.
-_NOT_REFERENCED = frozenset({"CPU"})
 
 
 def _reference() -> dict[str, Any]:
@@ -228,25 +231,29 @@ def _reference() -> dict[str, Any]:
 _REFERENCE: dict[str, Any] | None = None
 
 
-def reference_source(gpu_kind: str) -> str | None:
-    """What the default parameters of ``gpu_kind`` rest on when the reference calibration applies to it, in
-    words (the rows, families and GPUs it was fitted on, and whether this GPU kind was among them); else None."""
+def default_source(gpu_kind: str, family: str | None = None) -> str:
+    """What ``default_params(gpu_kind)`` rests on, in words every prediction carries: the reference calibration
+    (its rows, model families and GPU kinds), saying so where the job's model ``family`` (a model preset's name)
+    was not among those fitted — or the kind's priors, unmeasured."""
     ref = _reference()
-    if not ref or gpu_kind in _NOT_REFERENCED:
-        return None
-    gpus = ref.get("gpus", [])
-    seen = "fitted on this GPU kind" if gpu_kind in gpus else f"never validated on {gpu_kind}"
-    return (f"reference calibration: {ref.get('rows', '?')} published vLLM measurements of "
-            f"{', '.join(ref.get('families', []))} on {', '.join(gpus)} ({seen})")
+    if gpu_kind not in ref.get("gpus", []):
+        return f"defaults for {gpu_kind}, unmeasured"
+    fams = ref.get("families", [])
+    text = (f"reference calibration for {gpu_kind} ({ref.get('rows', '?')} published vLLM measurements of "
+            f"{', '.join(fams)} on {', '.join(ref['gpus'])})")
+    if family is not None and family not in fams:
+        text += f"; {family} never validated"
+    return text
 
 
 def default_params(gpu_kind: str) -> PerfParams:
     """The parameters the model uses for a GPU kind when nothing closer to the job was measured: the shipped
-    reference calibration (fitted to published multi-GPU vLLM measurements; one vector for every GPU kind, the
-    hardware entering through the datasheet's peaks) over the kind's priors — or the priors alone for the CPU
-    slot and when no reference is shipped."""
+    reference calibration (fitted to published multi-GPU vLLM measurements) over the kind's priors where it was
+    fitted on that kind — else the priors alone. A kind without published vLLM rows keeps its priors rather than
+    borrowing another kind's fit: the leave-one-family-out check shows a fit carried to another model and GPU can
+    miss by more than the priors do."""
     base = prior_params(gpu_kind)
     ref = _reference()
-    if not ref or gpu_kind in _NOT_REFERENCED:
+    if gpu_kind not in ref.get("gpus", []):
         return base
     return PerfParams.from_vector(list(ref["params"].values()), base=base, names=list(ref["params"]))
