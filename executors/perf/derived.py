@@ -147,8 +147,8 @@ class _Role:
     __slots__ = ("cfg", "p", "md", "wd", "tp", "dp", "ep", "e", "group", "rate_lin", "rate_attn", "bw",
                  "f_body", "f_lm", "w_dense_t", "fa_dec", "fa_pf", "kvb", "slots_local", "w_slot_t",
                  "log_miss", "cv_static2", "z_e", "z_dp", "f_pair_g", "copies", "bytes_copy", "c_byte",
-                 "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "dp_sync",
-                 "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
+                 "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "layer_floor",
+                 "dp_sync", "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
                  "exp_eff", "tp_experts", "rate_exp", "kr_dec", "kr_pf")
 
     def __init__(self, role: RoleConfig, md: _ModelDerived, wd: _WorkloadDerived, cluster: ClusterSpec,
@@ -211,7 +211,7 @@ class _Role:
         self.agrs = backend is All2AllBackend.ALLGATHER_REDUCESCATTER
         e = self.e
         self.own_div = float(tp)  # EP all-gather: a rank's own share of the gathered tokens (sequence-parallel TP)
-        if self.ep and e > 1:
+        if self.ep and e > 1 and dp > 1:  # TP × EP with one DP rank (TEP) has no all-to-all: see below
             k = md.k
             if backend in _LL:
                 self.copies = k * (e - 1) / e  # one message per (token, expert) leaving the GPU
@@ -252,6 +252,10 @@ class _Role:
             out = spec.scaleout_gbps * 1e9 * p.a2a_scaleout_eff
             self.c_byte = max(f_intra / up, (1.0 - f_intra) / out)
         else:
+            # One GPU, plain TP, or TP × EP with one DP rank: vLLM uses its all-to-all kernels only with DP > 1
+            # (FusedMoEParallelConfig.use_all2all_kernels = dp_size > 1 and use_ep). With TEP every TP rank holds
+            # the step's tokens already, runs them through its own experts, and the layer's TP all-reduce sums
+            # the partial outputs: whole experts and their imbalance, no dispatch or combine.
             self.copies = self.bytes_copy = self.c_byte = self.a2a_lat = 0.0
             self.ll_chunked = False
         # tensor-parallel all-reduce: twice per layer, BF16 activations, NVLink (TP stays in a node)
@@ -263,6 +267,7 @@ class _Role:
         self.dbo = role.enable_dbo and self.ep and backend.supports_dbo
         self.graphable = spec.graphs and not (self.ep and backend is All2AllBackend.DEEPEP_HIGH_THROUGHPUT)
         self.eager = p.eager_layer_latency_s * md.L
+        self.layer_floor = p.layer_latency_s * md.L
         self.dp_sync = p.cpu_dp_sync_s * math.log2(dp) if dp > 1 else 0.0
         if self.ep and role.eplb.enabled and e > 1:
             # a rearrangement rewrites about half of the local expert slots over NVLink/network

@@ -33,7 +33,7 @@ Num = TypeVar("Num", float, np.ndarray)
 _role_fields = ("q", "z_dp", "rate_lin", "f_body", "f_lm", "w_dense_t", "ctx_dec", "fa_dec", "rate_attn", "ctx_pf",
                 "fa_pf", "kvb", "bw", "dp", "z_e", "k", "group", "cv_static2", "f_pair_g", "exp_eff", "slots_local",
                 "log_miss", "w_slot_t", "mtp_factor", "c_byte", "own_div", "bytes_copy", "tp", "copies", "a2a_lat",
-                "ar_t0", "ar_byte", "eager", "dp_sync", "eplb_amort", "acc", "kv_cap", "e",
+                "ar_t0", "ar_byte", "eager", "layer_floor", "dp_sync", "eplb_amort", "acc", "kv_cap", "e",
                 "rate_exp", "kr_dec", "kr_pf")
 _role_flags = ("agrs", "ll_chunked", "dbo", "graphable")
 
@@ -137,7 +137,7 @@ def _step(R: _Roles, b: Arr, P: Arr, pf_seqs: Arr, cv_dp: Arr, occ: Arr) -> Step
     core = np.where(split, core_split, compute + comm)
     exposed = np.where(split, core_split - c2, comm)
     graphs = (P <= 0.0) & R.graphable
-    overhead = (p.step_latency_s + np.where(graphs, 0.0, R.eager) + p.cpu_step_s
+    overhead = (p.step_latency_s + R.layer_floor + np.where(graphs, 0.0, R.eager) + p.cpu_step_s
                 + p.cpu_per_seq_s * (b + pf_seqs) + R.dp_sync + R.eplb_amort)
     gpu = core + overhead
     front = (b * R.acc + pf_seqs) * R.dp * occ * p.frontend_per_token_s
