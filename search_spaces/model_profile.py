@@ -484,6 +484,7 @@ MODEL_PRESETS: dict[str, ModelProfile] = {
         attention=AttentionKind.MLA, num_heads=128, num_kv_heads=128, head_dim=192, kv_lora_rank=512, q_lora_rank=1536,
         qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256, n_shared_experts=1, top_k=8,
         moe_intermediate_size=2048, dense_intermediate_size=18432, weight_bytes=1.0, kv_bytes=2.0, mtp_layers=1,
+        architecture="DeepseekV3ForCausalLM",
     ),
     # Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, GQA 64 heads / 4 KV heads of 128,
     # 128 experts top-8, moe_intermediate 1536, bf16. 235B total, ~22B active.
@@ -491,7 +492,7 @@ MODEL_PRESETS: dict[str, ModelProfile] = {
         name="qwen3-moe-235b", num_layers=94, hidden_size=4096, vocab_size=151936,
         attention=AttentionKind.GQA, num_heads=64, num_kv_heads=4, head_dim=128,
         n_routed_experts=128, top_k=8, moe_intermediate_size=1536, dense_intermediate_size=12288,
-        weight_bytes=2.0,
+        weight_bytes=2.0, architecture="Qwen3MoeForCausalLM",
     ),
     # deepseek-ai/DeepSeek-R1 config.json: the DeepSeek-V3 architecture and shape (DeepseekV3ForCausalLM).
     "deepseek-r1": ModelProfile(
@@ -565,12 +566,13 @@ MODEL_PRESETS: dict[str, ModelProfile] = {
     # zai-org/GLM-5 (GlmMoeDsaForCausalLM): transformers' GlmMoeDsaConfig defaults, documented as zai-org/GLM-5:
     # 78 layers (3 dense), hidden 6144, MLA 64 heads (q_lora 2048, kv_lora 512, nope 192, rope 64, v 256),
     # 256 routed + 1 shared experts of 2048, top-8, vocab 154880, DSA index_topk 2048 with a 32 × 128 indexer
-    # (nemo_rl's GLM-5 FLOPs test config; lmdeploy's default says 64 heads). BF16 weights, FP8 KV. ~744B total.
+    # (nemo_rl's GLM-5 FLOPs test config; lmdeploy's default says 64 heads). ~744B total: as served on 8 GPUs, the
+    # zai-org/GLM-5-FP8 checkpoint (FP8 128 × 128 blocks; BF16 is 1.5 TB, more than 8 × H200 hold), FP8 KV.
     "glm-5": ModelProfile(
         name="glm-5", num_layers=78, num_dense_layers=3, hidden_size=6144, vocab_size=154880,
         attention=AttentionKind.MLA, num_heads=64, num_kv_heads=64, head_dim=256, kv_lora_rank=512, q_lora_rank=2048,
         qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=256, n_shared_experts=1, top_k=8,
-        moe_intermediate_size=2048, dense_intermediate_size=12288, weight_bytes=2.0, kv_bytes=1.0, mtp_layers=1,
+        moe_intermediate_size=2048, dense_intermediate_size=12288, weight_bytes=1.0, kv_bytes=1.0, mtp_layers=1,
         num_sparse_layers=78, index_topk=2048, index_n_heads=32, index_head_dim=128,
         architecture="GlmMoeDsaForCausalLM",
     ),
@@ -638,6 +640,7 @@ MODEL_PRESETS: dict[str, ModelProfile] = {
         name="tiny-moe", num_layers=2, hidden_size=128, vocab_size=2048,
         attention=AttentionKind.GQA, num_heads=4, num_kv_heads=2, head_dim=32,
         n_routed_experts=8, top_k=2, moe_intermediate_size=256, dense_intermediate_size=512, weight_bytes=2.0,
+        architecture="Qwen3MoeForCausalLM",
     ),
 }
 
