@@ -105,10 +105,17 @@ def model_params(job: TuningJob) -> PerfParams:
     defaults of the cluster's GPU kind. The simulated executor predicts with them; a guided study starts
     its model from them."""
     from executors.perf import PerfParams, default_params
+    from executors.perf.params import REFERENCE, reference_kinds, reference_params
 
     spec = job.executor
     if not spec.perf_params:
         return default_params(job.cluster.gpu)
+    if spec.perf_params == REFERENCE:
+        ref = reference_params(job.cluster.gpu)
+        if ref is None:
+            raise BadInput(f"executor.perf_params: reference: no reference calibration for {job.cluster.gpu}; it "
+                           f"covers {', '.join(reference_kinds()) or 'no GPU kind'} (or give a parameter file)")
+        return ref
     path = job.resolve_path(spec.perf_params)
     try:
         return PerfParams.model_validate(json.loads(path.read_text()))

@@ -202,8 +202,10 @@ class ExecutorSpec(BaseModel):
                                          "vllm_router.launch_router, where pip --target left no script).")
     served_model_name: str | None = None
     run_dir: str = "runs"
-    perf_params: str | None = Field(None, description="A calibrated performance-model JSON (advisor calibrate): what "
-                                   "the simulated executor predicts with and where a guided study's model starts.")
+    perf_params: str | None = Field(None, description="A calibrated performance-model JSON (advisor calibrate), or "
+                                   "'reference' (the shipped calibration to published vLLM measurements, for the GPU "
+                                   "kinds it covers): what the simulated executor predicts with and where a guided "
+                                   "study's model starts.")
     profile: Literal["auto", "off"] = Field("auto", description="The local executor: before the first trial, "
                                             "measure the model's shape on the job's GPU kind (advisor profile) "
                                             "when no stored profile of this vLLM matches, so the knee searches "
@@ -446,7 +448,14 @@ def load_job(path: str | Path) -> TuningJob:
         raise BadInput(f"{p}: cannot read the job file ({e.strerror or e})") from None
     doc = read_yaml_file(p, "job file", max_bytes=MAX_JOB_BYTES)
     job = job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())
-    if job.executor.perf_params:
+    if job.executor.perf_params == "reference":  # executors.perf.params.REFERENCE: the shipped calibration
+        from advisor.executor_factory import model_params
+
+        try:
+            model_params(job)
+        except BadInput as e:
+            raise BadInput(f"{p}: {e}") from None
+    elif job.executor.perf_params:
         from executors.perf import PerfParams
 
         params = job.resolve_path(job.executor.perf_params)

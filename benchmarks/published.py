@@ -3,8 +3,8 @@
 Every row of a published table (default: ``../shared/published/visible.csv``; any CSV of that shape, e.g. rows kept
 back to check the model) is predicted at its layout, workload and concurrency, and compared metric by metric:
 
-* **as shipped** — the model's parameters for the row's GPU kind as ``default_params`` gives them (the reference
-  calibration where one is shipped, ``executors/perf/reference_params.json``);
+* **reference** — the shipped reference calibration (``executors/perf/reference_params.json``,
+  ``executor.perf_params: reference``) for the GPU kinds it covers, the priors elsewhere;
 * **priors** — the documented defaults before any calibration (``prior_params``);
 * **leave one family out** (vLLM rows of the file, where it holds two or more families) — the reference fit
   (``advisor.reference_fit``) run on the file's vLLM rows of every other model family, starting from the priors,
@@ -49,7 +49,7 @@ from advisor.operating_point import (  # noqa: E402
 from advisor.reference_fit import REFERENCE_PATH, fit_reference, params_for, write_reference  # noqa: E402
 from executors import place  # noqa: E402
 from executors.perf import MODEL_VERSION, PerfParams, default_params, predict  # noqa: E402
-from executors.perf.params import prior_params  # noqa: E402
+from executors.perf.params import prior_params, reference_params  # noqa: E402
 from search_spaces import check  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -178,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     points = [p for p in read if isinstance(p, OperatingPoint)]
     skipped = [p for p in read if isinstance(p, Skipped)]
     jobs = Jobs()
-    views: dict[str, Callable[[str], PerfParams]] = {"shipped": default_params, "priors": prior_params}
+    views: dict[str, Callable[[str], PerfParams]] = {"reference": lambda k: reference_params(k) or prior_params(k),
+                                                     "priors": default_params}
     families = sorted({p.family for p in points if p.is_vllm})
     fits: dict[str, Any] = {}
     if not args.no_lofo:
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             "measured": p.measured}
         for view, params_of in views.items():
             pred, why = predict_point(p, jobs, params_of)
-            key = "predicted" if view == "shipped" else f"predicted_{view}"
+            key = "predicted" if view == "reference" else f"predicted_{view}"
             row[key] = pred
             if why is not None:
                 row["reason"] = why
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                                "families_vllm": families, "seconds": None}
     for view in ("predicted", "predicted_priors", "predicted_all_families", "predicted_lofo"):
         if any(r.get(view) for r in rows):
-            summary[view.removeprefix("predicted_") if view != "predicted" else "shipped"] = score(rows, view)
+            summary[view.removeprefix("predicted_") if view != "predicted" else "reference"] = score(rows, view)
     summary["fits"] = {k: v.summary() for k, v in fits.items()}
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -230,7 +231,7 @@ def table(summary: dict[str, Any]) -> str:
     """The summary as the Markdown table docs/benchmarks.md shows."""
     lines = ["| view | vLLM rows | tok/s/GPU | median TTFT | P90 TTFT | median TPOT | P90 TPOT | layout order "
              "(3+: median ρ; pairs in order) |", "|---|---|---|---|---|---|---|---|"]
-    for view in ("shipped", "priors", "all_families", "lofo"):
+    for view in ("reference", "priors", "all_families", "lofo"):
         s = summary.get(view)
         if not s:
             continue

@@ -25,7 +25,6 @@ from executors.perf import (
     same_lengths,
 )
 from executors.perf.burst import predict_as_sent
-from executors.perf.params import default_source
 from executors.topology import Topology
 from search_spaces import SLO, Measurement, ModelProfile, Workload
 
@@ -56,7 +55,7 @@ class SimulatedExecutor(Executor):
         if not isinstance(params, PerfParams):
             params = self.params_for(deployment.topology)
         levels = simulate_levels(deployment.topology, self.model, workload, plan or MeasurePlan(), params)
-        source = self.params_source or default_source(deployment.topology.cluster.gpu, self.model.name)
+        source = self.params_source or f"defaults for {deployment.topology.cluster.gpu}, unmeasured"
         for m in levels:
             m.raw["params"] = source
         return levels

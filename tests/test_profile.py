@@ -14,12 +14,13 @@ import pytest
 import yaml
 
 import db
+from advisor.errors import BadInput
 from advisor.job import job_from_dict, load_job
 from advisor.profile import PROBE_MEMORY_SHARE, default_depths, plan_profile, prefill_loads, resolve_params
 from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
 from executors.perf.burst import AS_SENT, STEADY
-from executors.perf.params import default_source
+from executors.perf.params import reference_params
 from search_spaces import ModelProfile, model_preset
 
 
@@ -34,11 +35,15 @@ def _store(database: db.Database, model: ModelProfile, gpu: str, version: str, m
 def test_a_study_starts_from_the_file_then_the_matching_profile_then_unmeasured_defaults(tmp_path):
     database = db.connect(f"sqlite:///{tmp_path / 'r.db'}")
     job = job_from_dict({"name": "j", "preset": "h200-qwen3-235b"})
-    source = resolve_params(job, database).source
-    assert source == default_source("H200", "qwen3-moe-235b")
-    assert "reference calibration" in source and "qwen3-moe-235b never validated" in source  # not fitted on it
-    gb300 = job_from_dict({"name": "g", "preset": "gb300-rack-dsv3"})
-    assert resolve_params(gb300, database).source == "defaults for GB300, unmeasured"  # no published vLLM rows
+    assert resolve_params(job, database).source == "defaults for H200, unmeasured"
+    ref = job_from_dict({"name": "r", "preset": "h200-qwen3-235b", "executor": {"perf_params": "reference"}})
+    chosen = resolve_params(ref, database)
+    assert chosen.params == reference_params("H200") != default_params("H200")
+    assert chosen.source.startswith("reference calibration for H200")
+    assert "qwen3-moe-235b never validated" in chosen.source  # the reference was not fitted on this family
+    gb300 = job_from_dict({"name": "g", "preset": "gb300-rack-dsv3", "executor": {"perf_params": "reference"}})
+    with pytest.raises(BadInput, match="no reference calibration for GB300"):  # no published vLLM rows on GB300
+        resolve_params(gb300, database)
     other = _store(database, model_preset("deepseek-v3"), "H200", "vllm 0.26.0", 0.11)  # another shape
     b200 = _store(database, job.model_profile(), "B200", "vllm 0.26.0", 0.12)  # another GPU kind
     assert resolve_params(job, database).profile_id is None and other.id and b200.id

@@ -218,6 +218,8 @@ def prior_params(gpu_kind: str) -> PerfParams:
 #: The reference calibration: parameters fitted to published measurements of real multi-GPU vLLM deployments
 #: (``advisor.reference_fit``, written by ``python benchmarks/published.py --write-reference``). Shipped as data.
 REFERENCE_PATH = Path(__file__).with_name("reference_params.json")
+#: The ``executor.perf_params`` value that names the reference calibration instead of a file.
+REFERENCE = "reference"
 
 
 def _reference() -> dict[str, Any]:
@@ -228,32 +230,40 @@ def _reference() -> dict[str, Any]:
     return _REFERENCE
 
 
+#: The reference calibration as read from ``REFERENCE_PATH`` (None until first asked).
 _REFERENCE: dict[str, Any] | None = None
 
 
-def default_source(gpu_kind: str, family: str | None = None) -> str:
-    """What ``default_params(gpu_kind)`` rests on, in words every prediction carries: the reference calibration
-    (its rows, model families and GPU kinds), saying so where the job's model ``family`` (a model preset's name)
-    was not among those fitted — or the kind's priors, unmeasured."""
+def reference_params(gpu_kind: str) -> PerfParams | None:
+    """The reference calibration over the kind's priors, for the GPU kinds it was fitted on; else None. Opt-in
+    (``executor.perf_params: reference``), not the default: fitted on every visible family it predicts them within
+    ~20%, but left one family out it misses the other by up to ~1x in throughput (docs/benchmarks.md), so it is
+    evidence to choose, not a prior to impose."""
     ref = _reference()
     if gpu_kind not in ref.get("gpus", []):
-        return f"defaults for {gpu_kind}, unmeasured"
+        return None
+    return PerfParams.from_vector(list(ref["params"].values()), base=prior_params(gpu_kind),
+                                  names=list(ref["params"]))
+
+
+def reference_source(gpu_kind: str, family: str | None = None) -> str:
+    """What ``reference_params(gpu_kind)`` rests on, in the words a prediction carries: its rows, model families
+    and GPU kinds, saying so where the job's model ``family`` (a model preset's name) was not among those fitted."""
+    ref = _reference()
     fams = ref.get("families", [])
     text = (f"reference calibration for {gpu_kind} ({ref.get('rows', '?')} published vLLM measurements of "
-            f"{', '.join(fams)} on {', '.join(ref['gpus'])})")
+            f"{', '.join(fams)} on {', '.join(ref.get('gpus', []))})")
     if family is not None and family not in fams:
         text += f"; {family} never validated"
     return text
 
 
+def reference_kinds() -> list[str]:
+    """The GPU kinds the shipped reference calibration was fitted on."""
+    return list(_reference().get("gpus", []))
+
+
 def default_params(gpu_kind: str) -> PerfParams:
-    """The parameters the model uses for a GPU kind when nothing closer to the job was measured: the shipped
-    reference calibration (fitted to published multi-GPU vLLM measurements) over the kind's priors where it was
-    fitted on that kind — else the priors alone. A kind without published vLLM rows keeps its priors rather than
-    borrowing another kind's fit: the leave-one-family-out check shows a fit carried to another model and GPU can
-    miss by more than the priors do."""
-    base = prior_params(gpu_kind)
-    ref = _reference()
-    if gpu_kind not in ref.get("gpus", []):
-        return base
-    return PerfParams.from_vector(list(ref["params"].values()), base=base, names=list(ref["params"]))
+    """The parameters the model uses for a GPU kind when nothing closer to the job was measured or named: the
+    kind's priors (``reference_params`` is the opt-in alternative where published rows cover the kind)."""
+    return prior_params(gpu_kind)
