@@ -53,7 +53,7 @@ from executors.measure import MeasurePlan
 from executors.model_folder import at_depth, hf_config, write_model_folder
 from executors.perf.burst import AS_SENT, STEADY
 from executors.perf import PerfParams, default_params
-from executors.perf.params import default_source
+from executors.perf.params import REFERENCE, reference_source
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,
@@ -115,18 +115,21 @@ def matching_profile(database: db.Database, job: TuningJob, engine_version: str 
 def resolve_params(job: TuningJob, database: db.Database | None = None, engine_version: str | None = None
                    ) -> ModelParams:
     """A job's ``executor.perf_params`` file when it names one, else the matching profile, else the GPU kind's
-    defaults (the reference calibration where it covers the kind, else the priors, said as "unmeasured")."""
+    documented defaults — said as "unmeasured". ``executor.perf_params: reference`` names the reference calibration,
+    said with what it rests on (``reference_source``)."""
     if job.executor.perf_params:
         from advisor.executor_factory import model_params
 
+        if job.executor.perf_params == REFERENCE:
+            return ModelParams(model_params(job),
+                               reference_source(job.cluster.gpu, job.model.preset or job.model_profile().name))
         return ModelParams(model_params(job), f"parameter file {job.executor.perf_params}")
     if database is not None:
         prof = matching_profile(database, job, engine_version)
         if prof is not None:
             return ModelParams(PerfParams.model_validate(prof.params), prof.label, prof.id,
                                str((prof.report or {}).get("level_model", STEADY)))
-    return ModelParams(default_params(job.cluster.gpu),
-                       default_source(job.cluster.gpu, job.model.preset or job.model_profile().name))
+    return ModelParams(default_params(job.cluster.gpu), f"defaults for {job.cluster.gpu}, unmeasured")
 
 
 # ------------------------------------------------------------------------------------------------ plan
