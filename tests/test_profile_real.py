@@ -208,3 +208,62 @@ def test_simulated_study_of_the_same_shape_predicts_with_the_profile(profiled):
     assert trial is not None and trial.measurements
     assert {m.raw.get("params") for m in trial.measurements} == {label}
     json.dumps([m.raw for m in trial.measurements])  # what the simulated levels carry is plain data
+
+
+#: The held-out shape: the tiny MoE twice as wide, with twice the experts, twice the experts per token and three
+#: layers — a width, an expert count and a depth the profile (1 and 2 layers of the tiny shape) never deployed.
+OTHER_SHAPE = {"hidden_size": 256, "num_attention_heads": 8, "num_experts": 16, "num_experts_per_tok": 4,
+               "num_hidden_layers": 3}
+
+
+@pytest.fixture(scope="module")
+def other_shape(profiled) -> dict[str, Any]:
+    """One real level of another model shape (``OTHER_SHAPE``), served by vLLM's CPU build as a user's model
+    folder, with no profile of its own (``executor.profile: off``)."""
+    from advisor.executor_factory import model_path_for
+    from executors.model_folder import write_model_folder
+
+    work = profiled["work"]
+    tiny = model_path_for(load_job(work / "profile.yaml"))
+    cfg = {**json.loads((tiny / "config.json").read_text()), **OTHER_SHAPE}
+    folder = write_model_folder(cfg, work / "other-shape", tokenizer_from=tiny)
+    workload = {"dataset": "random", "isl": {"mean": 192, "range_ratio": 0.2}, "osl": {"mean": 24, "range_ratio": 0.2},
+                "load_levels": [3], "knee_search": False, "prompts_per_concurrency": 16, "min_prompts": 48,
+                "warmups_per_concurrency": 1}
+    doc = _job(work, "other-shape", model={"path": str(folder)}, workload=workload,
+               slos=[{"metric": "p90_ttft_ms", "op": "<=", "value": 60000}],
+               space={"modes": ["aggregated"], "mixed": {"instances": [1], "dp_sizes": [1], "max_num_seqs": [SEQS],
+                                                         "max_num_batched_tokens": [2048]}},
+               sampler={"kind": "grid", "seed": 0}, budget={"trials": 1, "repeat_top": 0})
+    doc["executor"]["profile"] = "off"
+    (work / "other-shape.yaml").write_text(yaml.safe_dump(doc))
+    r = advisor("tune", "other-shape.yaml", cwd=work)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    job = load_job(work / "other-shape.yaml")
+    database = db.connect(job.storage)
+    try:
+        trial = db.queries.get_trial(database, "other-shape", 0)
+        params = PerfParams.model_validate(database.profiles(gpu="CPU")[0].params)
+    finally:
+        database.close()
+    return {"job": job, "trial": trial, "params": params}
+
+
+def test_profile_of_one_shape_predicts_another_shapes_level_better_than_the_defaults(other_shape):
+    """A profile's parameters describe the hardware and the engine, not the shape it was measured on: the tiny
+    shape's profile predicts a level of a wider, deeper shape with more experts closer than the CPU kind's defaults
+    (the RMS log over the level's fitted values, as sent, as the unmeasured-level test above)."""
+    job, trial = other_shape["job"], other_shape["trial"]
+    assert job.model_profile().shape_key != load_job(job.resolve_path("profile.yaml")).model_profile().shape_key
+    assert trial is not None and trial.config is not None and trial.measurements
+    level = trial.measurements[0]
+    measured = fitted_values(level)
+    assert len(measured) >= 2, level
+    c = level.concurrency
+    wave = frozenset({c}) if first_wave_left_out(level) else frozenset()
+    problem = Problem([Sample("other-shape", 0, trial.config, job, {c: measured}, {c: level.completed}, wave)],
+                      as_sent=True)
+    profiled, defaults = problem.errors(other_shape["params"]), problem.errors(default_params("CPU"))
+    print(f"other shape, c = {c}: measured {measured}; profiled {profiled.per_metric} rms_log {profiled.rms_log:.3f}; "
+          f"defaults {defaults.per_metric} rms_log {defaults.rms_log:.3f}")
+    assert profiled.rms_log < defaults.rms_log, (profiled, defaults, measured)
