@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from search_spaces.cluster import ClusterSpec
 from search_spaces.deployment import DeploymentConfig, RoleConfig
+from search_spaces.hardware import GPU_TABLE, GPUSpec
 from search_spaces.knobs import KNOBS, KV_DTYPE_BYTES
-from search_spaces.hardware import GPUSpec
 from search_spaces.model_profile import AttentionKind, ModelProfile, WeightFormat
 from search_spaces.packing import PackingError, pack
 
@@ -72,17 +72,11 @@ def precision_error(model: ModelProfile, spec: GPUSpec) -> str | None:
     Hopper has not (vLLM refuses ModelOpt NVFP4 checkpoints below compute capability 10.0); MXFP4 runs there
     weight-only (Marlin / Triton W4A16), so it is allowed and costed so (``hardware.format_tflops``)."""
     if spec.fp4_tflops is None and WeightFormat.NVFP4 in model.fp4_formats:
-        fp4 = ", ".join(k for k, g in _fp4_gpus().items() if g)
+        fp4 = ", ".join(k for k, g in GPU_TABLE.items() if g.fp4_tflops)
         return (f"{model.name} has NVFP4 weights (model.weight_bytes / expert_weight_bytes 0.5), which need FP4 "
                 f"tensor cores; {spec.name} has none. Allowed on {spec.name}: bf16 (2), fp8 (1) or mxfp4 experts "
                 f"(expert_format: mxfp4, weight-only); NVFP4 runs on {fp4}")
     return None
-
-
-def _fp4_gpus() -> dict[str, bool]:
-    from search_spaces.hardware import GPU_TABLE
-
-    return {k: bool(g.fp4_tflops) for k, g in GPU_TABLE.items()}
 
 
 def kv_bytes_per_token_per_gpu(role: RoleConfig, model: ModelProfile) -> float:

@@ -164,7 +164,7 @@ def _job(folder: Path, cluster: dict, study: str) -> dict:
 
 def advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)
 
 
 def _one_line(p: subprocess.CompletedProcess[str]) -> str:
