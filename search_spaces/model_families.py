@@ -1,7 +1,7 @@
 """The model families the tuner describes, by their vLLM architecture name (config.json ``architectures[0]``).
 
 Each family has a reader (HF ``config.json`` keys → ``ModelProfile`` fields), the keys it cannot do without, the
-vLLM attention backend its attention layers run on, and whether vLLM's CPU build serves it (what ``advisor
+vLLM attention backends its attention layers run on (``attention_backend``), and whether vLLM's CPU build serves it (what ``advisor
 profile`` and the CPU tests need). An architecture outside this table is refused with one line naming the ones
 allowed: a model read with the wrong family's spelling would be costed silently wrong.
 """
@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from search_spaces.hardware import GPUSpec
+    from search_spaces.model_profile import ModelProfile
 
 #: A reader's output: ``ModelProfile`` keyword arguments (without ``name`` and ``architecture``).
 Fields = dict[str, Any]
@@ -24,9 +28,10 @@ class Family:
     architectures: tuple[str, ...]
     needs: tuple[str, ...]
     read: Callable[[dict[str, Any]], Fields]
-    #: vLLM's attention backend per layer kind on Hopper / Blackwell (documentation; the model's attention term
-    #: is its FLOPs and bytes, not a per-backend efficiency).
-    backend: str
+    #: vLLM's attention backends for its layer kinds on Hopper and on Blackwell (``attention_backend``; what a
+    #: report names: the model's attention term is the kind's FLOPs and bytes, not a per-backend efficiency).
+    hopper: str
+    blackwell: str
     #: Whether vLLM's CPU build serves it (dummy weights): CPU-served families can be profiled on the CPU build.
     cpu_servable: bool
 
@@ -206,28 +211,30 @@ _MLA_NEEDS = (*_COMMON, "kv_lora_rank", "n_routed_experts", "moe_intermediate_si
 FAMILIES: tuple[Family, ...] = (
     Family("DeepSeek-V2/V3/R1, Kimi-K2 (MLA)", ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
                                                  "KimiK25ForConditionalGeneration"),
-           _MLA_NEEDS, _read_mla, "MLA: FlashMLA (Hopper), CUTLASS MLA / FlashInfer MLA (Blackwell)", True),
+           _MLA_NEEDS, _read_mla, "FLASHMLA", "CUTLASS_MLA (or FLASHINFER_MLA)", True),
     Family("DeepSeek-V3.2, GLM-5 (MLA + DSA)", ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"),
            (*_MLA_NEEDS, "index_topk", "index_n_heads", "index_head_dim"), _read_mla,
-           "DSA: FlashMLA sparse (FP8 KV) + the indexer's FP8 MQA logits (DeepGEMM)", False),
+           "FLASHMLA_SPARSE (FP8 KV) + DeepGEMM FP8 MQA logits for the indexer",
+           "FLASHMLA_SPARSE (FP8 KV) + DeepGEMM FP8 MQA logits for the indexer", False),
     Family("DeepSeek-V4 (CSA/HCA + sliding window)", ("DeepseekV4ForCausalLM",),
            (*_COMMON, "n_routed_experts", "moe_intermediate_size"), _read_dsv4,
-           "CSA/HCA: FlashMLA sparse over the window and the compressed entries, FP8 KV", False),
+           "FLASHMLA_SPARSE_DSV4 over the window and the compressed entries (FP8 KV); experts Marlin MXFP4",
+           "FLASHMLA_SPARSE_DSV4 over the window and the compressed entries (FP8 KV)", False),
     Family("GLM-4.5/4.6 (GQA)", ("Glm4MoeForCausalLM",), (*_COMMON, "n_routed_experts", "moe_intermediate_size"),
-           _read_gqa, "GQA: FlashAttention 3 (Hopper), FlashInfer (Blackwell)", True),
+           _read_gqa, "FLASH_ATTN (FlashAttention 3)", "FLASHINFER", True),
     Family("Qwen2/3-MoE, Mixtral (GQA)", ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM", "MixtralForCausalLM"),
-           _COMMON, _read_gqa, "GQA: FlashAttention 3 (Hopper), FlashInfer (Blackwell)", True),
+           _COMMON, _read_gqa, "FLASH_ATTN (FlashAttention 3)", "FLASHINFER", True),
     Family("Qwen3-Next, Qwen3.5-MoE (gated DeltaNet + gated GQA)",
            ("Qwen3NextForCausalLM", "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"),
            (*_COMMON, "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
             "linear_value_head_dim"), _read_hybrid,
-           "linear: GDN (FLA Triton kernels, mamba-style state cache); full: FlashAttention / FlashInfer", False),
+           "GDN_ATTN (FLA Triton kernels, mamba-style state cache) + FLASH_ATTN for the full layers",
+           "GDN_ATTN (FLA Triton kernels, mamba-style state cache) + FLASHINFER for the full layers", False),
     Family("MiniMax-M2/M2.5 (GQA)", ("MiniMaxM2ForCausalLM",), (*_COMMON, "num_local_experts", "intermediate_size"),
-           _read_minimax, "GQA: FlashAttention 3 (Hopper), FlashInfer (Blackwell)", True),
+           _read_minimax, "FLASH_ATTN (FlashAttention 3)", "FLASHINFER", True),
     Family("gpt-oss (GQA, sliding window with sinks)", ("GptOssForCausalLM",),
            (*_COMMON, "num_local_experts", "intermediate_size"), _read_gpt_oss,
-           "GQA with sinks: FlashAttention 3 with sinks (Hopper), FlashInfer TRT-LLM (Blackwell), Triton elsewhere",
-           False),
+           "FLASH_ATTN (FlashAttention 3 with sinks)", "FLASHINFER (TRT-LLM attention with sinks)", False),
 )
 _BY_ARCH = {a: f for f in FAMILIES for a in f.architectures}
 ARCHITECTURES: tuple[str, ...] = tuple(_BY_ARCH)
@@ -240,6 +247,22 @@ def family_of(architecture: str) -> Family:
     except KeyError:
         raise ValueError(f"architectures[0] {architecture!r} is not a model family the tuner describes; allowed: "
                          f"{', '.join(ARCHITECTURES)}") from None
+
+
+def attention_backend(model: ModelProfile, spec: GPUSpec) -> str:
+    """The vLLM attention backend ``model``'s layer kinds run on with ``spec`` (Hopper or Blackwell; vLLM's CPU
+    build has its own, ``CPU_ATTN``): the family's by architecture, else by attention kind."""
+    from search_spaces.model_profile import AttentionKind
+
+    if spec.name == "CPU":
+        return "CPU_ATTN"
+    if model.architecture in _BY_ARCH:
+        fam = _BY_ARCH[model.architecture]
+    else:
+        arch = {AttentionKind.MLA: "DeepseekV32ForCausalLM" if model.num_sparse_layers else "DeepseekV3ForCausalLM",
+                AttentionKind.CSA: "DeepseekV4ForCausalLM"}.get(model.attention, "Qwen3MoeForCausalLM")
+        fam = _BY_ARCH[arch]
+    return fam.blackwell if spec.fp4_tflops else fam.hopper
 
 
 def text_config(cfg: dict[str, Any]) -> dict[str, Any]:

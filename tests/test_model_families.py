@@ -351,3 +351,15 @@ def test_deepseek_v4_pro_against_its_stated_savings() -> None:
 
     assert 0.08 < v4.kv_bytes_per_token / v32.kv_bytes_per_token < 0.14
     assert 0.22 < flops(v4) / flops(v32) < 0.32
+
+
+def test_each_family_names_its_attention_backend() -> None:
+    from search_spaces.model_families import attention_backend
+
+    h200, gb300 = GPU_TABLE["H200"], GPU_TABLE["GB300"]
+    assert attention_backend(model_preset("deepseek-v3"), h200) == "FLASHMLA"
+    assert attention_backend(model_preset("deepseek-v3.2"), gb300).startswith("FLASHMLA_SPARSE")
+    assert attention_backend(model_preset("deepseek-v4-pro"), h200).startswith("FLASHMLA_SPARSE_DSV4")
+    assert attention_backend(model_preset("qwen3-next-80b"), gb300).startswith("GDN_ATTN")
+    assert attention_backend(model_preset("gpt-oss-120b"), gb300).startswith("FLASHINFER")
+    assert attention_backend(model_preset("tiny-moe"), GPU_TABLE["CPU"]) == "CPU_ATTN"
