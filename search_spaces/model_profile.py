@@ -297,14 +297,15 @@ class ModelProfile(BaseModel):
 
     @property
     def kv_entry_bytes(self) -> float:
-        """One cached entry (token, or compressed group of tokens) of one context-growing layer."""
-        if self.attention is AttentionKind.MLA:
-            per_layer = self.kv_lora_rank + self.qk_rope_head_dim
-        elif self.attention is AttentionKind.CSA:
-            per_layer = self.head_dim  # K = V, one head
-        else:
-            per_layer = 2 * self.num_kv_heads * self.head_dim
-        return per_layer * self.kv_bytes
+        """One cached entry (token, or compressed group of tokens) of one context-growing layer. An FP8 latent
+        (MLA, V4's shared head) is vLLM's ``fp8_ds_mla`` layout: the non-rope part in FP8 with an FP32 scale per 128
+        values, the rope part kept in BF16 (656 bytes for DeepSeek's 512 + 64)."""
+        if self.attention in (AttentionKind.MLA, AttentionKind.CSA):
+            width = self.kv_lora_rank if self.attention is AttentionKind.MLA else self.head_dim - self.qk_rope_head_dim
+            if self.kv_bytes <= 1.0:
+                return width * self.kv_bytes + 4.0 * -(-width // 128) + 2.0 * self.qk_rope_head_dim
+            return (width + self.qk_rope_head_dim) * self.kv_bytes
+        return 2 * self.num_kv_heads * self.head_dim * self.kv_bytes
 
     @property
     def index_key_bytes(self) -> float:
@@ -317,6 +318,8 @@ class ModelProfile(BaseModel):
         sliding-window and linear layers add nothing (their constant share is ``state_bytes_per_seq``),
         compressed layers add a ``1/ratio`` entry, DSA layers their latent and the indexer's key."""
         if self.uniform_attention:
+            if self.attention is AttentionKind.MLA and self.kv_bytes <= 1.0:
+                return self.num_layers * self.kv_entry_bytes
             if self.attention is AttentionKind.MLA:
                 per_layer = self.kv_lora_rank + self.qk_rope_head_dim
             else:
