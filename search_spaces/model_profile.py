@@ -292,6 +292,11 @@ class ModelProfile(BaseModel):
         return self.routed_params + self.non_expert_params
 
     @property
+    def total_weight_bytes(self) -> float:
+        """The checkpoint's weights in bytes, each kind at its own width (FP4 experts beside FP8 attention)."""
+        return self.non_expert_params * self.weight_bytes + self.routed_params * self.expert_bytes
+
+    @property
     def active_params(self) -> int:
         return self.non_expert_params + self.num_moe_layers * self.top_k * self.expert_params
 
