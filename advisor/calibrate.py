@@ -125,13 +125,14 @@ class Calibration:
     changes: dict[str, tuple[float, float]] = field(default_factory=dict)  # name → (default, fitted)
     #: Imported points of the batches asked for that the model cannot describe, each with the reason.
     left_out: list[str] = field(default_factory=list)
+    ridge: float = RIDGE  # the fit's pull towards its start (``fit``)
 
     def to_dict(self) -> dict[str, object]:
         def err(e: Errors) -> dict[str, object]:
             return {"overall": e.overall, "levels": e.levels, "rms_log": e.rms_log, **e.per_metric}
 
         return {
-            "studies": self.studies, "gpu": self.gpu, "metrics": list(METRICS), "ridge": RIDGE,
+            "studies": self.studies, "gpu": self.gpu, "metrics": list(METRICS), "ridge": self.ridge,
             "fitted": self.fitted, "frozen": self.frozen, "trials": self.trials, "folds": self.folds,
             "error_before": {k: err(v) for k, v in self.before.items()},
             "error_after": {k: err(v) for k, v in self.after.items()},
@@ -312,9 +313,9 @@ def sensitive(problem: Problem, theta0: PerfParams, candidates: Sequence[str],
     return [n for n in candidates if max(ch[n] for ch in per_sample) >= MIN_SENSITIVITY]
 
 
-def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParams:
-    """Bounded least squares on the log ratios plus the ridge towards ``theta0``, each parameter scaled to
-    [0, 1] of its documented range."""
+def fit(problem: Problem, theta0: PerfParams, names: Sequence[str], ridge: float = RIDGE) -> PerfParams:
+    """Bounded least squares on the log ratios plus the ridge towards ``theta0`` (``ridge`` per unit of a
+    parameter's range), each parameter scaled to [0, 1] of its documented range."""
     from scipy.optimize import least_squares  # heavy import, only for this command
 
     if not names:
@@ -328,7 +329,7 @@ def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParam
         return PerfParams.from_vector(list(lo + np.clip(z, 0, 1) * span), base=theta0, names=list(names))
 
     def residuals(z: np.ndarray) -> np.ndarray:
-        return np.concatenate([[lr for _, lr in problem.log_ratios(params_at(z))], RIDGE * (z - z0)])
+        return np.concatenate([[lr for _, lr in problem.log_ratios(params_at(z))], ridge * (z - z0)])
 
     # One BLAS thread: the fit's matrices are a few hundred rows by tens of columns, where OpenBLAS's threads
     # spin more than they compute (a perturbed-truth guided study: 65.5 → 43.9 CPU s, wall 43.5 → 43.9 s).
@@ -340,9 +341,10 @@ def fit(problem: Problem, theta0: PerfParams, names: Sequence[str]) -> PerfParam
 
 def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int = 0,
               start: PerfParams | None = None, names: Sequence[str] | None = None,
-              as_sent: bool = False) -> Calibration:
+              as_sent: bool = False, ridge: float = RIDGE) -> Calibration:
     """Fit on every sample; cross-validate the same procedure (sensitivity check included) by trial.
-    ``as_sent``: levels predicted as the benchmark sent them (``Problem``)."""
+    ``as_sent``: levels predicted as the benchmark sent them (``Problem``); ``ridge``: the pull towards ``start``
+    (``fit``)."""
     unknown = [n for n in names or () if n not in CALIBRATABLE]
     if unknown:
         raise BadInput(f"--params: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(CALIBRATABLE)}")
@@ -357,11 +359,11 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
     every = Problem(samples, as_sent)
     memo = SensitivityMemo(theta0)  # every fold checks the same samples from the same start
     fitted = sensitive(every, theta0, candidates, memo)
-    params = fit(every, theta0, fitted)
+    params = fit(every, theta0, fitted, ridge)
     cal = Calibration(
         studies=sorted({s.study for s in samples}), gpu=gpus[0], params=params, fitted=fitted,
         frozen=[n for n in CALIBRATABLE if n not in fitted], trials=[s.key for s in samples], folds=0,
-        changes={n: (getattr(theta0, n), getattr(params, n)) for n in fitted},
+        changes={n: (getattr(theta0, n), getattr(params, n)) for n in fitted}, ridge=ridge,
     )
     cal.before["in_sample"] = cal.before["held_out"] = every.errors(theta0)
     cal.after["in_sample"] = every.errors(params)
@@ -370,7 +372,7 @@ def calibrate(samples: Sequence[Sample], *, folds: int | None = None, seed: int 
         ratios: list[tuple[str, float]] = []
         for i, test in enumerate(parts):
             train = Problem([s for j, part in enumerate(parts) if j != i for s in part], as_sent)
-            p = fit(train, theta0, sensitive(train, theta0, candidates, memo))
+            p = fit(train, theta0, sensitive(train, theta0, candidates, memo), ridge)
             ratios += Problem(test, as_sent).log_ratios(p)
         cal.folds = len(parts)
         cal.after["held_out"] = Errors.of(ratios, every.levels)
