@@ -84,6 +84,17 @@ STEP_PARAMS: tuple[str, ...] = (
     "eager_layer_latency_s", "cpu_step_s", "cpu_per_seq_s", "frontend_per_token_s", "request_latency_s",
     "frontend_per_request_s", "tpot_cv", "frontend_per_prompt_token_s",
 )
+#: The profile fit's pull towards the GPU kind's defaults, per unit of a parameter's range (``advisor.calibrate.fit``;
+#: a study's calibration keeps ``calibrate.RIDGE``, 0.05). A profile fits 14 terms to ~18 levels whose per-layer part
+#: is a small difference between two shallow stacks, and at 0.05 the least squares stopped wherever the weakly
+#: identified directions left it: refitted as sent, the ~30B H200 profile (3 and 12 layers) without its two c = 1
+#: decode levels moved ``mfu_decode`` 0.45 -> 0.09, ``step_latency_s`` 1.9 -> 0.35 ms and ``cpu_step_s`` 0.23 -> 1.7
+#: ms. A stronger pull also reached lower in-sample errors (0.226, 0.215, 0.204, 0.195 at 0.05, 0.2, 0.5, 1.0). At
+#: 0.5 the stored runs' levels the fits never saw came out as well or better than at 0.05: the 48-layer studies'
+#: levels under their knees 8.3 / 12.1 / 12.2% (7.2 / 12.5 / 11.7%) and their knees at median |log| 0.103 (0.139);
+#: the DeepSeek-V3-width stack at depth 3 14.3% (14.4%); the CPU build's study levels 11.7% and 32.9% (15.9%, 34.4%).
+#: Not monotone: 0.2 did worse on the 48-layer studies (19-23%), so the figure is the one measured, not a trend.
+PROFILE_RIDGE = 0.5
 COMM_PARAMS: tuple[str, ...] = ("a2a_scaleup_eff", "a2a_ht_latency_s", "a2a_latency_s", "allreduce_latency_s",
                                 "cpu_dp_sync_s", "dp_balance_cv", "expert_skew_cv")
 
@@ -448,7 +459,7 @@ def fit_probes(samples: Sequence[Sample], gpu: str, as_sent: bool = False) -> Ca
     """The single-GPU terms fitted to a profile's probe levels, from the GPU kind's defaults (``advisor profile``,
     and ``profile_check.py refit`` refitting stored levels after a change of the model's formulas; ``as_sent``:
     each probe predicted as the benchmark sent it, ``advisor.calibrate.Problem``)."""
-    return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS), as_sent=as_sent)
+    return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS), as_sent=as_sent, ridge=PROFILE_RIDGE)
 
 
 def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,
