@@ -52,7 +52,7 @@ from executors.bench_result import first_wave_left_out
 from executors.measure import MeasurePlan
 from executors.model_folder import at_depth, hf_config, write_model_folder
 from executors.perf.burst import AS_SENT, STEADY
-from executors.perf import PerfParams, default_params
+from executors.perf import CALIBRATABLE, PerfParams, default_params
 from executors.perf.params import REFERENCE, reference_source
 from search_spaces import (
     ClusterSpec,
@@ -462,6 +462,21 @@ def fit_probes(samples: Sequence[Sample], gpu: str, as_sent: bool = False) -> Ca
     return calibrate(samples, start=default_params(gpu), names=list(STEP_PARAMS), as_sent=as_sent, ridge=PROFILE_RIDGE)
 
 
+def at_bounds(cal: Calibration) -> dict[str, str]:
+    """The fitted parameters the fit left at an end of their range ("low" or "high", within 0.1% of it): there the
+    probes asked for more than the parameter's term can give, and the rest of the fit bent to make up for it — a
+    profile to read with care where it extrapolates (a DeepSeek-V2-Lite-shaped profile with ``attn_eff_prefill`` and
+    ``hbm_eff`` at their bounds predicted a full-depth knee at 0.40x the measured throughput)."""
+    bounds = dict(zip(CALIBRATABLE, PerfParams.bounds(), strict=True))
+    out: dict[str, str] = {}
+    for name in cal.fitted:
+        lo, hi = bounds[name]
+        v, tol = getattr(cal.params, name), 1e-3 * (hi - lo)
+        if v <= lo + tol or v >= hi - tol:
+            out[name] = "low" if v <= lo + tol else "high"
+    return out
+
+
 def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] | None = None,
                 out: Path | None = None, on_level: Callable[[str], None] | None = None,
                 step_filling: bool | None = None) -> ProfileResult:
@@ -486,6 +501,7 @@ def run_profile(job: TuningJob, database: db.Database, *, depths: Sequence[int] 
         raise BadInput("profile: no probe level completed; see the servers' logs under executor.run_dir")
     cal = fit_probes(got.samples, job.cluster.gpu, as_sent=True)
     report: dict[str, Any] = {**cal.to_dict(), "level_model": AS_SENT, "depths": list(plan.depths),
+                              "at_bounds": at_bounds(cal),
                               "deploy_s": got.deploy_s, "measure_s": got.measure_s, "levels": len(got.levels),
                               "resumed_from": got.reused}
     params = cal.params

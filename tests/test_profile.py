@@ -283,3 +283,15 @@ def test_a_checkpoint_is_named_by_what_shaped_its_measurements(tmp_path):
                                                                                                    "32"]})})
     assert checkpoint_path(other, *args, "0.26.0") != base
     assert checkpoint_path(job, tmp_path / "f", plan.config, 1, plan.probes, plan.depths[1], "0.26.0") != base
+
+
+def test_profile_report_names_the_parameters_the_fit_left_at_a_bound():
+    from advisor.calibrate import Calibration
+    from advisor.profile import at_bounds
+
+    p = default_params("H100").model_copy(update={"hbm_eff": 0.2, "mfu_prefill": 0.95, "attn_eff_prefill": 0.3})
+    cal = Calibration(studies=[], gpu="H100", params=p, fitted=["hbm_eff", "mfu_prefill", "attn_eff_prefill"],
+                      frozen=[], trials=[], folds=0)
+    assert at_bounds(cal) == {"hbm_eff": "low", "mfu_prefill": "high"}  # attn_eff_prefill is inside its range
+    held = Calibration(studies=[], gpu="H100", params=p, fitted=[], frozen=["hbm_eff"], trials=[], folds=0)
+    assert at_bounds(held) == {}  # a parameter not fitted is where its default put it, not a bound the fit hit

@@ -105,6 +105,7 @@ def test_profile_is_stored_whole_and_written_as_a_parameter_file(profiled):
     assert p.gpu_count == 1 and p.engine_version and "vllm" in p.engine_version
     assert p.shape == job.model_profile().shape and p.report["depths"] == [1, 2]
     assert p.report["level_model"] == "as sent"  # each probe predicted as the benchmark sent it
+    assert set(p.report["at_bounds"]) <= set(p.report["fitted"])  # the fitted terms the fit left at a bound, named
     assert f"stored {p.label}" in profiled["out"]
     # every probe level, at both depths, prefill (one output token) and decode
     assert {(lv["depth"], lv["kind"]) for lv in p.probes} == {(1, "prefill"), (1, "decode"), (2, "prefill"),
