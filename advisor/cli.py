@@ -14,10 +14,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 import yaml
-from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from advisor.errors import BadInput, EnvironmentFailed, describe_validation_error, read_yaml_file
+from advisor.errors import BadInput, EnvironmentFailed
 from advisor.cli_output import RowFormat, RowFormatOpt, console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
 from advisor.executor_factory import make_executor
@@ -510,18 +509,10 @@ def query(
 @friendly
 def simulate(job_file: Path, config: Annotated[Path, typer.Option(help="A DeploymentConfig YAML.")]) -> None:
     """Predict one configuration with the performance model (no database)."""
-    job = load_job(job_file)
-    doc = read_yaml_file(config, "configuration", max_bytes=1 << 20)  # a few lines; bad input is one line
-    if not isinstance(doc, dict):  # said without its content: the file may be anything (/etc/passwd)
-        raise BadInput(f"{config}: a configuration is a YAML mapping of a deployment's fields (mode, decode, "
-                       "prefill, …), as `advisor export --format json` writes under config "
-                       f"(got {type(doc).__name__})")
-    try:
-        from search_spaces import DeploymentConfig
+    from advisor.external import read_deployment
 
-        cfg = DeploymentConfig.model_validate(doc)
-    except ValidationError as e:
-        raise BadInput(describe_validation_error(e, str(config))) from None
+    job = load_job(job_file)
+    cfg = read_deployment(config)
     text, cols, rows = api.simulate(job, cfg)
     console.print(text)
     print_rows("predicted", cols, rows)

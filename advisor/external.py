@@ -147,7 +147,9 @@ def point_of_bench(path: Path, dep: BenchDeployment) -> OperatingPoint:
         model=dep.model, precision="", gpu=dep.gpu, total_gpus=gpus,
         mode="agg" if dep.config.mode is Mode.AGGREGATED else "disagg", config=dep.config,
         layout=dep.config.describe(), mtp=dep.config.speculative_mtp_tokens, isl=isl, osl=osl,
-        range_ratio=dep.range_ratio, concurrency=concurrency, measured={},
+        # no ``requests``: the level's latencies are the steady load's (its first wave left out), and a point with
+        # its requests stated is predicted as sent, first wave and all (``OperatingPoint.as_sent``)
+        range_ratio=dep.range_ratio, concurrency=concurrency, requests=None, measured={},
         per_gpu_normalization=BENCH_NORMALIZATION,
         notes=(f"vllm bench serve --save-result {path}: {completed} of {m.num_requests} requests completed, "
                f"{m.failed} failed; latencies of the steady load (the first wave left out){flags}"))
@@ -200,7 +202,7 @@ def stored(point: OperatingPoint, batch: str) -> db.ExternalPoint:
                          precision=point.precision or None, gpu=point.gpu, total_gpus=point.total_gpus,
                          mode=point.mode, deployment=point.config, layout=point.layout or None, mtp=point.mtp,
                          isl=point.isl, osl=point.osl, range_ratio=point.range_ratio,
-                         concurrency=point.concurrency, metrics=dict(point.measured),
+                         concurrency=point.concurrency, metrics=dict(point.measured), requests=point.requests,
                          per_gpu_normalization=point.per_gpu_normalization or None, notes=point.notes or None)
 
 
@@ -211,8 +213,8 @@ def point_of_stored(p: db.ExternalPoint) -> OperatingPoint:
                           mode=p.mode,  # type: ignore[arg-type]  # stored from an OperatingPoint's mode
                           config=p.deployment, layout=p.layout or "", mtp=p.mtp or 0, isl=p.isl or 1,
                           osl=p.osl or 1, range_ratio=p.range_ratio or 0.0, concurrency=p.concurrency or 1,
-                          measured=dict(p.metrics), per_gpu_normalization=p.per_gpu_normalization or "",
-                          notes=p.notes or "")
+                          requests=p.requests, measured=dict(p.metrics),
+                          per_gpu_normalization=p.per_gpu_normalization or "", notes=p.notes or "")
 
 
 def check_batch(label: str) -> str:

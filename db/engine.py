@@ -489,7 +489,7 @@ def _external_values(p: ExternalPoint) -> dict[str, Any]:
             "mode": clip(p.mode, 16),
             "deployment": p.deployment.model_dump(mode="json") if p.deployment is not None else None,
             "deployment_text": text(words), "layout": text(p.layout), "mtp": p.mtp, "isl": p.isl, "osl": p.osl,
-            "range_ratio": p.range_ratio, "concurrency": p.concurrency, "metrics": metrics,
+            "range_ratio": p.range_ratio, "concurrency": p.concurrency, "requests": p.requests, "metrics": metrics,
             "per_gpu_normalization": text(p.per_gpu_normalization), "notes": text(p.notes)}
 
 
@@ -504,7 +504,8 @@ def _external(r: ExternalMeasurementRow) -> ExternalPoint:
                          engine_version=r.engine_version, model=r.model, precision=r.precision, gpu=r.gpu,
                          total_gpus=r.total_gpus, mode=r.mode, deployment=deployment, layout=r.layout, mtp=r.mtp,
                          isl=r.isl, osl=r.osl, range_ratio=r.range_ratio, concurrency=r.concurrency,
-                         metrics=dict(r.metrics), per_gpu_normalization=r.per_gpu_normalization, notes=r.notes,
+                         metrics=dict(r.metrics), requests=r.requests,
+                         per_gpu_normalization=r.per_gpu_normalization, notes=r.notes,
                          deployment_text=r.deployment_text, id=r.id, imported_at=r.imported_at)
 
 

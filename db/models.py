@@ -276,6 +276,8 @@ class ExternalMeasurementRow(Base):
     osl: Mapped[int | None] = mapped_column(Integer)
     range_ratio: Mapped[float | None] = mapped_column(Double)
     concurrency: Mapped[int | None] = mapped_column(Integer)
+    #: Requests the level sent; NULL: not stated.
+    requests: Mapped[int | None] = mapped_column(Integer)
     #: {metric: value}, keyed by the published rows' metric names (``tput_per_gpu``, ``median_ttft_ms``, …).
     metrics: Mapped[dict[str, Any]] = mapped_column(_json())
     per_gpu_normalization: Mapped[str | None] = mapped_column(Text)

@@ -286,6 +286,7 @@ class ExternalPoint:
     range_ratio: float | None
     concurrency: int | None
     metrics: dict[str, float]
+    requests: int | None = None
     per_gpu_normalization: str | None = None
     notes: str | None = None
     deployment_text: str | None = None

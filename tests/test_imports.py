@@ -32,6 +32,8 @@ TRUTH = {"mfu_prefill": 0.35, "hbm_eff": 0.6, "cpu_step_s": 2e-3, "request_laten
 
 def _cli(*args: str) -> tuple[int, str]:
     res = CliRunner().invoke(app, list(args))
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception  # a traceback here is a bug of ours: shown whole, not as an exit code
     return res.exit_code, res.output
 
 
@@ -60,8 +62,8 @@ def test_published_rows_are_imported_once_with_their_source(tmp_path: Path) -> N
     assert "6 point(s) added, 0 already stored" in out
     with db.connect(url) as d:
         points = d.external_points(batch="inferencex")
-        assert [(p.source, p.concurrency, p.metrics) for p in points] == \
-            [(e.source, e.concurrency, e.measured) for e in expected]  # type: ignore[union-attr]
+        assert [(p.source, p.concurrency, p.requests, p.metrics) for p in points] == \
+            [(e.source, e.concurrency, e.requests, e.measured) for e in expected]  # type: ignore[union-attr]
         first = points[0]
         assert first.engine == "vllm" and first.deployment is not None and first.total_gpus == 8
         assert first.deployment.total_gpus == 8 and first.mode == "agg"
@@ -171,6 +173,8 @@ def test_calibrate_names_an_unknown_batch(tmp_path: Path) -> None:
     assert _cli("import", str(_published(tmp_path, 1, 0)), "--label", "one", "--storage", url)[0] == 0
     code, out = _cli("calibrate", "--external", "two", "--storage", url, "--out", str(tmp_path / "p.json"))
     assert code == 2 and "no imported batch 'two'" in out and "'one' (1)" in out, out
+    code, out = _cli("calibrate", "--storage", url, "--out", str(tmp_path / "p.json"))
+    assert code == 2 and "name the studies to fit, or an imported batch with --external" in out, out
     assert not (tmp_path / "p.json").exists()
 
 

@@ -8,7 +8,7 @@ Create Date: 2026-12-07
 measurement or a user's own ``vllm bench serve`` result — with its source, engine, model, precision, GPU kind and
 count, mode, the deployment (``DeploymentConfig`` JSON and its words; none for a prefill-only or decode-only
 measurement) and the source's words for it, MTP draft tokens, the workload (ISL, OSL, range
-ratio), the concurrency, the measured metrics (JSON, keyed by the published rows' metric names), how per-GPU figures
+ratio), the concurrency and the requests sent, the measured metrics (JSON, keyed by the published rows' metric names), how per-GPU figures
 were normalised, notes, the import batch's label and when it was imported. ``content_key`` (unique) is the point's
 identity (source, layout, workload, concurrency), so an import repeated adds nothing. These are never trials.
 """
@@ -50,6 +50,7 @@ def upgrade() -> None:
         sa.Column("osl", sa.Integer(), nullable=True),
         sa.Column("range_ratio", sa.Double(), nullable=True),
         sa.Column("concurrency", sa.Integer(), nullable=True),
+        sa.Column("requests", sa.Integer(), nullable=True),
         sa.Column("metrics", json, nullable=False),
         sa.Column("per_gpu_normalization", sa.Text(), nullable=True),
         sa.Column("notes", sa.Text(), nullable=True),
