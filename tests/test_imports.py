@@ -114,6 +114,10 @@ def test_bad_input_is_one_line_naming_the_file_and_writes_nothing(tmp_path: Path
         assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
         assert all(w in lines[0] for w in words), lines[0]
         assert not (tmp_path / "a.db").exists()  # read whole before anything is opened or written
+    # a database that cannot be opened: one line, its password never shown
+    p = _advisor("import", str(good), "--storage", "postgresql://u:s3cr3t@127.0.0.1:1/x", cwd=tmp_path)
+    assert p.returncode == 2 and "s3cr3t" not in p.stdout + p.stderr and "***" in p.stderr, p.stderr
+    assert len([ln for ln in p.stderr.splitlines() if ln.strip()]) == 1, p.stderr
 
 
 def _row(cfg_tp: int, concurrency: int, metrics: dict[str, float]) -> dict[str, str]:
