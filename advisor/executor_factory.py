@@ -60,7 +60,7 @@ def health_timeout_for(job: TuningJob) -> float:
         return t.health_s
     try:
         profile = job.model_profile()
-        weights_gb = profile.total_params * profile.weight_bytes / 1e9
+        weights_gb = profile.total_weight_bytes / 1e9
     except Exception:  # noqa: BLE001 — a model the profile cannot size gets the base timeout
         weights_gb = 0.0
     return 300.0 + 60.0 * weights_gb / 100.0

@@ -107,6 +107,7 @@ class OperatingPoint(BaseModel):
     osl: int = Field(ge=1, description="Mean output length.")
     range_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="Lengths uniform on mean·[1 − r, 1 + r].")
     concurrency: int = Field(ge=1)
+    requests: int | None = Field(None, ge=1, description="Requests the level sent (its prompts); None: not stated.")
     measured: dict[str, float] = Field(description="The published metrics by the table's column names.")
     per_gpu_normalization: str = ""
     notes: str = ""
@@ -124,6 +125,16 @@ class OperatingPoint(BaseModel):
         """The model family the point belongs to (its preset's name, else the published name) — what a
         leave-one-family-out validation leaves out."""
         return model_preset_of(self.model) or self.model
+
+    @property
+    def as_sent(self) -> bool:
+        """Whether the model predicts this point as the benchmark sent it, wave by wave (``executors.perf.burst``),
+        rather than as a steady state: an aggregated level of fixed lengths and a stated number of requests. Its
+        first ``c`` requests start together and, every request as long as the others, each wave of the closed loop
+        stays in lockstep — the prefills of a wave run together, then its decodes alone — so its TTFT is a queue of
+        prompts and its TPOT the decode-only step, which the steady state does not describe. Lengths that vary
+        spread the waves out and the steady state holds."""
+        return self.mode == "agg" and self.range_ratio == 0.0 and self.requests is not None
 
     @property
     def is_vllm(self) -> bool:
@@ -206,6 +217,15 @@ def _role(row: Mapping[str, str], prefix: str, role: Role, spec_gpu: str | None)
                       max_num_batched_tokens=tokens)
 
 
+def _requests(row: Mapping[str, str], concurrency: int) -> int | None:
+    """Requests per level: ``num_prompts=N`` where the notes state it, else InferenceX's ``10 × concurrency`` (its
+    client's ``--num-prompts $(( CONC * 10 ))``) for its rows, else unknown."""
+    found = re.search(r"num_prompts\s*=\s*(\d+)", row.get("notes") or "")
+    if found:
+        return max(int(found.group(1)), 1)
+    return 10 * concurrency if "inferencex" in (row.get("source") or "").lower() else None
+
+
 def _range_ratio(row: Mapping[str, str]) -> tuple[float, float]:
     """(mean length factor, range ratio) of the lengths the source sent. InferenceX's client draws each length
     uniformly from [0.8·L, L] (its ``benchmark_serving.py``, ``sample_uniform`` with range ratio 0.8): a mean of
@@ -237,7 +257,8 @@ def point_of_row(row: Mapping[str, str]) -> OperatingPoint:
         total_gpus=_int(row, "total_gpus"), mode=mode, config=config,
         layout=(row.get("raw_parallel_desc") or "").strip(), mtp=mtp,
         isl=max(round(_int(row, "isl") * factor), 1), osl=max(round(_int(row, "osl") * factor), 1),
-        range_ratio=ratio, concurrency=_int(row, "concurrency"), measured=_metrics(row),
+        range_ratio=ratio, concurrency=_int(row, "concurrency"), requests=_requests(row, _int(row, "concurrency")),
+        measured=_metrics(row),
         per_gpu_normalization=(row.get("per_gpu_normalization") or "").strip(),
         notes=(row.get("notes") or "").strip())
 
@@ -336,7 +357,8 @@ def samples_of(points: Iterable[OperatingPoint], *, label: str = "external", job
         if not values:
             left.append((point, "publishes none of " + ", ".join(FITTED_COLUMNS)))
             continue
-        samples.append(Sample(label, n, point.config, job, {point.concurrency: values}))
+        sent = {point.concurrency: point.requests} if point.requests else {}
+        samples.append(Sample(label, n, point.config, job, {point.concurrency: values}, sent))
     return samples, left
 
 
@@ -399,11 +421,20 @@ def job_of(point: OperatingPoint, *, name: str = "external") -> Any:
 
 
 def precision_override(preset: str, precision: str) -> dict[str, Any]:
-    """The ``model`` keys that make a preset the published checkpoint's precision: 'fp4' is 4-bit routed experts,
-    'fp8' 8-bit weights. Empty where the published precision is the preset's own or is not stated."""
+    """The ``model`` keys that make a preset the published checkpoint's precision. 'fp4' (NVIDIA's NVFP4 checkpoints:
+    routed experts in NVFP4, the rest as the preset keeps it; 'FP8 KV' where the row says so) changes only the
+    experts, and nothing where the preset's experts already are 4-bit (DeepSeek-V4 ships MXFP4 experts); 'fp8' is
+    8-bit weights, unless the row keeps attention in BF16. Empty where the precision is the preset's own or not
+    stated."""
     text = precision.lower()
+    model = MODEL_PRESETS.get(preset)
+    out: dict[str, Any] = {}
     if "fp4" in text:
-        return {"weight_bytes": 0.5}
-    if "fp8" in text and "bf16 attention" not in text:
-        return {"weight_bytes": 1.0}
-    return {}
+        experts = model.expert_weight_bytes if model is not None else None
+        if experts is None or experts > 0.5:
+            out.update(expert_weight_bytes=0.5, expert_format="nvfp4")
+    elif "fp8" in text and "bf16 attention" not in text and model is not None and model.weight_bytes > 1.0:
+        out["weight_bytes"] = 1.0
+    if "fp8 kv" in text or "attention/kv" in text:
+        out["kv_bytes"] = 1.0
+    return out

