@@ -131,6 +131,8 @@ def constants() -> list[tuple[str, str, Any, str]]:
 
 
 def shown(v: Any) -> str:
+    if isinstance(v, Path):  # a file of the package: where it is in the tree, not on this machine
+        return f"`{v.resolve().relative_to(ROOT)}`" if v.resolve().is_relative_to(ROOT) else f"`{v.name}`"
     if isinstance(v, str):
         return f'`"{v}"`'
     if isinstance(v, float):

@@ -225,14 +225,14 @@ REFERENCE = "reference"
 
 def _reference() -> dict[str, Any]:
     """The shipped reference calibration (``{}`` when none is shipped), read once."""
-    global _REFERENCE
-    if _REFERENCE is None:
-        _REFERENCE = json.loads(REFERENCE_PATH.read_text()) if REFERENCE_PATH.is_file() else {}
-    return _REFERENCE
+    global _REFERENCE_CACHE
+    if _REFERENCE_CACHE is None:
+        _REFERENCE_CACHE = json.loads(REFERENCE_PATH.read_text()) if REFERENCE_PATH.is_file() else {}
+    return _REFERENCE_CACHE
 
 
 #: The reference calibration as read from ``REFERENCE_PATH`` (None until first asked).
-_REFERENCE: dict[str, Any] | None = None
+_REFERENCE_CACHE: dict[str, Any] | None = None
 
 
 def reference_params(gpu_kind: str) -> PerfParams | None:
