@@ -3,7 +3,7 @@
     python benchmarks/results/profile-generalise/refit_30b.py base,nod1,noeager,ridge0.2,ridge0.5,ridge1.0
 
 Variants (joined by +): base (the probe fit as it was: ridge 0.05), nod1 (the c = 1 decode levels left out),
-noeager (eager_layer_latency_s held), ridgeX (the fit's ridge X). Writes out-VARIANTS.json beside this file."""
+noeager (eager_layer_latency_s held), ridgeX (the fit's ridge X), only3 / only12 (one depth's probes alone). Writes out-VARIANTS.json beside this file."""
 import json, sys, time, tempfile, math
 from pathlib import Path
 ROOT = Path('/work/main'); sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
@@ -30,6 +30,9 @@ def drop_for(v):
         for n in names_all:
             L, k, isl, c = n.split('/'); fams.setdefault((L, k, isl), []).append(c)
         d |= {n for n in names_all if '/prefill/' in n and n.endswith('/c1') and len(fams[tuple(n.split('/')[:3])]) > 1}
+    for keep in ('only3', 'only12'):
+        if keep in v:
+            d |= {n for n in names_all if not n.startswith(f'L{keep[4:]}/')}
     return frozenset(d)
 out = {}
 for v in VARIANTS:
