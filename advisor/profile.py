@@ -189,12 +189,15 @@ def default_depths(model: ModelProfile, gpu: str, kv_tokens: int = 0) -> tuple[i
     As deep as fits, because what the fit learns from two depths it extrapolates to the model's: the per-layer
     part of a step is the difference between them, and everything the model has no term for (kernel floors of
     small GEMMs, per-layer launch gaps that overlap compute on a loaded step) lands in the efficiencies, which
-    then scale with the layers and the tokens of a loaded step. A DeepSeek-V2-Lite-shaped MoE (27 layers) profiled
+    then scale with the layers and the tokens of a loaded step. Fitted on one depth's probes alone, the ~30B
+    profile's 3-layer probes put its 48-layer studies' knees 2x off (median |log| 0.69), its 12-layer probes at
+    0.16 (benchmarks/results/profile-generalise). A DeepSeek-V2-Lite-shaped MoE (27 layers) profiled
     at 3 and 12 layers on one H100 fitted ``mfu_prefill`` 0.16 with ``attn_eff_prefill`` and ``hbm_eff`` at their
     bounds and predicted vLLM's defaults at 0.40x the measured knee's throughput; that model fits an H100 whole.
     The probes' time barely grows with depth (the ~30B profile on an H200: 104 s of probes at 3 layers, 99 s at 12;
     deploys 122 s and 115 s), so a deeper stack costs little."""
-    per_layer = (model.total_params - 2 * model.vocab_size * model.hidden_size) * model.weight_bytes / model.num_layers
+    per_layer = (model.total_weight_bytes - 2 * model.vocab_size * model.hidden_size * model.weight_bytes) \
+        / model.num_layers
     per_layer += KV_HEADROOM * kv_tokens * model.kv_bytes_per_token / model.num_layers
     embed = 2 * model.vocab_size * model.hidden_size * 2.0
     room = PROBE_MEMORY_SHARE * gpu_spec(gpu).memory_gib * 2**30 - embed
