@@ -16,8 +16,9 @@ One module fixture profiles once (two cold starts, 8 probe levels; a few minutes
   (``advisor.calibrate.fitted_values``), the loss the profile's fit minimises, the level predicted as it was sent;
 * the same profile predicts a level of another shape — twice the width, twice the experts and experts per token, three
   layers (``OTHER_SHAPE``), served from its own folder — closer than the defaults, by the same loss: what a profile
-  fits is the hardware and the engine, not the shape (first run, on a 2-core machine shared with three other
-  vLLM test runs: RMS log 0.18 against 0.44, c = 3).
+  fits is the hardware and the engine, not the shape (on a 2-core machine shared with other vLLM test runs, c = 3:
+  RMS log 0.18 against 0.44 with the probe fit's ridge at 0.05; 0.23 against 0.98 at 0.5, a level delivered in bursts
+  whose throughput and E2E latency are compared).
 
 That last clause holds since the model learnt that vLLM's CPU build has no CUDA graphs (``GPUSpec.graphs``): with
 decode modelled as graphed, no term grew a decode step with depth, though every probe showed it, and the fit split the
