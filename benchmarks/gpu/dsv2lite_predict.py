@@ -12,13 +12,13 @@ import sys
 import time
 from pathlib import Path
 
+import db
 from advisor.job import load_job
 from advisor.profile import resolve_params
 from executors import place
 from executors.measure import MeasurePlan
 from executors.perf import default_params
 from executors.simulated import levels_as_sent, predicted_knee
-import db
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig, gpu_spec, vllm_default_batch
 
 

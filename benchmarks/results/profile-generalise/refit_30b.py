@@ -4,10 +4,18 @@
 
 Variants (joined by +): base (the probe fit as it was: ridge 0.05), nod1 (the c = 1 decode levels left out),
 noeager (eager_layer_latency_s held), ridgeX (the fit's ridge X), only3 / only12 (one depth's probes alone). Writes out-VARIANTS.json beside this file."""
-import json, sys, time, tempfile, math
+import json
+import math
+import sys
+import tempfile
+import time
 from pathlib import Path
+
 ROOT = Path('/work/main'); sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
-import level_views as lvw, profile_check as pc, db
+import level_views as lvw
+import profile_check as pc
+
+import db
 from advisor.calibrate import calibrate
 from advisor.profile import STEP_PARAMS
 from executors.perf import default_params

@@ -2,11 +2,16 @@
 
     python benchmarks/results/profile-generalise/refit_small.py 0.05,0.5,1.0 cpu-pt6,cpu-ci,h200-dsv3
 """
-import json, sys, tempfile
+import json
+import sys
+import tempfile
 from pathlib import Path
+
 ROOT = Path('/work/main'); sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
 import level_views as lvw
+
 import advisor.profile as P
+
 out = {}
 for ridge in [float(x) for x in sys.argv[1].split(',')]:
     P.PROFILE_RIDGE = ridge
