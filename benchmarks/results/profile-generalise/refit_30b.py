@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path('/work/main'); sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
+ROOT = Path(__file__).resolve().parents[3]; sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
 import level_views as lvw
 import profile_check as pc
 

@@ -7,7 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path('/work/main'); sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
+ROOT = Path(__file__).resolve().parents[3]; sys.path.insert(0, str(ROOT)); sys.path.insert(0, str(ROOT/'benchmarks')); sys.path.insert(0, str(ROOT/'benchmarks/gpu'))
 import level_views as lvw
 
 import advisor.profile as P
