@@ -105,7 +105,7 @@ def model_params(job: TuningJob) -> PerfParams:
     defaults of the cluster's GPU kind. The simulated executor predicts with them; a guided study starts
     its model from them."""
     from executors.perf import PerfParams, default_params
-    from executors.perf.params import REFERENCE, reference_kinds, reference_params
+    from executors.perf.params import REFERENCE, reference_missing, reference_params
 
     spec = job.executor
     if not spec.perf_params:
@@ -113,8 +113,7 @@ def model_params(job: TuningJob) -> PerfParams:
     if spec.perf_params == REFERENCE:
         ref = reference_params(job.cluster.gpu)
         if ref is None:
-            raise BadInput(f"executor.perf_params: reference: no reference calibration for {job.cluster.gpu}; it "
-                           f"covers {', '.join(reference_kinds()) or 'no GPU kind'} (or give a parameter file)")
+            raise BadInput(reference_missing(job.cluster.gpu))
         return ref
     path = job.resolve_path(spec.perf_params)
     try:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from advisor.errors import BadInput, describe_validation_error, read_yaml_file, shown
-from advisor.operating_point import Jobs, OperatingPoint, Skipped, predicted_columns, read_published_csv, samples_of
+from advisor.operating_point import Jobs, OperatingPoint, Skipped, columns_of, read_published_csv, samples_of
 from search_spaces import GPU_TABLE, MODEL_PRESETS, DeploymentConfig, Mode
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def point_of_bench(path: Path, dep: BenchDeployment) -> OperatingPoint:
         per_gpu_normalization=BENCH_NORMALIZATION,
         notes=(f"vllm bench serve --save-result {path}: {completed} of {m.num_requests} requests completed, "
                f"{m.failed} failed; latencies of the steady load (the first wave left out){flags}"))
-    measured = predicted_columns(point, m)
+    measured = columns_of(point, m)
     if "bursty-delivery" in m.flags:
         measured = {k: v for k, v in measured.items() if k not in BURSTY_COLUMNS}
     return point.model_copy(update={"measured": measured})

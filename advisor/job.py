@@ -19,25 +19,25 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from advisor.errors import BadInput, describe_validation_error, shown
 from db.redaction import redact_url
-from search_spaces.default_space import default_space
-from search_spaces.model_profile import WeightFormat
-from search_spaces.rules import precision_error
-from search_spaces import valid_space
-from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 from search_spaces import (
     DEFAULT_ERROR_SLO,
     DEFAULT_OBJECTIVE,
     DEFAULT_PARETO_Y,
     SLO,
-    DeploymentConfig,
     ClusterSpec,
+    DeploymentConfig,
     ModelProfile,
     SearchSpace,
     Workload,
     load_preset,
     maximizable,
     model_preset,
+    valid_space,
 )
+from search_spaces.default_space import default_space
+from search_spaces.model_profile import WeightFormat
+from search_spaces.rules import precision_error
+from search_spaces.valid_space import SpaceTooLarge, ValidSpace
 
 DEFAULT_STORAGE = "sqlite:///advisor.db"
 
@@ -449,12 +449,10 @@ def load_job(path: str | Path) -> TuningJob:
     doc = read_yaml_file(p, "job file", max_bytes=MAX_JOB_BYTES)
     job = job_from_dict(doc, source=str(p), base_dir=p.parent.resolve())
     if job.executor.perf_params == "reference":  # executors.perf.params.REFERENCE: the shipped calibration
-        from advisor.executor_factory import model_params
+        from executors.perf.params import reference_missing
 
-        try:
-            model_params(job)
-        except BadInput as e:
-            raise BadInput(f"{p}: {e}") from None
+        if (missing := reference_missing(job.cluster.gpu)) is not None:
+            raise BadInput(f"{p}: {missing}")
     elif job.executor.perf_params:
         from executors.perf import PerfParams
 

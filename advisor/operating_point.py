@@ -115,9 +115,11 @@ class OperatingPoint(BaseModel):
     @property
     def key(self) -> str:
         """A stable identity: the same source, layout, workload and load is the same point (re-imports match)."""
+        layout = ";".join(f"{r.role.value}:{r.instances}x{r.tensor_parallel_size}x{r.data_parallel_size}"
+                          f"{'ep' if r.enable_expert_parallel else ''}" for r in self.config.roles) \
+            if self.config else self.layout  # the layout's own columns: a knob added later changes no key
         text = "|".join(map(str, (self.source, self.engine, self.model, self.precision, self.gpu, self.total_gpus,
-                                  self.mode, self.config.key() if self.config else self.layout, self.mtp,
-                                  self.isl, self.osl, self.concurrency)))
+                                  self.mode, layout, self.mtp, self.isl, self.osl, self.concurrency)))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     @property
@@ -152,6 +154,8 @@ class Skipped:
 
 def model_preset_of(name: str) -> str | None:
     """The model preset a published model name is, or None (the name is matched on its alias, not guessed)."""
+    if name in MODEL_PRESETS:
+        return name
     text = re.sub(r"\(.*?\)", "", name.lower())
     text = re.sub(r"[\s_]+", "-", text.strip()).strip("-")
     for alias in sorted(MODEL_ALIASES, key=len, reverse=True):
@@ -362,8 +366,8 @@ def samples_of(points: Iterable[OperatingPoint], *, label: str = "external", job
     return samples, left
 
 
-def predicted_columns(point: OperatingPoint, m: Any) -> dict[str, float]:
-    """A predicted level (``Measurement``) in the published table's columns, normalised per GPU as the point's
+def columns_of(point: OperatingPoint, m: Any) -> dict[str, float]:
+    """A level (``Measurement``, predicted or measured) in the published table's columns, normalised per GPU as the
     source normalises them: disaggregated per-role throughputs are divided by that role's GPUs where the row says
     so (InferenceX), every other per-GPU figure by all of the deployment's GPUs."""
     out: dict[str, float] = {}

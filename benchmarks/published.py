@@ -45,7 +45,7 @@ from advisor.operating_point import (  # noqa: E402
     Jobs,
     OperatingPoint,
     Skipped,
-    predicted_columns,
+    columns_of,
     read_published_csv,
 )
 from advisor.reference_fit import REFERENCE_PATH, fit_reference, params_for, write_reference  # noqa: E402
@@ -80,7 +80,7 @@ def predict_point(point: OperatingPoint, jobs: Jobs, params_of: Callable[[str], 
         m = predict_as_sent(topo, model, job.workload, params, [point.concurrency], [point.requests or 1], [False])[0]
     else:
         m = predict(topo, model, job.workload, params, [point.concurrency])[0]
-    return predicted_columns(point, m), None
+    return columns_of(point, m), None
 
 
 def rel_err(pred: float | None, meas: float | None) -> float | None:

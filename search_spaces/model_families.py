@@ -1,8 +1,8 @@
 """The model families the tuner describes, by their vLLM architecture name (config.json ``architectures[0]``).
 
 Each family has a reader (HF ``config.json`` keys → ``ModelProfile`` fields), the keys it cannot do without, the
-vLLM attention backends its attention layers run on (``attention_backend``), and whether vLLM's CPU build serves it (what ``advisor
-profile`` and the CPU tests need). An architecture outside this table is refused with one line naming the ones
+vLLM attention backends its attention layers run on (``attention_backend``), and whether vLLM's CPU build serves it
+(what ``advisor profile`` and the CPU tests need). An architecture outside this table is refused with one line naming the ones
 allowed: a model read with the wrong family's spelling would be costed silently wrong.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from search_spaces.layer_kinds import AttentionKind, WeightFormat
 
 if TYPE_CHECKING:
     from search_spaces.hardware import GPUSpec
@@ -45,7 +47,6 @@ def _precision(cfg: dict[str, Any], *, fp4_experts: bool = False) -> Fields:
     MiniMax, Qwen -FP8) hold every linear layer in FP8; gpt-oss's MXFP4 holds only the experts in FP4 (attention
     BF16, ``modules_to_not_convert``); ModelOpt NVFP4 checkpoints hold the experts in NVFP4 (the rest counted
     BF16: their exclude lists vary). ``fp4_experts``: the family stores FP4 experts beside FP8 (DeepSeek-V4)."""
-    from search_spaces.model_profile import WeightFormat
 
     qc = cfg.get("quantization_config") or {}
     if not isinstance(qc, dict):
@@ -86,7 +87,6 @@ def _shared(cfg: dict[str, Any], moe: int) -> int:
 # ------------------------------------------------------------------------------------------------ readers
 def _read_mla(cfg: dict[str, Any]) -> Fields:
     """DeepSeek-V2/V3/R1, Kimi-K2 (DeepseekV3ForCausalLM spelling); V3.2 and GLM-5 add the DSA indexer."""
-    from search_spaces.model_profile import AttentionKind
 
     nope, rope = cfg.get("qk_nope_head_dim", 128), cfg.get("qk_rope_head_dim", 64)
     layers = cfg["num_hidden_layers"]
@@ -113,7 +113,6 @@ def _read_dsv4(cfg: dict[str, Any]) -> Fields:
     ``compress_ratios`` per layer: 0 window only, 4 CSA (indexer top-k over 4× compressed KV), 128 HCA (128×
     compressed KV read whole). Without ``compress_ratios`` the transformers default schedule is taken
     (0, then 128/4 alternating, then 0). Experts FP4 (MXFP4: e2m1 with UE8M0 scales), the rest FP8."""
-    from search_spaces.model_profile import AttentionKind
 
     n = cfg["num_hidden_layers"]
     ratios = cfg.get("compress_ratios")
@@ -141,7 +140,6 @@ def _read_dsv4(cfg: dict[str, Any]) -> Fields:
 def _read_gqa(cfg: dict[str, Any]) -> Fields:
     """Qwen2/3-MoE, Mixtral, GLM-4.5/4.6 (Glm4Moe: DeepSeek-style expert keys over GQA), MiniMax-M2
     (``intermediate_size`` is the expert width, no dense layers)."""
-    from search_spaces.model_profile import AttentionKind
 
     experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")
     heads = cfg["num_attention_heads"]
@@ -252,7 +250,6 @@ def family_of(architecture: str) -> Family:
 def attention_backend(model: ModelProfile, spec: GPUSpec) -> str:
     """The vLLM attention backend ``model``'s layer kinds run on with ``spec`` (Hopper or Blackwell; vLLM's CPU
     build has its own, ``CPU_ATTN``): the family's by architecture, else by attention kind."""
-    from search_spaces.model_profile import AttentionKind
 
     if spec.name == "CPU":
         return "CPU_ATTN"

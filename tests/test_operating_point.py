@@ -16,10 +16,10 @@ from advisor.operating_point import (
     Jobs,
     OperatingPoint,
     Skipped,
+    columns_of,
     job_of,
     model_preset_of,
     precision_override,
-    predicted_columns,
     read_published_csv,
     samples_of,
 )
@@ -97,7 +97,7 @@ def test_disaggregated_throughputs_are_normalised_as_the_source_does(read):
     assert not isinstance(job, str)
     m = predict(place(point.config, job.cluster), job.model_profile(), job.workload,
                 prior_params(job.cluster.gpu), [point.concurrency])[0]
-    cols = predicted_columns(point, m)
+    cols = columns_of(point, m)
     cfg = point.config
     assert cols["tput_per_gpu"] == pytest.approx(m.throughput_per_gpu)
     # InferenceX: output tok/s over the decode GPUs, input tok/s over the prefill GPUs

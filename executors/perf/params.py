@@ -259,6 +259,14 @@ def reference_source(gpu_kind: str, family: str | None = None) -> str:
     return text
 
 
+def reference_missing(gpu_kind: str) -> str | None:
+    """Why ``executor.perf_params: reference`` cannot serve ``gpu_kind`` (one line), or None where it can."""
+    if gpu_kind in reference_kinds():
+        return None
+    return (f"executor.perf_params: reference: no reference calibration for {gpu_kind}; it covers "
+            f"{', '.join(reference_kinds()) or 'no GPU kind'} (or give a parameter file)")
+
+
 def reference_kinds() -> list[str]:
     """The GPU kinds the shipped reference calibration was fitted on."""
     return list(_reference().get("gpus", []))
