@@ -90,10 +90,11 @@ STEP_PARAMS: tuple[str, ...] = (
 #: identified directions left it: refitted as sent, the ~30B H200 profile (3 and 12 layers) without its two c = 1
 #: decode levels moved ``mfu_decode`` 0.45 -> 0.09, ``step_latency_s`` 1.9 -> 0.35 ms and ``cpu_step_s`` 0.23 -> 1.7
 #: ms. A stronger pull also reached lower in-sample errors (0.226, 0.215, 0.204, 0.195 at 0.05, 0.2, 0.5, 1.0). At
-#: 0.5 the stored runs' levels the fits never saw came out as well or better than at 0.05: the 48-layer studies'
-#: levels under their knees 8.3 / 12.1 / 12.2% (7.2 / 12.5 / 11.7%) and their knees at median |log| 0.103 (0.139);
-#: the DeepSeek-V3-width stack at depth 3 14.3% (14.4%); the CPU build's study levels 11.7% and 32.9% (15.9%, 34.4%).
-#: Not monotone: 0.2 did worse on the 48-layer studies (19-23%), so the figure is the one measured, not a trend.
+#: 0.5, on the stored runs' levels the fits never saw (against 0.05): the 48-layer studies' levels under their knees
+#: 8.3 / 12.1 / 12.2% (7.2 / 12.5 / 11.7%) and their knees at median |log| 0.103 (0.139);
+#: the CPU build's study levels 11.7% and 32.9% (15.9%, 34.4%); worse on one case, the DeepSeek-V3-width stack's one
+#: level at depth 3, 15.2% (12.2%) (benchmarks/level_views.py). Not monotone: 0.2 did worse on the 48-layer studies
+#: (19-23%), so the figure is the one measured, not a trend.
 PROFILE_RIDGE = 0.5
 COMM_PARAMS: tuple[str, ...] = ("a2a_scaleup_eff", "a2a_ht_latency_s", "a2a_latency_s", "allreduce_latency_s",
                                 "cpu_dp_sync_s", "dp_balance_cv", "expert_skew_cv")
