@@ -3,7 +3,7 @@
     python benchmarks/results/profile-generalise/refit_30b.py base,nod1,noeager,ridge0.2,ridge0.5,ridge1.0
 
 Variants (joined by +): base (the probe fit as it was: ridge 0.05), nod1 (the c = 1 decode levels left out),
-noeager (eager_layer_latency_s held), ridgeX (the fit's ridge X), only3 / only12 (one depth's probes alone). Writes out-VARIANTS.json beside this file."""
+noeager (eager_layer_latency_s held), ridgeX (the fit's ridge X), only3 / only12 (one depth's probes alone), layer (layer_latency_s fitted too). Writes out-VARIANTS.json beside this file."""
 import json
 import math
 import sys
@@ -47,6 +47,7 @@ for v in VARIANTS:
     t0 = time.monotonic()
     names = list(STEP_PARAMS)
     if 'noeager' in v: names.remove('eager_layer_latency_s')
+    if 'layer' in v.split('+'): names.append('layer_latency_s')
     ridge = [float(x[5:]) for x in v.split('+') if x.startswith('ridge')] or [0.05]
     cal = calibrate(levels.samples(drop_for(v)), start=default_params(job.cluster.gpu), names=names, as_sent=True,
                     ridge=ridge[0])
