@@ -27,14 +27,15 @@ from advisor.operating_point import Jobs, OperatingPoint, samples_of
 from executors.perf.params import REFERENCE_PATH, PerfParams, prior_params
 
 #: The parameters a reference fit moves: the efficiencies and overheads that every published vLLM row sees and that
-#: hold across families when one is left out. Left to their priors: the communication and imbalance terms
-#: (``dp_balance_cv``, ``expert_skew_cv``, ``a2a_*``): every visible vLLM row runs on one 8-GPU NVLink domain, and
-#: fits that freed them put ``dp_balance_cv`` anywhere from 0 to 3 and ``expert_skew_cv`` near 0, and freeing
-#: ``dp_balance_cv`` and ``a2a_scaleup_eff`` made the family left out worse (DeepSeek-V4-Pro's throughput 14% → 28%):
-#: the rows do not tell them apart; EPLB and MTP (never on in a vLLM row); the TP-expert width factor (no narrow
-#: shards); scale-out (no row leaves a node).
+#: held best when a family was left out (four sets were tried; this one missed the family left out least).
+#: Fitted on either visible family alone, ``frontend_per_prompt_token_s`` came out at 24 and 31 µs per prompt token
+#: and ``layer_latency_s`` at 146 and 122 µs. Left to their priors: the communication and imbalance terms
+#: (``dp_balance_cv``, ``expert_skew_cv``, ``a2a_*``: every visible vLLM row runs on one 8-GPU NVLink domain; fits
+#: that freed them put ``dp_balance_cv`` anywhere from 0 to 3 at equal error and made the family left out worse),
+#: ``attn_eff_prefill`` and ``cpu_per_seq_s`` (freed, the family left out was predicted worse), EPLB and MTP (never
+#: on in a vLLM row), the TP-expert width factor (no narrow shards) and scale-out (no row leaves a node).
 FIT_NAMES: tuple[str, ...] = (
-    "mfu_prefill", "attn_eff_prefill", "hbm_eff", "layer_latency_s", "cpu_per_seq_s", "request_latency_s",
+    "mfu_prefill", "mfu_decode", "hbm_eff", "layer_latency_s", "request_latency_s", "frontend_per_prompt_token_s",
 )
 #: The GPU kind whose priors a reference fit starts from: Hopper's, the kernels the defaults were written for.
 START_KIND = "H200"

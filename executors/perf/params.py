@@ -237,9 +237,9 @@ _REFERENCE_CACHE: dict[str, Any] | None = None
 
 def reference_params(gpu_kind: str) -> PerfParams | None:
     """The reference calibration over the kind's priors, for the GPU kinds it was fitted on; else None. Opt-in
-    (``executor.perf_params: reference``), not the default: fitted on every visible family it predicts them within
-    ~20%, but left one family out it misses the other by up to ~1x in throughput (docs/benchmarks.md), so it is
-    evidence to choose, not a prior to impose."""
+    (``executor.perf_params: reference``), not the default: fitted on both visible families it predicts their
+    throughput within ~25%, and fitted on one it misses the other by 20% and 63% (the priors: 114% and 281%) —
+    better, but two families on two GPU kinds are evidence to choose, not yet a prior to impose on every job."""
     ref = _reference()
     if gpu_kind not in ref.get("gpus", []):
         return None
