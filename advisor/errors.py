@@ -101,18 +101,25 @@ def _allowed_fields(e: ValidationError, parent_loc: tuple) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------- reading YAML
-def read_yaml_file(path: Path, what: str, *, max_bytes: int) -> Any:
-    """The YAML document of a file the user names (``what``: "job file", "configuration"), or ``BadInput``
-    with one line: unreadable, larger than ``max_bytes`` (read no further: /dev/zero is no job either), not
-    UTF-8, or not YAML (``parse_yaml``)."""
+def read_capped(path: Path, what: str, *, max_bytes: int, too_large: str) -> bytes:
+    """The bytes of a file the user names, read no further than ``max_bytes`` (/dev/zero is no input either), or
+    ``BadInput`` with one line: unreadable (naming ``what``), or larger (``too_large`` says what such a file is)."""
     try:
         with path.open("rb") as f:
             raw = f.read(max_bytes + 1)
     except OSError as e:
         raise BadInput(f"{path}: cannot read the {what} ({e.strerror or e})") from None
     if len(raw) > max_bytes:
-        raise BadInput(f"{path}: more than {max_bytes:,} bytes is too large for a {what}; a {what} is a small "
-                       "YAML file")
+        raise BadInput(f"{path}: more than {max_bytes:,} bytes {too_large}")
+    return raw
+
+
+def read_yaml_file(path: Path, what: str, *, max_bytes: int) -> Any:
+    """The YAML document of a file the user names (``what``: "job file", "configuration"), or ``BadInput``
+    with one line: unreadable, larger than ``max_bytes`` (read no further: /dev/zero is no job either), not
+    UTF-8, or not YAML (``parse_yaml``)."""
+    raw = read_capped(path, what, max_bytes=max_bytes,
+                      too_large=f"is too large for a {what}; a {what} is a small YAML file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from advisor.errors import BadInput, describe_validation_error, read_yaml_file, shown
+from advisor.errors import BadInput, describe_validation_error, read_capped, read_yaml_file, shown
 from advisor.operating_point import Jobs, OperatingPoint, Skipped, columns_of, read_published_csv, samples_of
 from search_spaces import GPU_TABLE, MODEL_PRESETS, DeploymentConfig, Mode
 
@@ -87,13 +87,8 @@ class BenchDeployment:
 
 def _bench_json(path: Path) -> tuple[dict[str, Any], str]:
     """The JSON and its digest, or ``BadInput`` naming the file and what is wrong with it."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BENCH_BYTES + 1)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read the benchmark result ({e.strerror or e})") from None
-    if len(raw) > MAX_BENCH_BYTES:
-        raise BadInput(f"{path}: more than {MAX_BENCH_BYTES:,} bytes is not one `vllm bench serve` result")
+    raw = read_capped(path, "benchmark result", max_bytes=MAX_BENCH_BYTES,
+                      too_large="is not one `vllm bench serve` result")
     try:
         data = json.loads(raw)
     except UnicodeDecodeError:
