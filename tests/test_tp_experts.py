@@ -260,7 +260,7 @@ def test_new_parameter_is_calibratable_and_bounded() -> None:
     from executors.perf import CALIBRATABLE
 
     # appended after every earlier field (their vector order, and so seeded perturbed draws, stay as they were); only
-    # the API server's per-prompt term came after it
-    assert CALIBRATABLE[-2:] == ["expert_shard_min_width", "frontend_per_prompt_token_s"]
-    lo, hi = PerfParams.bounds()[-2]
+    # the API server's per-prompt term and the per-layer step floor came after it
+    assert CALIBRATABLE[-3:] == ["expert_shard_min_width", "frontend_per_prompt_token_s", "layer_latency_s"]
+    lo, hi = PerfParams.bounds()[-3]
     assert lo <= PerfParams().expert_shard_min_width <= hi
