@@ -2,8 +2,8 @@
 
 Each family has a reader (HF ``config.json`` keys → ``ModelProfile`` fields), the keys it cannot do without, the
 vLLM attention backends its attention layers run on (``attention_backend``), and whether vLLM's CPU build serves it
-(what ``advisor profile`` and the CPU tests need). An architecture outside this table is refused with one line naming the ones
-allowed: a model read with the wrong family's spelling would be costed silently wrong.
+(what ``advisor profile`` and the CPU tests need). An architecture outside this table is refused with one line
+naming the ones allowed: a model read with the wrong family's spelling would be costed silently wrong.
 """
 
 from __future__ import annotations
@@ -238,8 +238,19 @@ _BY_ARCH = {a: f for f in FAMILIES for a in f.architectures}
 ARCHITECTURES: tuple[str, ...] = tuple(_BY_ARCH)
 
 
-def family_of(architecture: str) -> Family:
-    """The family of a vLLM architecture name; a ``ValueError`` of one line naming those allowed."""
+#: Dense architectures whose config.json may still carry a MoE's expert keys, read as their MoE sibling: the
+#: project's own stand-in for MoE with data parallelism on vLLM's CPU build (``executors.tiny_model``, ``dense=True``:
+#: vLLM's dense Qwen3 serves it and ignores the expert keys; the model reads the MoE they describe). A dense config
+#: without expert keys is still refused: its architecture is no family the tuner describes.
+DENSE_STAND_INS: dict[str, str] = {"Qwen3ForCausalLM": "Qwen3MoeForCausalLM"}
+
+
+def family_of(architecture: str, cfg: dict[str, Any] | None = None) -> Family:
+    """The family of a vLLM architecture name (a dense stand-in's MoE sibling where ``cfg`` names routed experts,
+    ``DENSE_STAND_INS``); a ``ValueError`` of one line naming those allowed."""
+    sibling = DENSE_STAND_INS.get(architecture)
+    if sibling is not None and cfg is not None and (cfg.get("num_experts") or cfg.get("num_local_experts")):
+        architecture = sibling
     try:
         return _BY_ARCH[architecture]
     except KeyError:

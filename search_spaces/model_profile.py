@@ -390,7 +390,7 @@ class ModelProfile(BaseModel):
         fam = None
         if arch:
             try:
-                fam = family_of(arch)
+                fam = family_of(arch, cfg)
             except ValueError as e:
                 raise ValueError(f"{source}: {e}") from None
         experts = cfg.get("n_routed_experts") or cfg.get("num_experts") or cfg.get("num_local_experts")

@@ -254,6 +254,21 @@ def test_unknown_architecture_is_one_line(tmp_path: Path) -> None:
     assert "model.path" in line and "LlamaForCausalLM" in line and "allowed" in line and "GptOssForCausalLM" in line
 
 
+def test_the_dense_stand_in_reads_as_its_moe_and_a_dense_model_is_refused(tmp_path: Path) -> None:
+    """The CPU build's multi-node stand-in (``make_tiny_moe(dense=True)``: ``Qwen3ForCausalLM`` with the MoE's expert
+    keys) is read as the tiny MoE; a dense Qwen3 without them is no family the tuner describes."""
+    from executors.tiny_model import make_tiny_moe
+
+    folder = make_tiny_moe(tmp_path / "tiny-dense", dense=True)
+    model = ModelProfile.from_hf_config(folder)
+    tiny = model_preset("tiny-moe")
+    assert (model.n_routed_experts, model.top_k, model.num_layers) == (tiny.n_routed_experts, tiny.top_k,
+                                                                       tiny.num_layers)
+    cfg = {k: v for k, v in json.loads((folder / "config.json").read_text()).items() if k != "num_experts"}
+    with pytest.raises(ValueError, match="'Qwen3ForCausalLM' is not a model family the tuner describes"):
+        ModelProfile.from_hf_dict(cfg, name="dense")
+
+
 def test_nvfp4_on_hopper_is_refused_in_one_line(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "r1-fp4", NVFP4_R1)
     (tmp_path / "job.yaml").write_text(json.dumps(_job(folder, HGX_H200, "f")))
