@@ -36,7 +36,9 @@ def test_four_workers_share_one_study_without_sharing_gpus(tmp_path: Path, pg_ur
                      "mixed": {"instances": [1], "dp_sizes": [1], "tp_sizes": [1],
                                "max_num_seqs": [32, 64, 128, 256],
                                "max_num_batched_tokens": [2048, 4096, 8192, 16384]}},
-           "model": {"preset": "qwen3-moe-235b", "weight_bytes": 0.5},
+           # FP8 attention beside MXFP4 experts: one H200 holds it (NVFP4 would need FP4 tensor cores)
+           "model": {"preset": "qwen3-moe-235b", "weight_bytes": 1, "expert_weight_bytes": 0.5,
+                     "expert_format": "mxfp4"},
            "executor": {"kind": "simulated", "reserve_gpus": True, "hold_s": 3.0, "ray_address": ray_head},
            "storage": pg_url, "sampler": {"seed": 3}}
     (tmp_path / "job.yaml").write_text(json.dumps(job))
