@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import advisor, one_line
+
 BAD = Path(__file__).parent / "bad_jobs"
 
 #: file → words the one line must contain (the field, and what is allowed where it applies)
@@ -75,19 +77,6 @@ EXPECT = {
 VALIDATE_ONLY = {"no_valid_candidate.yaml"}
 
 
-def advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
-
-
-def _one_line(p: subprocess.CompletedProcess[str]) -> str:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr + p.stdout
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, p.stderr
-    return lines[0]
-
-
 def test_corpus_is_complete() -> None:
     assert sorted(EXPECT) == sorted(p.name for p in BAD.glob("*.yaml"))
 
@@ -101,7 +90,7 @@ def test_bad_job_file(name: str, command: str, tmp_path: Path) -> None:
         pytest.skip("checked by validate")
     db = tmp_path / "study.db"
     args = [command, str(BAD / name)] + (["--storage", f"sqlite:///{db}"] if command == "tune" else [])
-    line = _one_line(advisor(*args, cwd=tmp_path))
+    line = one_line(advisor(*args, cwd=tmp_path))
     for word in EXPECT[name]:
         assert word in line, f"{word!r} not in {line!r}"
     assert not db.exists(), "a bad job wrote to the database"
@@ -111,8 +100,8 @@ def test_unreachable_ray_writes_nothing(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("name: ok\npreset: cpu-tiny-moe\n")
     dbfile = tmp_path / "x.db"
-    _one_line(advisor("tune", str(job), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--storage",
-                      f"sqlite:///{dbfile}", cwd=tmp_path))
+    one_line(advisor("tune", str(job), "--executor", "ray", "--ray-address", "127.0.0.1:1", "--storage",
+                     f"sqlite:///{dbfile}", cwd=tmp_path))
     assert not dbfile.exists()
 
 
@@ -150,7 +139,7 @@ def test_bad_command_lines(args: list[str], words: list[str], tmp_path: Path) ->
         dbfile.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "advisor", "tune", str(job), "--trials", "1", "--storage",
                         f"sqlite:///{dbfile}"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
-    line = _one_line(advisor(*args, cwd=tmp_path))
+    line = one_line(advisor(*args, cwd=tmp_path))
     for w in words:
         assert w in line, f"{w!r} not in {line!r}"
     assert "secret" not in line and "root:" not in line
@@ -170,7 +159,7 @@ def test_a_jobs_model_path_replaces_its_presets_model() -> None:
 
 def test_reading_a_missing_database_creates_nothing(tmp_path: Path) -> None:
     dbfile = tmp_path / "none.db"
-    line = _one_line(advisor("studies", "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+    line = one_line(advisor("studies", "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
     assert "no database" in line and not dbfile.exists()
 
 
@@ -225,14 +214,14 @@ def test_study_names_obey_the_job_name_rule_on_the_command_line(tmp_path: Path) 
     job = tmp_path / "job.yaml"
     job.write_text("name: ok\npreset: cpu-tiny-moe\nexecutor: {kind: simulated}\n")
     dbfile = tmp_path / "x.db"
-    line = _one_line(advisor("tune", str(job), "--study", TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+    line = one_line(advisor("tune", str(job), "--study", TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
     assert "--study" in line and "not a study name" in line and "letters, digits" in line, line
     assert not dbfile.exists()
     subprocess.run([sys.executable, "-m", "advisor", "tune", str(job), "--trials", "1", "--storage",
                     f"sqlite:///{dbfile}"], cwd=tmp_path, check=True, capture_output=True, timeout=300)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     for command in ("best", "export", "cleanup", "trials", "calibrate"):
-        line = _one_line(advisor(command, TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
+        line = one_line(advisor(command, TRAVERSAL, "--storage", f"sqlite:///{dbfile}", cwd=tmp_path))
         assert "not a study name" in line, (command, line)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before  # nothing written
     assert not Path("/tmp/x/stolen").exists()

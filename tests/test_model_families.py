@@ -8,8 +8,6 @@ scaling, token ids, norms — is left out), copied from the source named above e
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +24,7 @@ from search_spaces.hardware import GPU_TABLE, format_tflops
 from search_spaces.model_families import ARCHITECTURES
 from search_spaces.rules import kv_capacity_tokens, precision_error
 from search_spaces.workload import LengthDist
+from tests.cli_run import advisor, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 FP8_BLOCKS = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
@@ -162,19 +161,6 @@ def _job(folder: Path, cluster: dict, study: str) -> dict:
             "budget": {"trials": 2}, "space": SPACE, "sampler": {"seed": 1, "guide": False}}
 
 
-def advisor(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, check=False)
-
-
-def _one_line(p: subprocess.CompletedProcess[str]) -> str:
-    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
-    assert "Traceback" not in p.stderr + p.stdout
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, p.stderr
-    return lines[0]
-
-
 # ----------------------------------------------------------------------------------- every family, read and run
 @pytest.mark.parametrize("family", sorted(CONFIGS))
 def test_config_reads_as_its_preset(family: str, tmp_path: Path) -> None:
@@ -250,7 +236,7 @@ def test_unknown_architecture_is_one_line(tmp_path: Path) -> None:
     cfg = {**CONFIGS["qwen3-30b"][1], "architectures": ["LlamaForCausalLM"]}
     folder = _folder(tmp_path, "llama", cfg)
     (tmp_path / "job.yaml").write_text(json.dumps(_job(folder, HGX_H200, "u")))
-    line = _one_line(advisor("validate", "job.yaml", cwd=tmp_path))
+    line = one_line(advisor("validate", "job.yaml", cwd=tmp_path))
     assert "model.path" in line and "LlamaForCausalLM" in line and "allowed" in line and "GptOssForCausalLM" in line
 
 
@@ -272,7 +258,7 @@ def test_the_dense_stand_in_reads_as_its_moe_and_a_dense_model_is_refused(tmp_pa
 def test_nvfp4_on_hopper_is_refused_in_one_line(tmp_path: Path) -> None:
     folder = _folder(tmp_path, "r1-fp4", NVFP4_R1)
     (tmp_path / "job.yaml").write_text(json.dumps(_job(folder, HGX_H200, "f")))
-    line = _one_line(advisor("validate", "job.yaml", cwd=tmp_path))
+    line = one_line(advisor("validate", "job.yaml", cwd=tmp_path))
     assert "NVFP4" in line and "H200" in line and "Allowed on H200" in line and "B200" in line
     with pytest.raises(BadInput, match="NVFP4"):  # the job loader, for every Hopper kind and a preset override
         job_from_dict({**_job(folder, {"gpu": "H100", "nodes": 1, "gpus_per_node": 8}, "f")})
