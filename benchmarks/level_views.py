@@ -54,6 +54,7 @@ from advisor.profile import fit_probes, plan_profile  # noqa: E402
 from executors import place  # noqa: E402
 from executors.bench_result import first_wave_left_out  # noqa: E402
 from executors.perf import PerfParams, default_params  # noqa: E402
+from research.raw import raw_file  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 VIEWS = (False, True)  # as sent? (``profile_check.view`` names each)
@@ -61,7 +62,7 @@ PAUSED_DSV3 = ("L1/decode/2048/c16", "L1/decode/2048/c256", "L5/decode/2048/c256
 
 
 def unpack(tarball: Path, into: Path) -> Path:
-    with tarfile.open(tarball) as tar:
+    with tarfile.open(raw_file(tarball)) as tar:
         tar.extractall(into, filter="data")
     return into
 

@@ -1,28 +1,28 @@
 """The committed real study of ``benchmarks/results/h200-knee/`` (1 × H200, knee search, vLLM's defaults measured at
-c ≥ 99 only) as a database to read: unpacked from ``raw.tar.xz`` and brought to this code's schema, as any
-``advisor`` command leaves it. Its stored job names the model folder by the device run's absolute path; where that
-is not this checkout's, the copy is pointed at the same committed folder here (the job must validate to be read).
+c ≥ 99 only) as a database to read: ``tests/data/h200-knee-results.db.xz`` (the device's ``results.db`` from that
+run's raw tarball, alone, so that the dashboard's tests need no git history) decompressed and brought to this code's
+schema, as any ``advisor`` command leaves it. Its stored job names the model folder by the device run's absolute
+path; where that is not this checkout's, the copy is pointed at the same committed folder here (the job must
+validate to be read).
 """
-
 from __future__ import annotations
 
 import json
+import lzma
 import sqlite3
-import tarfile
 from pathlib import Path
 
 import db
 
 ROOT = Path(__file__).resolve().parent.parent
-RAW = ROOT / "benchmarks" / "results" / "h200-knee" / "raw.tar.xz"
+DATABASE = ROOT / "tests" / "data" / "h200-knee-results.db.xz"
 STUDY = "h200-knee-30b"
 
 
 def unpack(out: Path) -> str:
     """The study's database under ``out``; its URL."""
-    with tarfile.open(RAW) as tar:
-        tar.extractall(out, members=[tar.getmember("raw/da-gpu/results.db")], filter="data")
-    path = out / "raw" / "da-gpu" / "results.db"
+    path = out / "results.db"
+    path.write_bytes(lzma.decompress(DATABASE.read_bytes()))
     con = sqlite3.connect(path)
     with con:
         (text,) = con.execute("SELECT job FROM advisor_studies WHERE name = ?", (STUDY,)).fetchone()

@@ -17,6 +17,7 @@ from advisor.calibrate import calibrate, measured_samples
 from advisor.job import job_from_dict
 from advisor.objectives import operating_point
 from db import queries
+from tests.gpu_records import raw_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "h200-knee"
@@ -26,7 +27,7 @@ STUDY = "h200-knee-30b"
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("h200-knee")
-    with tarfile.open(RESULTS / "raw.tar.xz") as tar:
+    with tarfile.open(raw_or_skip(RESULTS / "raw.tar.xz")) as tar:
         tar.extractall(out, filter="data")
     database = db.connect(f"sqlite:///{out / 'raw/da-gpu/results.db'}")
     try:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import db
-from tests.gpu_records import ROOT
+from tests.gpu_records import ROOT, raw_or_skip
 
 RESULTS = ROOT / "benchmarks" / "results" / "h200-profile-dsv3" / "call6-8-4dec"
 DOCS = (ROOT / "docs" / "benchmarks.md").read_text()
@@ -34,7 +34,7 @@ def _pct(x: float) -> str:
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("dsv3-r5")
-    with tarfile.open(RESULTS / "raw.tar.xz") as tar:
+    with tarfile.open(raw_or_skip(RESULTS / "raw.tar.xz")) as tar:
         tar.extractall(out, filter="data")
     return out
 

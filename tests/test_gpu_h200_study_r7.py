@@ -19,7 +19,7 @@ import pytest
 from benchmarks import itl_modes
 from executors.bench_result import stall_of
 from search_spaces import TrialState
-from tests.gpu_records import ROOT, recorded_study
+from tests.gpu_records import ROOT, raw_or_skip, recorded_study
 
 RESULTS = ROOT / "benchmarks" / "results"
 R7 = RESULTS / "h200-study-30b-r7"
@@ -133,7 +133,7 @@ def test_the_stall_rule_refit_is_the_docs_table() -> None:
 def test_the_one_stalled_probe_of_profile_1(tmp_path: Path) -> None:
     """The stall detector over profile #1's 16 probe runs (14 levels and their warm-ups' folders) flags one level:
     depth 3, decode, c = 256 — the level the refit leaves out."""
-    with tarfile.open(RESULTS / "h200-study-30b" / "raw.tar.xz") as tar:
+    with tarfile.open(raw_or_skip(RESULTS / "h200-study-30b" / "raw.tar.xz")) as tar:
         tar.extractall(tmp_path, filter="data")
     runs = tmp_path / "da-runs" / "h200-study-30b-profile"
     stalled = []
@@ -149,7 +149,7 @@ def test_the_one_stalled_probe_of_profile_1(tmp_path: Path) -> None:
 
 
 def test_the_gaps_between_tokens_of_r6s_baseline(tmp_path: Path) -> None:
-    with tarfile.open(RESULTS / "h200-study-30b-r6" / "raw.tar.xz") as tar:
+    with tarfile.open(raw_or_skip(RESULTS / "h200-study-30b-r6" / "raw.tar.xz")) as tar:
         names = [n for n in tar.getnames() if "20261205-104223-fa6e24/bench/c" in n and n.endswith(("c70.json",
                                                                                                      "c81.json",
                                                                                                      "c93.json"))]

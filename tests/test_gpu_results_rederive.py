@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.gpu_records import raw_or_skip
+
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
@@ -18,6 +20,7 @@ def knee(tmp_path_factory):
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    raw_or_skip(RESULTS / "h200-knee" / "raw.tar.xz")
     return mod, mod.unpack(tmp_path_factory.mktemp("h200-knee"))
 
 

@@ -289,9 +289,10 @@ def r4_replayed(tmp_path_factory):
     from pathlib import Path
 
     from benchmarks import knee_replay
+    from tests.gpu_records import raw_or_skip
 
     out = tmp_path_factory.mktemp("r4")
-    with tarfile.open(knee_replay.ROOT / "benchmarks/results/h200-study-30b-r4/raw.tar.xz") as tar:
+    with tarfile.open(raw_or_skip(knee_replay.ROOT / "benchmarks/results/h200-study-30b-r4/raw.tar.xz")) as tar:
         tar.extractall(out, members=[m for m in tar.getmembers()
                                      if m.name == "da-gpu/results.db" or "/bench/c" in m.name], filter="data")
     return knee_replay.replay(str(knee_replay.ROOT / "benchmarks/gpu/h200-study-30b.yaml"),

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from benchmarks import level_views
+from research.raw import RawUnavailable
 
 COMMITTED = json.loads((level_views.RESULTS / "level_views.json").read_text())
 
@@ -21,7 +22,10 @@ COMMITTED = json.loads((level_views.RESULTS / "level_views.json").read_text())
 @pytest.fixture(scope="module")
 def derived(tmp_path_factory):
     out = tmp_path_factory.mktemp("views") / "views"
-    assert level_views.main(["--cases", "cpu-pt6,h200-dsv3,h200-30b", "--out", str(out)]) == 0
+    try:
+        assert level_views.main(["--cases", "cpu-pt6,h200-dsv3,h200-30b", "--out", str(out)]) == 0
+    except RawUnavailable as e:  # a checkout without the git history that keeps the raw runs
+        pytest.skip(str(e))
     return json.loads(out.with_suffix(".json").read_text())
 
 

@@ -50,7 +50,10 @@ DEVICE_S = 1800 - 237  # status after give_back: budget_left_s 237 of 1800
 
 def unpack(dest: Path) -> Path:
     """``raw.tar.xz`` unpacked under ``dest``; returns the ``raw/`` folder."""
-    with tarfile.open(HERE / "raw.tar.xz") as tar:
+    sys.path.insert(0, str(HERE.parents[2]))
+    from research.raw import raw_file
+
+    with tarfile.open(raw_file(HERE / "raw.tar.xz")) as tar:
         tar.extractall(dest, filter="data")
     return dest / "raw"
 

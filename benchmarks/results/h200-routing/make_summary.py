@@ -17,6 +17,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 
 import db  # noqa: E402
 from db import queries  # noqa: E402
+from research.raw import raw_file  # noqa: E402
 
 STUDIES = {"call7": ["h200-routing-real", "h200-routing-zipf"], "call15": ["h200-routing-uniform"]}
 KEEP = ("concurrency", "num_requests", "completed", "throughput_per_gpu", "p50_tpot_ms", "p90_tpot_ms",
@@ -27,7 +28,7 @@ def summary() -> dict:
     out: dict = {"gpu": "1 x NVIDIA H200 (device kind nvidia-h200)", "engine": "vLLM 0.26.0 (GPU build), --enforce-eager",
                  "model": "qwen3-moe-small (dummy weights, 64 experts, top-8)", "studies": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(HERE / "raw.tar.xz") as tar:
+        with tarfile.open(raw_file(HERE / "raw.tar.xz")) as tar:
             tar.extractall(tmp, filter="data")
         for call, studies in STUDIES.items():
             database = db.connect(f"sqlite:///{Path(tmp) / call / 'da-gpu' / 'results.db'}")

@@ -1,9 +1,12 @@
 import json
 import statistics
+import sys
 from pathlib import Path
 OUT = Path(__file__).resolve().parent
+sys.path.insert(0, str(OUT.parents[3]))
+from research.raw import raw_file  # noqa: E402  (heldout_raw.json is kept in git history, not the tree)
 d = json.loads((OUT / "results.json").read_text())
-raw = json.loads((OUT / "heldout_raw.json").read_text())
+raw = json.loads(raw_file(OUT / "heldout_raw.json").read_text())
 com = json.loads((Path(__file__).resolve().parents[2] / "level_views.json").read_text())["h200-30b"]
 S = ("r4", "r6", "r7")
 def pct(x): return "—" if x is None else f"{100*x:.1f}%"
