@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from executors import cpu_platform, place
-from executors.local import LocalExecutor, engine_version
+from executors.local import LocalExecutor
+from executors.serving import engine_version
 from executors.tiny_model import make_tiny_moe
 from search_spaces import ClusterSpec, DeploymentConfig, Mode, Role, RoleConfig, Workload, load_preset
 

@@ -31,10 +31,9 @@ from executors.base import Deployment, DeploymentFailed, FailureKind
 from executors.measure import LevelRunner, ServerView
 from executors.platform import Platform
 from executors.render import Endpoint, router_args, slot_env
-from executors.serving import (  # engine_version: benchmarks/cpu_trial_overhead.py imports it from here
+from executors.serving import (
     compile_cache_env,
     engine_start_env,
-    engine_version,
     server_unhealthy,
     start_failure,
     wait_router,
@@ -44,7 +43,7 @@ from executors.vllm_executor import VllmExecutor
 from search_spaces import Workload
 from search_spaces.workload import routing_env
 
-__all__ = ["LocalExecutor", "engine_version"]
+__all__ = ["LocalExecutor"]
 
 
 # ------------------------------------------------------------------------------------------ local executor

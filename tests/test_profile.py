@@ -215,7 +215,7 @@ def _checkpoint(job, depth: int, plan) -> Path:
     """Write what an unfinished profile would have left after measuring ``depth`` (values of the tiny model's
     order on the CPU build), where a rerun of the same profile looks for it."""
     from advisor.profile import checkpoint_path, source_config
-    from executors.local import engine_version
+    from executors.serving import engine_version
 
     model = job.model_profile()
     folder = job.resolve_path(job.executor.run_dir) / "profile-models" / f"{model.shape_key}-L{depth}"
