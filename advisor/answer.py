@@ -6,8 +6,8 @@ so when no searched deployment beats the defaults, the answer *is* the defaults.
 the job's whole cluster unless ``objective.per: used_gpu``: what the copies of each that fit serve, idle GPUs
 serving nothing, so the answer says how many copies to run (``Answer.copies``, ``Answer.served``). Its numbers
 come from its operating point (``objectives.operating_point``: the level its objective was told from), never
-from another level of the same trial, so the table of ``advisor best``, its verdict, the progress bar, ``advisor export``
-without ``--trial`` and the dashboard's recommendation all speak of one (trial, level).
+from another level of the same trial, so the table of ``advisor best``, its verdict, the progress bar, ``advisor
+export`` without ``--trial`` and the dashboard's recommendation all speak of one (trial, level).
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ def rank(job: TuningJob, trials: list[Trial], per: Per | None = None) -> list[Ru
                    t.baseline)
             for t in trials]
     return rank_deployments(rows, objective_names(job)[0], cluster_gpus(job, per))
+
+
+def best_text(value: float | None, objective: str | None, runs: int) -> str | None:
+    """A study's best as ``advisor studies`` and the dashboard's study list say it: the mean of the answer's
+    runs (``db.ranking.best_of``), with how many runs it averages — never one run's level beside another
+    screen's mean."""
+    if value is None or objective is None:
+        return None
+    return f"{value:,.1f} {objective}" + (f" (mean of {runs} runs)" if runs > 1 else "")
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,8 @@ class Answer:
 
     @property
     def gain(self) -> float | None:
-        """Mean over mean of the answer and vLLM's defaults (1.0 when the defaults are the answer)."""
+        """Mean over mean of the answer and vLLM's defaults (1.0 when the defaults are the answer): the ratio
+        ``advisor.verdict.Gain`` words."""
         base = self.baseline
         return self.best.mean / base.mean if base is not None and base.mean else None
 

@@ -9,16 +9,25 @@ from pathlib import Path
 from typing import Any
 
 import db
-from advisor.answer import Answer, study_answer
+from advisor.answer import Answer, best_text, study_answer
 from advisor.errors import BadInput
-from advisor.exports import (FORMATS, Evidence, ExportOptions, ModelNeeded, Rendered, evidence_source, model_name,
-                             render_export, write_export)
+from advisor.exports import (
+    FORMATS,
+    Evidence,
+    ExportOptions,
+    ModelNeeded,
+    Rendered,
+    evidence_source,
+    model_name,
+    render_export,
+    write_export,
+)
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
-from db import redact_url
+from advisor.study_counts import Counts, budget_of
 from advisor.tune import TrialReport, TuneSummary, tune
-from advisor.verdict import model_error, verdict_lines
-from db import Best, queries
+from advisor.verdict import Verdict, model_error, verdict, verdict_lines
+from db import Best, queries, redact_url
 from executors import Topology, place
 from search_spaces import DeploymentConfig, Measurement, check, load_preset, preset_names
 
@@ -27,7 +36,7 @@ __all__ = [
     "executed_trials", "export", "export_problem", "job_of_study", "preset_rows", "profile", "query",
     "query_catalog", "rendered_export", "run_tune",
     "simulate", "space_summary", "studies_table", "trials_table",
-    "verdict_lines",
+    "Verdict", "verdict_lines", "verdict_of",
 ]
 
 run_tune = tune
@@ -38,8 +47,9 @@ _METRIC_COLS = ["throughput_per_gpu", "p90_tokens_per_s_per_user", "p90_ttft_ms"
 
 def _open(url: str) -> db.Database:
     """Open an existing results database for reading (a missing SQLite file is an error, not created)."""
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:" and not Path(url[len("sqlite:///"):]).exists():
-        raise BadInput(f"storage: no database at {url[len('sqlite:///'):]} (run `advisor tune` first, or pass --storage)")
+    file = url[len("sqlite:///"):].split("?", 1)[0]  # the query (which may hold a secret) is no part of the path
+    if url.startswith("sqlite:///") and file != ":memory:" and not Path(file).exists():
+        raise BadInput(f"storage: no database at {file} (run `advisor tune` first, or pass --storage)")
     try:
         return db.connect(url)
     except db.DatabaseUnavailable as e:
@@ -96,7 +106,8 @@ def calibrate(url: str, studies: list[str], *, out: Path, folds: int | None = No
     ``models`` maps a model folder's name to where it is on this machine, for studies measured elsewhere."""
     import json
 
-    from advisor.calibrate import calibrate as fit, measured_samples
+    from advisor.calibrate import calibrate as fit
+    from advisor.calibrate import measured_samples
     from advisor.external import external_samples
 
     database = _open(url)
@@ -139,7 +150,11 @@ def import_points(url: str, points: list[Any], batch: str) -> tuple[int, int]:
 
 def executed_trials(job: TuningJob, url: str, study: str | None) -> int:
     """Trials of this study the budget counts (``db.budget``; 0 for a new study or database), for the progress bar."""
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):].split("?", 1)[0]).exists():
+        try:
+            db.require_folder(url)  # a new file is fine, a folder that is not there is a mistyped URL
+        except ValueError as e:
+            raise BadInput(f"storage: {e}") from None
         return 0
     database = _open(url)
     try:
@@ -186,11 +201,12 @@ def studies_table(url: str) -> tuple[list[str], list[list[Any]]]:
     """The compact view `advisor studies` prints (the named query `studies` has every column)."""
     database = _open(url)
     try:
-        cols = ["study", "executor", "hardware", "trials", "complete", "failed", "invalid", "running", "best",
-                "best trial"]
-        rows = [[s.name, s.executor, s.hardware, s.trials, s.done, s.failed, s.invalid, s.running,
-                 f"{s.best:,.1f} {s.best_objective}" if s.best is not None else None, s.best_trial]
-                for s in queries.list_studies(database)]
+        cols = ["study", "executor", "hardware", "state", "trials", "best", "best trial"]
+        rows = []
+        for s in queries.list_studies(database):
+            counts = Counts.of(s, budget_of(s.job))
+            rows.append([s.name, s.executor, s.hardware, counts.state(), counts.text(),
+                         best_text(s.best, s.best_objective, s.best_runs), s.best_trial])
         return cols, rows
     finally:
         database.close()
@@ -290,11 +306,40 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
                                    f"the SLOs)" if ans.served is not None else ""))
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
-        rep.notes = verdict_lines(job, queries.list_trials(database, study))
+        rep.notes = study_verdict(database, study, job).lines()
         if ans is not None and ans.equal_load is not None:
             line = ans.equal_load.text(ans.trial, objective_names(job)[0])
             rep.notes += [f"vs vLLM's defaults {line}"] if line else []
         return rep
+    finally:
+        database.close()
+
+
+def operating_points(database: db.Database, study: str, job: TuningJob) -> dict[int, int]:
+    """Trial → the concurrency of its operating point (``objectives.operating_point``), from one read of the
+    study's levels."""
+    levels: dict[int, list[Measurement]] = {}
+    for lv in queries.measurements(database, study):
+        levels.setdefault(lv.trial_number, []).append(lv.measurement)
+    out = {}
+    for n, ms in levels.items():
+        point, _ = operating_point(job, ms)
+        if point is not None:
+            out[n] = point.concurrency
+    return out
+
+
+def study_verdict(database: db.Database, study: str, job: TuningJob) -> Verdict:
+    """What ``advisor best`` says under its table (``advisor.verdict``), each run with its load: the one source
+    of the dashboard's headline too."""
+    return verdict(job, queries.list_trials(database, study), operating_points(database, study, job))
+
+
+def verdict_of(url: str, study: str) -> Verdict:
+    """``study_verdict`` of a study in the database at ``url``."""
+    database = _open(url)
+    try:
+        return study_verdict(database, study, job_of_study(database, study))
     finally:
         database.close()
 

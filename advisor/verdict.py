@@ -10,11 +10,15 @@ speaks of the answer's trial.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
 from advisor.answer import rank
 from advisor.executor_factory import is_simulated
-from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
 from advisor.job import Per, Scope, TuningJob
 from advisor.objectives import cluster_served, copies, objective_names, served_unit
+from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
 from db import Trial
 from db.queries import Runs
 from search_spaces import TrialState
@@ -34,29 +38,82 @@ def model_error(trials: list[Trial], job: TuningJob) -> tuple[float | None, int]
     return (sum(recent) / len(recent) if recent else None), len(recent)
 
 
-def _runs_text(r: Runs) -> str:
-    return f"trial {r.trial}, {r.per_used_gpu:,.1f} over {len(r.values)} run(s)"
+def _runs_text(r: Runs, at: Mapping[int, int]) -> str:
+    """``2 runs 22,213.4 (trial 4 @ c=85) / 21,479.5 (trial 6 @ c=86), mean 21,846.4``: every run as recorded,
+    with the trial and the load of its own operating point."""
+    runs = " / ".join(f"{v:,.1f} (trial {t}{f' @ c={at[t]}' if t in at else ''})"
+                      for t, v in zip(r.trials or [r.trial], r.recorded, strict=False))
+    if len(r.values) == 1:
+        return f"1 run {runs}"
+    return f"{len(r.values)} runs {runs}, mean {r.per_used_gpu:,.1f}"
 
 
-def _margin(a: Runs, b: Runs) -> str:
-    """``a`` against ``b``: mean ratio, its range over the runs' worst and best pairings, and the word."""
-    lo, hi = a.low / b.high, a.high / b.low
-    word = "a tie (within the run-to-run spread)" if a.ties(b) else ("a gain" if lo > 1 else "a loss")
-    once = [f"trial {r.trial}" for r in (a, b) if len(r.values) < 2]
-    if once:  # one run has no range: the word rests on one draw of it
-        word += f" ({' and '.join(once)} measured once: the spread is not known)"
-    return f"{a.mean / b.mean:.2f}× (range {lo:.2f}–{hi:.2f}×): {word}"
+@dataclass(frozen=True)
+class Gain:
+    """One deployment against vLLM's defaults: the answer against them, or — when the defaults are the answer —
+    the search's best against them. The ratio is of the *means* of the runs (each run at its own operating
+    point), so the sentence names every run of both sides, not one; its range pairs run against run (worst
+    and best pairing), and the word says whether the ranges separate (a gain or a loss) or overlap (a tie).
+    ``advisor best`` prints ``text`` and the dashboard's headline shows it."""
+
+    subject: Runs
+    defaults: Runs
+    metric: str
+    #: Trial → the concurrency of its operating point, where known.
+    at: Mapping[int, int] = field(default_factory=dict)
+    #: The defaults are the answer (``subject`` is then the search's best).
+    defaults_best: bool = False
+
+    @property
+    def ratio(self) -> float:
+        return self.subject.mean / self.defaults.mean
+
+    @property
+    def low(self) -> float:
+        return self.subject.low / self.defaults.high
+
+    @property
+    def high(self) -> float:
+        return self.subject.high / self.defaults.low
+
+    @property
+    def word(self) -> str:
+        a, b = self.subject, self.defaults
+        word = "a tie (within the run-to-run spread)" if a.ties(b) else ("a gain" if self.low > 1 else "a loss")
+        once = [f"trial {r.trial}" for r in (a, b) if len(r.values) < 2]
+        if once:  # one run has no range: the word rests on one draw of it
+            word += f" ({' and '.join(once)} measured once: the spread is not known)"
+        return word
+
+    def _margin(self) -> str:
+        a, b = self.subject, self.defaults
+        cluster = (" (per GPU of the whole cluster: the copies that fit, idle GPUs serving nothing)"
+                   if a.factor != b.factor else "")
+        return (f"{self.ratio:.2f}× the defaults, mean over mean{cluster} — trial {a.trial}'s "
+                f"{_runs_text(a, self.at)}; the defaults' {_runs_text(b, self.at)} {self.metric}; "
+                f"run against run {self.low:.2f}–{self.high:.2f}×: {self.word}")
+
+    def text(self) -> str:
+        if self.defaults_best:
+            return (f"vLLM's defaults (trial {self.defaults.trial}) are the best measured deployment: no searched "
+                    f"deployment beats every run of theirs; the search's best, trial {self.subject.trial}, is "
+                    f"{self._margin()}")
+        return f"vs vLLM's defaults: trial {self.subject.trial} is {self._margin()}"
 
 
-def _defaults_line(best: Runs, rival: Runs | None) -> str:
+def gain(ranked: list[Runs], metric: str, at: Mapping[int, int] | None = None) -> Gain | None:
+    """``Gain`` of a study's ranked deployments (``advisor.answer.rank``, the answer first); None without a
+    baseline that met the SLOs, or with nothing to weigh it against."""
+    if not ranked:
+        return None
+    best = ranked[0]
+    base = next((r for r in ranked if r.baseline), None)
+    if base is None:
+        return None
     if best.baseline:
-        if rival is None:
-            return (f"vLLM's defaults ({_runs_text(best)}) are the best measured deployment: no searched "
-                    f"deployment met the SLOs")
-        return (f"vLLM's defaults ({_runs_text(best)}) are the best measured deployment: the search's best "
-                f"({_runs_text(rival)}) is {_margin(rival, best)}")
-    assert rival is not None
-    return f"vs vLLM's defaults ({_runs_text(rival)}): trial {best.trial} is {_margin(best, rival)}"
+        rival = next((r for r in ranked if not r.baseline), None)
+        return Gain(rival, best, metric, dict(at or {}), True) if rival is not None else None
+    return Gain(best, base, metric, dict(at or {}))
 
 
 #: The other way of comparing deployments, whose best the whole-cluster line weighs the answer against.
@@ -92,42 +149,67 @@ def _cluster_line(job: TuningJob, name: str, best: Runs, other: list[Runs]) -> s
                    f"{alt_served / served - 1:+.0%} (objective.per: cluster)")
 
 
-def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
-    """The sentences under ``advisor best``, each of the answer's trial: spread, margin over vLLM's defaults
-    (or the defaults' over the search), ties, the whole cluster (how many copies to run), the model's error."""
+@dataclass(frozen=True)
+class Verdict:
+    """The sentences under ``advisor best``, each of the answer's trial, by what they say; the dashboard's
+    headline shows ``spread``, ``gain`` and ``cluster`` as they are, and the rest under it."""
+
+    spread: str = ""
+    tie: str = ""
+    #: Where the defaults met the SLOs at none of their levels: why no gain is stated.
+    no_gain: str = ""
+    gain: Gain | None = None
+    #: The defaults are the answer and no searched deployment met the SLOs.
+    defaults_alone: str = ""
+    cluster: str = ""
+    model: str = ""
+
+    def lines(self) -> list[str]:
+        return [line for line in (self.spread, self.tie, self.no_gain, self.gain.text() if self.gain else "",
+                                  self.defaults_alone, self.cluster, self.model) if line]
+
+
+def verdict(job: TuningJob, trials: list[Trial], at: Mapping[int, int] | None = None) -> Verdict:
+    """The answer's spread, margin over vLLM's defaults (or the defaults' over the search), ties, the whole
+    cluster (how many copies to run) and the model's error; ``at``: each trial's operating point's concurrency."""
     name = objective_names(job)[0]
+    at = dict(at or {})
     ranked = rank(job, trials)
     by_number = {t.number: t for t in trials}
-    lines: list[str] = []
+    out: dict[str, Any] = {}
     simulated = is_simulated(job.executor)  # the model (reserving GPUs or not): no spread, no baseline
     best = ranked[0] if ranked else None
     if best is not None:
-        vals = " / ".join(f"{v:,.1f}" for v in best.recorded)
+        vals = " / ".join(f"{v:,.1f}" + (f" @ c={at[t]}" if t in at else "")
+                          for t, v in zip(best.trials or [best.trial], best.recorded, strict=False))
         who = "vLLM's defaults, " if best.baseline else ""
         if simulated:
             pass
         elif len(best.values) > 1:
-            lines.append(f"run to run: trial {best.trial} ({who}the answer) measured {len(best.values)}× on fresh "
-                         f"deploys: {vals} {name} (spread {best.spread:.1%})")
+            out["spread"] = (f"run to run: trial {best.trial} ({who}the answer) measured {len(best.values)}× on "
+                             f"fresh deploys: {vals} {name} (spread {best.spread:.1%})")
         else:
-            lines.append(f"run to run: trial {best.trial} ({who}the answer) measured once ({vals} {name}); "
-                         f"no spread known")
+            out["spread"] = (f"run to run: trial {best.trial} ({who}the answer) measured once ({vals} {name}); "
+                             f"no spread known")
         base = next((r for r in ranked if r.baseline), None)
         rival = next((r for r in ranked if not r.baseline), None) if best.baseline else base
         if len(ranked) > 1 and ranked[1] is not rival and best.ties(ranked[1]) and len(best.values) > 1:
-            lines.append(f"tie: trial {ranked[1].trial} ({ranked[1].per_used_gpu:,.1f}) is within trial "
-                         f"{best.trial}'s run-to-run range ({min(best.recorded):,.1f}–{max(best.recorded):,.1f})")
+            out["tie"] = (f"tie: trial {ranked[1].trial} ({ranked[1].per_used_gpu:,.1f}) is within trial "
+                          f"{best.trial}'s run-to-run range ({min(best.recorded):,.1f}–{max(best.recorded):,.1f})")
         if base is None and not simulated:
             bases = {t.number for t in trials if t.baseline}
             missed = [t for t in trials if t.number in bases or t.repeat_of in bases]
             if missed:
-                lines.append(f"vs vLLM's defaults: no gain can be stated — no level of the baseline's {len(missed)} "
-                             f"run(s) (trial {', '.join(str(t.number) for t in missed)}) met the SLOs")
-        if base is not None:
-            lines.append(_defaults_line(best, rival))
+                out["no_gain"] = (f"vs vLLM's defaults: no gain can be stated — no level of the baseline's "
+                                  f"{len(missed)} run(s) (trial {', '.join(str(t.number) for t in missed)}) met the "
+                                  "SLOs")
+        out["gain"] = gain(ranked, name, at)
+        if out["gain"] is None and best.baseline:
+            out["defaults_alone"] = (f"vLLM's defaults (trial {best.trial}) are the best measured deployment: no "
+                                     "searched deployment met the SLOs")
         if best.gpus:
             other = rank(job, trials, _OTHER[job.objective.per]) if job.objective.scope is Scope.DEPLOYMENT else []
-            lines.append(_cluster_line(job, name, best, other))
+            out["cluster"] = _cluster_line(job, name, best, other)
     err, n = model_error(trials, job)
     if err is not None:
         state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns go on"
@@ -135,6 +217,11 @@ def verdict_lines(job: TuningJob, trials: list[Trial]) -> list[str]:
         own = (first.predicted or {}).get(name) if first is not None else None
         mine = (f"; trial {best.trial} was predicted at {own:,.1f}, measured {(first.objectives or {})[name]:,.1f}"
                 if own is not None and best is not None and first is not None else "")
-        lines.append(f"performance model: {err:.0%} mean error on the last {n} trial(s), predicted before each ran "
-                     f"({state}; the limit is {MAX_CV_ERROR:.0%}){mine}")
-    return lines
+        out["model"] = (f"performance model: {err:.0%} mean error on the last {n} trial(s), predicted before each "
+                        f"ran ({state}; the limit is {MAX_CV_ERROR:.0%}){mine}")
+    return Verdict(**out)
+
+
+def verdict_lines(job: TuningJob, trials: list[Trial], at: Mapping[int, int] | None = None) -> list[str]:
+    """The sentences under ``advisor best`` (``verdict``), in order."""
+    return verdict(job, trials, at).lines()

@@ -88,6 +88,8 @@ class Runs:
     #: unless ranked for the cluster), so spreads, ties and margins compare what the cluster would serve.
     gpus: int | None = None
     factor: float = 1.0
+    #: The trial of each run, in the order of ``values`` (the first trial, then its repeats).
+    trials: list[int] = field(default_factory=list)
 
     @property
     def recorded(self) -> list[float]:
@@ -136,6 +138,7 @@ def deployments(trials: Iterable[RunRow], name: str, cluster_gpus: int | None = 
         runs = out.setdefault(key, Runs(key))
         factor = cluster_factor(name, t.gpus, cluster_gpus) if cluster_gpus else 1.0
         runs.values.append(float(value) * factor)
+        runs.trials.append(t.number)
         if t.repeat_of is None:
             runs.baseline, runs.gpus, runs.factor = t.baseline, t.gpus, factor
     return sorted(out.values(), key=lambda r: r.trial)

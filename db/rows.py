@@ -113,6 +113,14 @@ class Study:
     budget_used: int = 0
     #: Trials that reused another trial's measurements (``Trial.reused_from``).
     reused: int = 0
+    #: Trials that measured vLLM's defaults: the baseline and its repeats on fresh deploys.
+    baseline_runs: int = 0
+    #: Repeats of searched deployments on fresh deploys (``budget.repeat_top``), the defaults' left out.
+    repeats: int = 0
+    #: Runs behind ``best`` (its first trial and the repeats of it that count).
+    best_runs: int = 0
+    #: The newest heartbeat of a trial still RUNNING (None when none runs): whether a tuner is alive.
+    heartbeat_at: datetime | None = None
 
     @property
     def trials(self) -> int:

@@ -16,7 +16,7 @@ from db.budget import budget_used
 from db.engine import Database
 from db.mapping import config, export, measurement, study_id, trial
 from db.models import ExportRow, MeasurementRow, StudyRow, TrialRow
-from db.ranking import RunRow, best_of, first_objective, objective_maximized
+from db.ranking import RunRow, best_of, deployments, first_objective, objective_maximized
 from db.rows import Failure, HistoryPoint, Study, Trial
 from search_spaces import TrialState
 
@@ -36,6 +36,10 @@ def ranked_for(job: dict[str, Any]) -> int | None:
         return None
     nodes, per_node = c.get("nodes"), c.get("gpus_per_node")
     return nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+
+
+#: States of a trial whose deployment ran to a result.
+_RAN = (TrialState.COMPLETE.value, TrialState.FAILED.value)
 
 
 def _studies(db: Database, name: str | None) -> list[Study]:
@@ -61,16 +65,28 @@ def _studies(db: Database, name: str | None) -> list[Study]:
         ):
             per_study[sid].append(RunRow(*row))
         used = budget_used(s, ids)
+        beats = dict(s.execute(select(TrialRow.study_id, func.max(TrialRow.heartbeat_at))
+                               .where(TrialRow.study_id.in_(ids), TrialRow.state == TrialState.RUNNING.value)
+                               .group_by(TrialRow.study_id)).all())
         out = []
         for r in rows:
             objective, best, best_trial = best_of(per_study[r.id], ranked_for(r.job or {}))
+            mine = per_study[r.id]
+            bases = {t.number for t in mine if t.baseline}
             out.append(
                 Study(
                     name=r.name, description=r.description, job=dict(r.job or {}), executor=r.executor,
                     engine_version=r.engine_version, hardware=r.hardware, optuna_study_name=r.optuna_study_name,
                     created_at=r.created_at, updated_at=r.updated_at, counts=counts[r.id],
                     best_objective=objective, best=best, best_trial=best_trial, budget_used=used[r.id],
-                    reused=sum(1 for t in per_study[r.id] if t.reused_from is not None),
+                    reused=sum(1 for t in mine if t.reused_from is not None),
+                    baseline_runs=sum(1 for t in mine if (t.number in bases or t.repeat_of in bases)
+                                      and t.state in _RAN),
+                    repeats=sum(1 for t in mine if t.repeat_of is not None and t.repeat_of not in bases
+                                and t.state in _RAN),
+                    best_runs=next((len(d.values) for d in deployments(mine, objective) if d.trial == best_trial), 0)
+                    if objective is not None else 0,
+                    heartbeat_at=beats.get(r.id),
                 )
             )
         return out

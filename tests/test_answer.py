@@ -125,17 +125,18 @@ def test_defaults_best_every_line_of_advisor_best_names_them(url: str) -> None:
     best = next(ln for ln in out if ln.startswith("best:"))
     assert best.startswith("best: trial 0 (vLLM's defaults, the best measured deployment) at c=64:"), best
     notes = api.best_report(url, DEFAULTS_BEST).notes
-    flat = " ".join(out)  # the console folds long lines at spaces
+    flat = " ".join(" ".join(out).split())  # the console folds long lines at spaces (keeping them at line ends)
     assert all(line in flat for line in notes), (notes, out)
-    assert [ln.split(":")[0] for ln in notes] == ["run to run", "vLLM's defaults (trial 0, 20,162.0 over 2 run(s)) "
-                                                  "are the best measured deployment", "whole cluster",
-                                                  "performance model"], notes
+    assert [ln.split(":")[0] for ln in notes] == ["run to run", "vLLM's defaults (trial 0) are the best measured "
+                                                  "deployment", "whole cluster", "performance model"], notes
     for line in notes:  # every line speaks of the defaults' trial, none of the search's as the answer
         assert "trial 0" in line, line
-    assert "run to run: trial 0 (vLLM's defaults, the answer) measured 2× on fresh deploys: 20,224.0 / 20,100.0" \
+    assert "run to run: trial 0 (vLLM's defaults, the answer) measured 2× on fresh deploys: 20,224.0 @ c=64 / 20,100.0 @ c=64" \
         in notes[0]
     # the margin: the search's best (14,587 / 14,400) against the defaults (20,224 / 20,100)
-    assert "the search's best (trial 1, 14,493.5 over 2 run(s)) is 0.72× (range 0.71–0.73×): a loss" in notes[1]
+    assert "the search's best, trial 1, is 0.72× the defaults, mean over mean — trial 1's 2 runs 14,587.0 (trial 1 " \
+        in notes[1] and "mean 14,493.5; the defaults' 2 runs 20,224.0 (trial 0 @ c=64)" in notes[1]
+    assert notes[1].endswith("mean 20,162.0 throughput_per_gpu; run against run 0.71–0.73×: a loss"), notes[1]
     # 4 copies of the defaults' 4 GPUs on 16 GPUs, at the defaults' mean — not the search's 14,587 × 8 × 2
     assert notes[2] == f"whole cluster: 4 copies of trial 0's 4 GPU(s) fit 16 GPUs: {4 * 4 * 20_162.0:,.0f} tok/s " \
         "for the cluster at the SLOs"
@@ -149,7 +150,7 @@ def test_defaults_best_export_studies_and_dashboard_agree(url: str, tmp_path: Pa
     assert doc["evidence"]["trial"] == 0
     cols, rows = api.studies_table(url)
     row = dict(zip(cols, next(r for r in rows if r[0] == DEFAULTS_BEST), strict=True))
-    assert row["best trial"] == 0 and row["best"] == "20,162.0 throughput_per_gpu"
+    assert row["best trial"] == 0 and row["best"] == "20,162.0 throughput_per_gpu (mean of 2 runs)"
     monkeypatch.setenv("ADVISOR_STORAGE", url)
     monkeypatch.setenv("ADVISOR_UI_RUN_DIR", str(tmp_path / "runs"))
     at = _run("views/study.py", study=DEFAULTS_BEST)
@@ -159,7 +160,7 @@ def test_defaults_best_export_studies_and_dashboard_agree(url: str, tmp_path: Pa
     assert "**vLLM's defaults are the best measured deployment** (baseline trial 0)" in text
     assert "**20,224 tok/s/GPU @ c=64, 31.0 tok/s/user** on **4 GPUs**" in text
     assert "**Best under the SLOs so far:** trial 0, 20,224 tok/s/GPU @ c=64, 31.0 tok/s/user" in text
-    assert "vLLM's defaults (trial 0, 20,162.0 over 2 run(s)) are the best measured deployment" in text
+    assert "vLLM's defaults (trial 0) are the best measured deployment" in text
     studies = _run()
     table = next(d.value for d in studies.dataframe if "best trial" in d.value.columns)
     mine = table[table["study"] == DEFAULTS_BEST].iloc[0]
@@ -171,9 +172,11 @@ def test_a_tie_within_the_spread_is_called_a_tie_and_keeps_the_defaults(url: str
     best = next(ln for ln in out if ln.startswith("best:"))
     assert best.startswith("best: trial 0 (vLLM's defaults, the best measured deployment) at c=32:"), best
     notes = api.best_report(url, TIE).notes  # the lines `advisor best` prints (unfolded)
-    assert "vLLM's defaults (trial 0, 10,300.0 over 2 run(s)) are the best measured deployment: the search's best " \
-        "(trial 1, 10,650.0 over 2 run(s)) is 1.03× (range 0.98–1.09×): a tie (within the run-to-run spread)" \
-        in notes, notes
+    line = next(n for n in notes if n.startswith("vLLM's defaults (trial 0) are the best measured deployment: no "
+                                                 "searched deployment beats every run of theirs; the search's best, "
+                                                 "trial 1, is 1.03× the defaults, mean over mean"))
+    assert "mean 10,650.0;" in line and "mean 10,300.0 throughput_per_gpu" in line
+    assert line.endswith("run against run 0.98–1.09×: a tie (within the run-to-run spread)"), line
     assert api.answer(url, TIE).trial == 0
 
 
@@ -227,7 +230,8 @@ def test_a_margin_on_single_runs_says_its_spread_is_not_known(url: str) -> None:
     """One run of each has a range of one value: the word stays, with what it rests on (issue 30: a gain is
     stated with its spread)."""
     notes = api.best_report(url, ONCE).notes
-    assert "vs vLLM's defaults (trial 0, 17,462.0 over 1 run(s)): trial 1 is 1.14× (range 1.14–1.14×): a gain " \
-        "(trial 1 and trial 0 measured once: the spread is not known)" in notes, notes
+    assert "vs vLLM's defaults: trial 1 is 1.14× the defaults, mean over mean — trial 1's 1 run 19,966.0 (trial 1 " \
+        "@ c=70); the defaults' 1 run 17,462.0 (trial 0 @ c=61) throughput_per_gpu; run against run 1.14–1.14×: a " \
+        "gain (trial 1 and trial 0 measured once: the spread is not known)" in notes, notes
     # with repeats on both sides nothing is added (the defaults-best study above)
     assert not any("measured once" in line for line in api.best_report(url, DEFAULTS_BEST).notes)
