@@ -416,7 +416,7 @@ def job_from_dict(doc: Any, source: str = "job", base_dir: Path | None = None) -
 def with_default_space(job: TuningJob) -> TuningJob:
     """The job with the space derived from its model and cluster (``search_spaces.default_space``)."""
     derived = job.model_copy(update={"space": default_space(job.model_profile(), job.cluster,
-                                                            job.workload.max_model_len)})
+                                                            job.workload.max_model_len, job.budget.trials)})
     derived._base_dir = job._base_dir
     derived._valid = []
     derived._space_derived = True

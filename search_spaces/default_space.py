@@ -21,8 +21,21 @@ weights before the first study. The derivation keeps what an operator would try 
   double the default for ``max_num_seqs`` of mixed and decode instances, the default and double for the
   prefill token budget;
 * **all-to-all kernels**: vLLM's default, plus DeepEP's (low-latency for decode and mixed, high-throughput
-  with and without DBO for prefill) on GPUs; **EPLB** off and on, with 0 redundant experts or as many as the
-  widest EP group (only where every EP width still divides the expert slots).
+  with and without DBO for prefill) on GPUs, where some layout of the role spreads its experts; **EPLB** off
+  and on, with 0 redundant experts or as many as the widest EP group (only where every EP width still divides
+  the expert slots).
+
+**One node** is where most users start, and what they need ranked are the layouts published runs compare on
+it (TP8, TEP8, DEP8, 2 × TP4 …) and the batch knobs of the one they pick (the only one-GPU win the project
+has measured came from the token budget, at 16384). So a cluster of one node keeps *every* width of the node
+(not the narrowest ``WIDTHS``) and as many instances of a width as the node holds, and searches the token budget
+of mixed instances beside ``max_num_seqs`` (``ONE_NODE_TOKENS``). On one GPU no layout is left to search, so
+the batch knobs get a wider grid (``ONE_GPU_SEQS`` × ``ONE_GPU_TOKENS``, eighth to double vLLM's
+``max_num_seqs``, half to four times its token budget), and the one-GPU serving knobs join
+(``one_gpu_knobs``): those the model has a term for wherever the rules allow them (an FP8 KV cache for a
+GQA model on GPUs), those it has none for only where the budget covers half the candidates they make
+(``UNMODELLED_COVER``), since the sampler learns them only by measuring them. Expert parallelism, all-to-all
+kernels and EPLB mean nothing for an instance of one GPU and are not offered there.
 
 A role's dimensions are its layouts' TP sizes, each with the DP sizes of its own layouts
 (``RoleSpace.dp_sizes_by_tp``): a product of TP and DP sizes would pair TP8 with DP32, mostly wider than the
@@ -33,9 +46,13 @@ space, and the job stores it, so a continued study searches the same one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from search_spaces.cluster import ClusterSpec
 from search_spaces.deployment import All2AllBackend, Role, RoleConfig
 from search_spaces.hardware import vllm_default_batch
+from search_spaces.knobs import BY_NAME
+from search_spaces.layer_kinds import AttentionKind
 from search_spaces.model_profile import ModelProfile
 from search_spaces.rules import kv_capacity_tokens, role_violations
 from search_spaces.space import EPLBSpace, RoleSpace, SearchSpace
@@ -46,6 +63,16 @@ KV_SEQUENCES = 4
 WIDTHS = 3
 MAX_INSTANCES = 4
 MAX_DECODE_INSTANCES = 2
+#: One node: the token budgets of mixed instances, as multiples of vLLM's default.
+ONE_NODE_TOKENS = (1, 2)
+#: One GPU: ``max_num_seqs`` and the token budget, as multiples of vLLM's defaults.
+ONE_GPU_SEQS = (1 / 8, 1 / 4, 1 / 2, 1, 2)
+ONE_GPU_TOKENS = (1 / 2, 1, 2, 4)
+#: One GPU: the knobs without a model term, each with the choices it adds (in the order they join), and what share
+#: of the candidates with them the budget must cover for them to join.
+UNMODELLED: tuple[tuple[str, tuple[Any, ...]], ...] = (("performance_mode", ("balanced", "throughput")),
+                                                      ("long_prefill_token_threshold", (0, 2048)))
+UNMODELLED_COVER = 0.5
 
 #: The rules of a layout that no other knob of the derived space can lift.
 _HARD = {"tp-within-node", "tp-divides-heads", "ep-divides-experts", "tp-experts-divide-intermediate",
@@ -76,13 +103,14 @@ def _holds(role: RoleConfig, model: ModelProfile, cluster: ClusterSpec, max_mode
 
 def _layouts(role: Role, room: int, model: ModelProfile, cluster: ClusterSpec, max_model_len: int,
             tokens: int) -> list[RoleConfig]:
-    """Every TP × DP layout (EP on and off) of the narrowest ``WIDTHS`` widths of at most ``room`` GPUs that
-    holds ``role`` with a token budget of ``tokens``."""
+    """Every TP × DP layout (EP on and off) of the narrowest ``WIDTHS`` widths (on one node: of every width) of at
+    most ``room`` GPUs that holds ``role`` with a token budget of ``tokens``."""
     tps = [t for t in _node_widths(cluster) if model.num_heads % t == 0]
+    most = len(_widths(cluster)) if cluster.nodes == 1 else WIDTHS
     out: list[RoleConfig] = []
     kept = 0
     for w in _widths(cluster):
-        if w > room or kept == WIDTHS:
+        if w > room or kept == most:
             break
         held = [cfg for tp in tps if w % tp == 0 for ep in ((True, False) if w > 1 else (False,))
                 if _holds(cfg := RoleConfig(role=role, tensor_parallel_size=tp, data_parallel_size=w // tp,
@@ -109,18 +137,49 @@ def _role_space(held: list[RoleConfig], room: int, most: int, **choices: object)
     tps = sorted(by_tp)
     dps = sorted(by_tp[tps[0]])
     ep = sorted({c.enable_expert_parallel for c in held if c.gpus_per_instance > 1}, reverse=True)
+    if not ep:  # no instance of more than one GPU: nothing to spread, the all-to-all kernel is never asked
+        choices["all2all_backends"] = [All2AllBackend.ALLGATHER_REDUCESCATTER]
     counts = {w: list(range(1, min(most, room // w) + 1)) for w in sorted({c.gpus_per_instance for c in held})}
     narrow = counts[min(counts)]
     return RoleSpace(instances=narrow, instances_by_gpus={w: n for w, n in counts.items() if n != narrow},
                      tp_sizes=tps, dp_sizes=dps,
                      dp_sizes_by_tp={tp: sorted(by_tp[tp]) for tp in tps if sorted(by_tp[tp]) != dps},
-                     expert_parallel=ep or [True], **choices)  # type: ignore[arg-type]
+                     expert_parallel=ep or [False], **choices)  # type: ignore[arg-type]
 
 
-def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int) -> SearchSpace:
-    """A space of deployments that hold ``model`` on ``cluster`` (see the module's docstring)."""
+def _scaled(default: int, factors: tuple[float, ...]) -> list[int]:
+    return sorted({max(1, int(default * f)) for f in factors})
+
+
+def one_gpu_knobs(model: ModelProfile, cluster: ClusterSpec, budget: int | None) -> dict[str, list[Any]]:
+    """The batch knobs of an instance of one GPU, and the one-GPU serving knobs (``RoleSpace`` fields): an FP8 KV
+    cache where the model caches K and V at two bytes or more on a GPU (the rules refuse it for MLA and on the CPU
+    build); then each knob without a model term (``UNMODELLED``) while ``budget`` trials cover
+    ``UNMODELLED_COVER`` of the candidates it would make."""
+    seqs, tokens = vllm_default_batch(cluster.spec)
+    out: dict[str, list[Any]] = {"max_num_seqs": _scaled(seqs, ONE_GPU_SEQS),
+                                 "max_num_batched_tokens": _scaled(tokens, ONE_GPU_TOKENS)}
+    gpu = cluster.spec.name != "CPU"
+    if gpu and model.attention is AttentionKind.GQA and model.kv_bytes > 1.0:
+        out["kv_cache_dtype"] = ["auto", "fp8"]
+    size = 1
+    for values in out.values():
+        size *= len(values)
+    for name, values in UNMODELLED:
+        if not gpu or budget is None or budget < UNMODELLED_COVER * size * len(values):
+            break
+        out[BY_NAME[name].space] = list(values)
+        size *= len(values)
+    return out
+
+
+def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int,
+                  budget: int | None = None) -> SearchSpace:
+    """A space of deployments that hold ``model`` on ``cluster`` (see the module's docstring); ``budget``: the
+    study's trials (on one GPU, whether the knobs without a model term join)."""
     seqs, tokens = vllm_default_batch(cluster.spec)
     total = cluster.total_gpus
+    one_node = cluster.nodes == 1
 
     def held(role: Role, room: int) -> list[RoleConfig]:
         return _layouts(role, room, model, cluster, max_model_len, tokens)
@@ -136,8 +195,13 @@ def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int)
     modes = (["aggregated"] if mixed else []) + (["disaggregated"] if disaggregated else [])
     roles: dict[str, RoleSpace] = {}
     if mixed:
-        roles["mixed"] = _role_space(mixed, total, MAX_INSTANCES, max_num_seqs=batch, max_num_batched_tokens=[tokens],
-                                     all2all_backends=[default, ll] if gpu else [default])
+        knobs: dict[str, Any] = {"max_num_seqs": batch, "max_num_batched_tokens": [tokens]}
+        if total == 1:
+            knobs = one_gpu_knobs(model, cluster, budget)
+        elif one_node:
+            knobs["max_num_batched_tokens"] = _scaled(tokens, ONE_NODE_TOKENS)
+        roles["mixed"] = _role_space(mixed, total, total if one_node else MAX_INSTANCES,
+                                     all2all_backends=[default, ll] if gpu else [default], **knobs)
     if disaggregated:
         n_p, n_d = _narrowest(prefill), _narrowest(decode)
         prefill, decode = held(Role.PREFILL, total - n_d), held(Role.DECODE, total - n_p)
@@ -148,6 +212,8 @@ def default_space(model: ModelProfile, cluster: ClusterSpec, max_model_len: int)
         roles["decode"] = _role_space(decode, total - n_p, MAX_DECODE_INSTANCES, max_num_seqs=batch,
                                       max_num_batched_tokens=[tokens],
                                       all2all_backends=[ll, default] if gpu else [default])
+    if one_node and not disaggregated:  # the roles P/D would search stay unused: nothing in them to spread
+        roles.update(prefill=RoleSpace(expert_parallel=[False]), decode=RoleSpace(expert_parallel=[False]))
     searched = (mixed if "mixed" in roles else []) + (prefill + decode if disaggregated else [])
     ep_widths = {c.gpus_per_instance for c in searched if c.enable_expert_parallel}
     widest = max(ep_widths, default=0)
