@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executors import procs
-from search_spaces import LATENCIES, PERCENTILES
+from executors import broken_env, procs
 from executors.bench_result import (
     BOOTSTRAP_SAMPLES,
     BOOTSTRAP_SEED,
@@ -45,14 +44,26 @@ from executors.bench_result import (
 from executors.bench_zygote import Zygote, ZygoteGone
 from executors.datasets import custom_dataset
 from executors.platform import Platform
-from search_spaces import Dataset, Workload
+from search_spaces import LATENCIES, PERCENTILES, Dataset, Workload
 
 
 class BenchFailed(RuntimeError):
-    def __init__(self, reason: str, tail: str = "") -> None:
+    """The load generator gave no result: ``reason`` is one line (its error line, else how it ended and its last
+    lines), ``tail`` its log. ``environment``: it failed for its environment — its module does not import, the
+    bench zygote died, this tuner's code folder is gone (``executors.broken_env``) —, which says nothing about
+    the deployment it measured."""
+
+    def __init__(self, reason: str, tail: str = "", environment: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.tail = tail
+        self.environment = environment
+
+
+def _environment_failed(reason: str, tail: str) -> BenchFailed:
+    """A failure of the client's environment, with the code folder's absence said when that is the cause."""
+    gone = broken_env.code_gone()
+    return BenchFailed(f"{reason} ({gone})" if gone else reason, tail, environment=True)
 
 
 # ---------------------------------------------------------------------------------------------- arguments
@@ -76,7 +87,8 @@ class LevelSpec:
         conc = workload.max_load_concurrency if rate is not None else int(load)
         n = workload.num_warmups(load) if warmup else workload.num_prompts(load, requests_per_s, short)
         stem = f"r{load:g}" if rate is not None else f"c{int(load)}"
-        name = f"warmup-{stem}" if warmup else stem + ("-short" if short else "") + (f"-{attempt + 1}" if attempt else "")
+        name = (f"warmup-{stem}" if warmup
+                else stem + ("-short" if short else "") + (f"-{attempt + 1}" if attempt else ""))
         return cls(conc, n, workload.level_seed(load, attempt, warmup, short), name, rate)
 
 
@@ -182,16 +194,18 @@ def run_bench(
         except TimeoutError:
             raise BenchFailed(f"vllm bench serve ran past {timeout_s:.0f} s", procs.read_tail(log_path, 60)) from None
         except ZygoteGone as e:
-            raise BenchFailed(e.reason, e.tail) from None
+            raise _environment_failed(e.reason, e.tail) from None
     else:
         rc = _run_command(argv, log_path=log_path, env=full_env, cwd=cwd, timeout_s=timeout_s,
                           term_timeout_s=term_timeout_s, on_start=on_start)
     wall = time.monotonic() - t0
     rp = Path(result_path)
     if rc != 0 or not rp.is_file():
-        text = procs.read_tail(log_path, 400)
-        reason = procs.error_line(text) or f"vllm bench serve exited with code {rc} and no result"
-        raise BenchFailed(reason, procs.read_tail(log_path, 60))
+        text, tail = procs.read_tail(log_path, 400), procs.read_tail(log_path, 60)
+        reason = procs.error_line(text) or procs.exit_reason("vllm bench serve", rc, text, " and wrote no result")
+        if broken_env.code_gone() or broken_env.import_failure(text):
+            raise _environment_failed(reason, tail)
+        raise BenchFailed(reason, tail)
     try:
         result = json.loads(rp.read_text())
     except ValueError as e:
@@ -201,7 +215,10 @@ def run_bench(
 
 def _run_command(argv: list[str], *, log_path: str | Path, env: Mapping[str, str], cwd: str | Path | None,
                  timeout_s: float, term_timeout_s: float, on_start: Any) -> int:
-    proc = procs.start(argv, name="bench", log_path=log_path, env=env, cwd=cwd)
+    try:
+        proc = procs.start(argv, name="bench", log_path=log_path, env=env, cwd=cwd)
+    except OSError as e:  # the client's command or the level's folder is gone
+        raise _environment_failed(f"vllm bench serve could not start: {e}", "") from None
     if on_start is not None:
         on_start(proc.pgid)
     try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import subprocess
 import sys
 import time
 import traceback
@@ -65,7 +66,9 @@ def _same_python(platform: Platform) -> bool:
 
 
 class ZygoteGone(RuntimeError):
-    """The zygote exited or stopped answering; ``tail`` is its log."""
+    """The zygote exited, stopped answering or could not start: ``reason`` says how and its last words (its log's
+    error line, else its last lines), ``tail`` is its log. Always the environment's failure (``executors.bench``):
+    levels are forked children, so no level's load ends the zygote."""
 
     def __init__(self, reason: str, tail: str = "") -> None:
         super().__init__(reason)
@@ -92,9 +95,12 @@ class Zygote:
     def _ensure(self) -> procs.ManagedProcess:
         if self.proc is None or not self.proc.alive:
             self._buf = b""
-            self.proc = procs.start([sys.executable, "-m", "executors.bench_zygote"], name="bench-zygote",
-                                    log_path=self.log_dir / "bench-zygote.log", env=self.platform.env,
-                                    cwd=self.log_dir, talk=True)
+            try:
+                self.proc = procs.start([sys.executable, "-m", "executors.bench_zygote"], name="bench-zygote",
+                                        log_path=self.log_dir / "bench-zygote.log", env=self.platform.env,
+                                        cwd=self.log_dir, talk=True)
+            except OSError as e:  # this interpreter or the level's folder is gone
+                raise ZygoteGone(f"the bench zygote could not start: {e}") from None
             if self.on_start is not None:
                 self.on_start(self.proc.pgid)
         return self.proc
@@ -110,7 +116,7 @@ class Zygote:
             proc.popen.stdin.write((json.dumps(req) + "\n").encode())
             proc.popen.stdin.flush()
         except OSError:
-            raise ZygoteGone("the bench zygote exited", proc.tail(60)) from None
+            raise self._gone() from None
         deadline = time.monotonic() + timeout_s
         try:
             pid = int(self._reply("pid", deadline))
@@ -137,10 +143,19 @@ class Zygote:
             if ready:
                 chunk = os.read(fd, 4096)
                 if not chunk:
-                    raise ZygoteGone("the bench zygote exited", self.proc.tail(60))
+                    raise self._gone()
                 self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return int(json.loads(line)[key])
+
+    def _gone(self) -> ZygoteGone:
+        """The zygote closed its end: how it ended and what it said last."""
+        assert self.proc is not None
+        try:
+            rc: int | None = self.proc.popen.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return ZygoteGone(procs.exit_reason("the bench zygote", rc, self.proc.tail(400)), self.proc.tail(60))
 
     def close(self) -> None:
         if self.proc is None:

@@ -216,7 +216,7 @@ class LocalExecutor(VllmExecutor):
                 if other.proc.poll() is not None:
                     text = other.proc.tail(400)
                     raise start_failure(other.name, other.proc.poll(), procs.error_line(text)
-                                        or f"exited with code {other.proc.poll()}", other.proc.tail(80))
+                                        or procs.exit_reason("it", other.proc.poll(), text), other.proc.tail(80))
 
     def _start_router(self, dep: Deployment, h: _LocalHandle, topology: Topology) -> None:
         port, prom = self._port(), self._port()
@@ -238,7 +238,8 @@ class LocalExecutor(VllmExecutor):
                 what = server_unhealthy(s.url)  # vLLM's API server outlives a dead engine core: ask /health
             if what is not None:
                 text = s.proc.tail(400)
-                reason = procs.error_line(text) or what
+                said = procs.last_lines(text)
+                reason = procs.error_line(text) or (f"{what}; it said last: {said}" if said else what)
                 raise DeploymentFailed(FailureKind.CRASH, f"{s.name} died while serving: {reason}",
                                        s.proc.tail(80))
 

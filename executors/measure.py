@@ -603,7 +603,7 @@ class LevelProbe:
             self.runner.run_level(spec)
         except bench.BenchFailed as e:
             self.runner.check_alive()
-            raise DeploymentFailed(FailureKind.BENCHMARK, f"warm-up at {spec.name}: {e.reason}", e.tail) from None
+            raise _bench_failure(f"warm-up at {spec.name}", e) from None
         finally:
             self.timings.warmup_s += time.monotonic() - t0
 
@@ -616,7 +616,7 @@ class LevelProbe:
             data, wall = r.run_level(spec)
         except bench.BenchFailed as e:
             r.check_alive()  # a server that died explains the failed benchmark better
-            raise DeploymentFailed(FailureKind.BENCHMARK, f"{spec.name}: {e.reason}", e.tail) from None
+            raise _bench_failure(spec.name, e) from None
         r.check_alive()
         after = {s.name: metrics.scrape(s.url) for s in r.servers}
         known = all(before[s.name] is not None and after[s.name] is not None for s in r.servers)
@@ -647,6 +647,13 @@ class LevelProbe:
         raw["bench_wall_s"] = run.wall_s
         raw["seed"] = spec.seed
         return m.model_copy(update={**stats, "flags": flags, "raw": raw})
+
+
+def _bench_failure(where: str, e: bench.BenchFailed) -> DeploymentFailed:
+    """The level's failure: the environment's when the client failed for its environment (retried, never the
+    configuration's failure nor a trial of the budget), else the benchmark's."""
+    kind = FailureKind.ENVIRONMENT if e.environment else FailureKind.BENCHMARK
+    return DeploymentFailed(kind, f"{where}: {e.reason}", e.tail)
 
 
 def _sum_deltas(a: list[metrics.InstanceDelta] | None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 
 
@@ -66,3 +67,32 @@ def error_line(text: str) -> str | None:
         errs = [ln.strip() for ln in lines if " ERROR " in ln or "error:" in ln]
         pick = errs[-1] if errs else None
     return pick[:1000] if pick else None
+
+
+#: Our launch header at a log's top (``procs.start``: ``# NAME: ARGV``), never what the process said.
+_HEADER = re.compile(r"^# [\w.-]+: ")
+
+
+def last_lines(text: str, lines: int = 3, width: int = 400) -> str:
+    """The last ``lines`` non-empty lines of a log on one line (`` | `` between them), at most ``width``
+    characters: what a process said last when none of it reads as an error."""
+    said = [ln.strip() for ln in text.splitlines() if ln.strip() and not _HEADER.match(ln)]
+    joined = " | ".join(said[-lines:])
+    return joined if len(joined) <= width else "…" + joined[-(width - 1):]
+
+
+def exit_reason(what: str, returncode: int | None, text: str, when: str = "") -> str:
+    """One line for a process that ended: how (its exit code, the signal that killed it, or that it stopped
+    answering) and why — its log's error line, else its last lines — so a helper's failure never reads as
+    "exited" with nothing after it. ``when`` follows the how (" while starting")."""
+    if returncode is None:
+        how = "stopped answering"
+    elif returncode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"was killed by signal {-returncode}"
+    else:
+        how = f"exited with code {returncode}"
+    said = error_line(text) or last_lines(text)
+    return f"{what} {how}{when}: {said}" if said else f"{what} {how}{when} and wrote nothing to its log"

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from executors.proc_logs import error_line, read_tail
+from executors.proc_logs import error_line, exit_reason, last_lines, read_tail
 from executors.proc_scan import (
     OWNER_ENV,
     SHM_DIR,
@@ -289,7 +289,8 @@ def wait_healthy(
     while True:
         if proc is not None and proc.poll() is not None:
             tail = proc.tail(tail_lines)
-            reason = error_line(proc.tail(400)) or f"{proc.name} exited with code {proc.poll()} while starting"
+            reason = error_line(proc.tail(400)) or exit_reason(proc.name, proc.poll(), proc.tail(400),
+                                                                " while starting")
             raise ProcessExited(proc.poll(), reason, tail)
         status, _ = http_get(target, timeout=min(5.0, max(0.5, interval * 4)))
         if status == 200:
@@ -340,8 +341,8 @@ def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeo
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
     "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "Launch", "ManagedProcess", "Marked", "ProcessExited",
-    "error_line", "free_port", "group_alive", "group_pids", "http_get", "launch_file", "launched_mark",
-    "launched_members", "launches", "live_group_pids", "marked_processes",
+    "error_line", "exit_reason", "free_port", "group_alive", "group_pids", "http_get", "launch_file", "launched_mark",
+    "launched_members", "last_lines", "launches", "live_group_pids", "marked_processes",
     "owner_mark", "pid_alive", "read_launch", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
     "stop_group", "stop_groups", "stop_strays", "wait_healthy",
 ]

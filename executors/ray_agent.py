@@ -141,7 +141,7 @@ def bench_level(platform: Platform, workload: Workload, spec: bench.LevelSpec, u
         run = bench.run_level(platform, workload, spec, url=url, model=model, tokenizer=tokenizer, out_dir=bdir,
                               timeout_s=timeout_s, on_start=lambda pgid: register(tag, pgid), zygote=zygote)
     except bench.BenchFailed as e:
-        return {"ok": False, "reason": e.reason, "tail": e.tail}
+        return {"ok": False, "reason": e.reason, "tail": e.tail, "environment": e.environment}
     finally:
         forget(tag)
     return {"ok": True, "result": run.result, "wall_s": run.wall_s, "stem": Path(run.log_path).stem}

@@ -378,12 +378,13 @@ class RayExecutor(VllmExecutor):
             except ray.exceptions.GetTimeoutError:
                 raise bench.BenchFailed(
                     f"the bench task did not return within {self.bench_timeout_s + 120:.0f} s") from None
-            except ray.exceptions.RayError as e:
-                raise bench.BenchFailed(f"the bench task failed: {str(e).splitlines()[0][:300]}") from None
+            except ray.exceptions.RayError as e:  # a lost agent or node is the environment's (the client is dead)
+                raise bench.BenchFailed(f"the bench task failed: {str(e).splitlines()[0][:300]}",
+                                        environment=environment_failure(e) is not None) from None
             finally:
                 h.bench_refs.remove(ref)
             if not out["ok"]:
-                raise bench.BenchFailed(out["reason"], out["tail"])
+                raise bench.BenchFailed(out["reason"], out["tail"], environment=out.get("environment", False))
             # the driver's copy (the task may run on another node), under the name the task chose (``free_stem``):
             # on the driver's node it is the task's own file, written again, not a second level
             bdir.mkdir(parents=True, exist_ok=True)

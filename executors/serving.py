@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from executors import procs
+from executors import broken_env, procs
 from executors.base import DeploymentFailed, FailureKind
 from executors.platform import Platform
 from search_spaces.workload import ExpertRouting, Workload
@@ -42,10 +42,12 @@ def check_routing(workload: Workload, started_with: ExpertRouting) -> None:
 
 def start_failure(name: str, returncode: int | None, reason: str, tail: str) -> DeploymentFailed:
     """A process that died while starting: OOM when the kernel killed it or it says so, ENVIRONMENT when its
-    port was taken, START otherwise."""
+    port was taken or this tuner's code folder is gone (``broken_env.code_gone``), START otherwise."""
     text = f"{reason}\n{tail}".lower()
     if any(m in text for m in _PORT_MARKS):
         return DeploymentFailed(FailureKind.ENVIRONMENT, f"{name}: {reason} (a port was taken)", tail)
+    if gone := broken_env.code_gone():
+        return DeploymentFailed(FailureKind.ENVIRONMENT, f"{name}: {reason} ({gone})", tail)
     kind = FailureKind.OOM if returncode == -9 or any(m in text for m in _OOM_MARKS) else FailureKind.START
     return DeploymentFailed(kind, f"{name}: {reason}", tail)
 
