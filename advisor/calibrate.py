@@ -75,7 +75,7 @@ class Sample:
     measured: dict[int, dict[str, float]]
     #: How each level was sent, for a fit that predicts levels as sent (``Problem(as_sent=True)``): its requests
     #: (default: the workload's count), and the levels whose latencies left the first wave out (the bench parser's
-    #: rule since 4 Dec: ``executors.bench_result.first_wave``).
+    #: rule: ``executors.bench_result.first_wave``).
     requests: dict[int, int] = field(default_factory=dict)
     first_wave_out: frozenset[int] = frozenset()
 
@@ -88,7 +88,7 @@ class Sample:
 class Errors:
     """Median |predicted / measured − 1| per metric over a set of levels, and over all of them; and the root
     mean square of log(predicted / measured) over every value — what the fit minimises (without its ridge
-    term), so in sample it cannot rise, while the pooled median can: on real CPU levels (2 Dec) every metric's
+    term), so in sample it cannot rise, while the pooled median can: on real CPU levels every metric's
     median fell (throughput 0.52 → 0.49, TTFT 0.66 → 0.50, TPOT 928 → 32) and the pooled one rose 0.71 → 0.95."""
 
     per_metric: dict[str, float | None]
@@ -155,12 +155,12 @@ def fitted_values(m: Measurement) -> dict[str, float]:
 
     Why bursts change what is compared: a bursty level's TTFT and TPOT split a request's time where its lumps
     arrived, not where the server made its tokens (docs/measurement.md); its E2E latency and throughput still hold.
-    Fitted as they were, one such level decided the profile: on vLLM's CPU build (4 Dec, ``tests/test_profile_real``)
+    Fitted as they were, one such level decides the profile: on vLLM's CPU build (``tests/test_profile_real``)
     the 1-layer decode probe at c=1 read P50 TPOT 0.022 ms (every token of a request in one lump) beside 4.1-6.7 ms
     on the other decode probes. Its log ratio against the default model's 10 ms step was 6.1 where every other
     value's was at most 2.1, and the least squares drove ``step_latency_s``, ``cpu_step_s`` and
     ``eager_layer_latency_s`` to their lower bound, 0: the profiled model then predicted the real study's level at
-    1.75x its throughput (the 4.3x of a 3 Dec run may have had the same cause; its probes were not kept). Refitted
+    1.75x its throughput. Refitted
     with E2E latency in that level's place, the same probes gave those terms 1.3 ms each and the study's level
     1.23x. On GPUs no level has been flagged (at most 0.02% of gaps in bursts over the H200
     knee study's 22 levels, docs/measurement.md), so a fit there compares what it compared before."""

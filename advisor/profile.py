@@ -17,7 +17,7 @@ a level whose tokens reached the client in bursts —, a ridge towards the defau
 move), cross-validated by probe so that the reported error is on
 levels the fit did not see. Each level is predicted as the benchmark sent it (``executors.perf.burst``): a probe
 releases its requests in waves of c that are prefilled together and then decode together, which the steady closed
-loop cannot describe — fitted in the steady view, the ~30B profile of 4 Dec predicted three studies' levels under
+loop cannot describe — fitted in the steady view, a ~30B H200 profile predicts three studies' levels under
 their knees at 19.4 / 27.6 / 19.0%; fitted and predicted as sent, with the API server's per-prompt-token time
 (``frontend_per_prompt_token_s``) in the model, at 7.2 / 12.5 / 11.7% (docs/benchmarks.md). The report says
 ``level_model: as sent``, and a trial's knee search predicts its levels in that view (``advisor.tune._predict``).
@@ -111,7 +111,7 @@ class ModelParams:
     source: str
     profile_id: int | None = None
     #: The view of a level the parameters were fitted in (``executors.perf.burst``): a profile's fit is ``AS_SENT``;
-    #: the defaults, a parameter file and a profile stored before 5 Dec's evening are ``STEADY``.
+    #: the defaults, a parameter file and a profile stored before profiles were fitted as sent are ``STEADY``.
     view: str = STEADY
 
 
@@ -214,9 +214,9 @@ def prefill_loads(isl: int, budget: int, seqs: int) -> tuple[int, ...]:
 
     Why the second level: with one prompt at a time every probe step holds a single sequence, so the fit never saw
     the step a loaded server runs — several prompts, the API server handing them over one by one
-    (``frontend_per_prompt_token_s``), the second wave arriving as the first one's requests end. The as-sent fit
-    of the ~30B profile of 4 Dec (H200, single-prompt probes) met those steps only in the decode probes' waves and
-    bent its prefill terms to them (``mfu_prefill`` 0.29, ``attn_eff_prefill`` 0.20; docs/benchmarks.md)."""
+    (``frontend_per_prompt_token_s``), the second wave arriving as the first one's requests end. An as-sent fit
+    of single-prompt probes (the ~30B shape on an H200) meets those steps only in the decode probes' waves and
+    bends its prefill terms to them (``mfu_prefill`` 0.29, ``attn_eff_prefill`` 0.20; docs/benchmarks.md)."""
     full = min(seqs, budget // max(isl, 1))
     return (1, full) if full >= 2 else (1,)
 
@@ -245,7 +245,7 @@ def plan_profile(job: TuningJob, depths: Sequence[int] | None = None,
     batches = (1, 4) if cpu else (1, 16, 64, 256)
     # Requests per level. On a GPU 4 prefill and 8 decode requests (the larger batches send 2 x c) take seconds each.
     # On vLLM's CPU build the same counts were levels of 0.1-0.4 s, and the 2-core machines these run on change
-    # speed for seconds at a time: on 5 Dec, a CI run's study measured the profile's shape 1.7x slower than its
+    # speed for seconds at a time: a CI run's study has measured the profile's shape 1.7x slower than its
     # probes minutes before (P50 TPOT 9.0 ms against 5.4 predicted), where another machine measured 2.7-3.8 ms on 8
     # fresh deployments of that shape. 24 and 32 requests are 1-3 s per level, a few seconds in all.
     pre_n, dec_n = (24, 32) if cpu else (4, 8)
@@ -343,7 +343,7 @@ class _Measured:
 def how_sent(levels: Sequence[dict[str, Any]]) -> tuple[dict[int, int], frozenset[int]]:
     """How a probe's stored ``levels`` were sent, for the fit as sent (``Sample.requests``,
     ``Sample.first_wave_out``): each concurrency's completed requests, and the concurrencies whose first wave the
-    bench parser left out (recorded since 5 Dec; earlier profiles' levels read as not left out)."""
+    bench parser left out (levels stored without the record read as not left out)."""
     requests = {int(lv["concurrency"]): int(lv["completed"]) for lv in levels if lv.get("completed")}
     return requests, frozenset(int(lv["concurrency"]) for lv in levels if lv.get("first_wave_out"))
 
@@ -393,8 +393,8 @@ def _reuse(path: Path, job: TuningJob, folder: Path, config: DeploymentConfig, c
 
 def probe_values(levels: Sequence[Measurement]) -> dict[int, dict[str, float]]:
     """One probe's fit values by concurrency (``fitted_values``). A level still flagged ``stalled`` (its server
-    paused twice, ``LevelProbe._unstall``) measured a compile, not the probe, and is left out: on the H200 of
-    4 Dec such levels read P50 TTFT 6.6 s at c=16 beside 276 ms at c=64."""
+    paused twice, ``LevelProbe._unstall``) measured a compile, not the probe, and is left out: on an H200 such
+    levels read P50 TTFT 6.6 s at c=16 beside 276 ms at c=64."""
     return {m.concurrency: v for m in levels if "stalled" not in m.flags and (v := fitted_values(m))}
 
 

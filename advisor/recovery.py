@@ -27,9 +27,9 @@ WORKER_ATTR = "advisor_worker"
 def ask(study: optuna.Study, worker: str) -> optuna.trial.Trial:
     """A new trial, the asking worker recorded on it (see ``WORKER_ATTR``) in the transaction that creates it.
 
-    ``study.ask()`` then ``set_user_attr`` were two transactions: a database that stopped between them (CI, 5 Dec:
-    tests/test_db_outage.py's outage past the window) left trial 21 RUNNING with no worker and no record, which the
-    resume seconds later could close only by age (``STALE_AFTER_S``). So a new trial is added whole
+    ``study.ask()`` then ``set_user_attr`` are two transactions: a database that stops between them (as
+    tests/test_db_outage.py's outage past the window does) leaves a RUNNING trial with no worker and no record, which
+    a resume seconds later can close only by age (``STALE_AFTER_S``). So a new trial is added whole
     (``Study.add_trial`` of a RUNNING trial carrying the attribute) and found again as the newest RUNNING trial of
     this worker. An enqueued trial (a baseline, a repeat, a proposer's point) is still taken by ``study.ask()``,
     which pops it, and then marked: a stop between those two leaves a trial without a worker, closed by age."""

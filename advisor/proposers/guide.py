@@ -64,7 +64,7 @@ PER_SHAPE = 3
 MAX_FIT_TRIALS = 24
 #: What the re-fit may move: every parameter but the API server's time per prompt token, which only a wave of
 #: prompts sent at once separates from ``request_latency_s`` (a profile's probes, fitted as sent); a study's levels,
-#: fitted in the steady view at one prompt length, cannot tell the two apart, and on the H200 study r4 the re-fit
+#: fitted in the steady view at one prompt length, cannot tell the two apart, and on a replayed ~30B H200 study the re-fit
 #: that could move it led trial 5's knee search to five levels where it took four. Nor the per-layer step floor:
 #: a study measures one depth, where it is ``step_latency_s`` by another name (the reference fit, over models of
 #: other depths, is what sees it); freed, it moved r4's replayed trial 1 to five levels where it takes four.

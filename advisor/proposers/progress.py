@@ -1,4 +1,4 @@
-"""Progress guaranteed (issue 15): when the sampler keeps proposing what was measured or cannot run, the tuner
+"""Progress guaranteed: when the sampler keeps proposing what was measured or cannot run, the tuner
 proposes an unmeasured valid candidate itself — the model's best, else a random one — so a study always moves
 or ends saying its space is exhausted."""
 
