@@ -79,8 +79,8 @@ class Deployment:
     handle: Any = None
     #: The first KV blocks of the random prompts sent to it, by tokenizer folder (``executors.prompt_seeds``), kept
     #: across ``measure`` calls: a profile measures each probe level in a call of its own, and with a record per
-    #: call its later levels repeated the earlier ones' prompts (tiny CPU model, 5 Dec: one or two 128-token
-    #: blocks a level, 2.1-3.1% prefix-cache hits, once the profile measured 6 levels per deployment).
+    #: call its later levels repeat the earlier ones' prompts (tiny CPU model: one or two 128-token blocks a
+    #: level, 2.1-3.1% prefix-cache hits, once a profile measures 6 levels per deployment).
     prompt_starts: dict[str, Any] = field(default_factory=dict)
 
 

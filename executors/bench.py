@@ -249,8 +249,8 @@ def run_level(platform: Platform, workload: Workload, spec: LevelSpec, *, url: s
 def free_stem(out_dir: Path, name: str) -> str:
     """``name``, or ``name.2``, ``name.3`` … when a run of one deployment already wrote that file: a profile
     measures several probe families at the same concurrency on one deployment (its three prefill probes are all
-    c = 1), and each run's JSON and log are the raw evidence of a stored level (on 4 Dec the DeepSeek-V3-width
-    profile kept only the last of its four c1.json)."""
+    c = 1), and each run's JSON and log are the raw evidence of a stored level (with one name per
+    concurrency a profile keeps only the last of its four c1.json)."""
     stem, n = name, 1
     while (out_dir / f"{stem}.json").exists():
         n += 1

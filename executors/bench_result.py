@@ -29,11 +29,11 @@ SATURATION = 0.9  # the client is saturated when it sustains less than this shar
 COALESCED_WARN = 0.5  # warn when more than this share of inter-token gaps are bursts (< 0.05 ms)
 #: A level *stalled* when its longest pause (``token_pauses``) is at least ``STALL_FLOOR_S`` and at least
 #: ``STALL_FACTOR`` × its reference gap (``stall_of``): the server stopped serving (a just-in-time kernel compile)
-#: and the level measured that stop, not the deployment. The H200 profile runs of 4 Dec
-#: (``benchmarks/stall_check.py``, docs/measurement.md "Stalls"): stalled levels paused 6.7-13.2 s (warm-ups
+#: and the level measured that stop, not the deployment. The H200 profile runs
+#: (``research/stall_check.py``, docs/measurement.md "Stalls"): stalled levels paused 6.7-13.2 s (warm-ups
 #: 1.5-18.3 s, ≥ 370× their reference), clean ones at most 0.11 s (a warm-up 0.68 s) but up to 37× their reference
 #: — the floor separates them. The factor guards levels whose ordinary gaps are long (long prompts, slow engines):
-#: the H200 Qwen3-30B studies of 1 and 4 Dec paused 1.0-1.5 s at 14-18× a 0.05-0.09 s reference at c=50-86, the
+#: the H200 Qwen3-30B studies paused 1.0-1.5 s at 14-18× a 0.05-0.09 s reference at c=50-86, the
 #: CPU build's CI levels at most 16.6× (0.72 s at most), while those studies' compile-stalled c=70 levels sat at
 #: 97-113×.
 STALL_FLOOR_S = 1.0
@@ -152,8 +152,8 @@ def stall_of(data: Mapping[str, Any]) -> dict[str, Any] | None:
     The reference is the median of the level's N longest gaps, N its requests, not a fixed percentile: every
     request waits once for its first token, so where prompts are long and outputs many (c=1, ISL 32k, OSL 1k)
     the level has N long waits that a 99th percentile over all gaps (< 1% of them) would call stalls; a compile
-    stops the server once or a few times, far fewer than N. On the H200 levels of 4 Dec the two agree within
-    a factor of 2 (``benchmarks/stall_check.py`` prints both)."""
+    stops the server once or a few times, far fewer than N. On the H200 profile levels the two agree within
+    a factor of 2 (``research/stall_check.py`` prints both)."""
     gaps = token_pauses(data)
     if not gaps:
         return None
@@ -338,7 +338,7 @@ def first_wave(data: Mapping[str, Any], concurrency: int) -> list[int]:
     ``vllm bench serve --max-concurrency c`` with no request rate starts its first c requests in the same
     ~10 ms, and their prefills queue behind each other; every later request starts when one ends. That burst
     is the client's start, not a load any steady traffic puts on the deployment, and at 2 × c prompts it is half
-    the level: on the H200 study r4 (4 Dec) the first wave's P90 TTFT was 1.3-4.1 s at c = 31-83, every later
+    the level: on a ~30B H200 study the first wave's P90 TTFT was 1.3-4.1 s at c = 31-83, every later
     request's 0.18-0.43 s, so the 2-s TTFT SLO judged the burst alone (docs/measurement.md, "The first wave")."""
     starts, lats = data.get("start_times") or [], request_latencies(data)
     if concurrency < 2 or not starts or len(lats) < len(starts):

@@ -17,7 +17,7 @@ Only where the client does not distort the measurement and ``vllm bench serve`` 
 there, on 2 cores, levels forked from the zygote read a c=1 median TTFT of 47-80 ms where a fresh command read
 8.8-12.9 ms on the same deployments (``benchmarks/bench_client_bursts.py``); a fresh command per level stays
 the CPU build's guard. On a GPU host the client has cores of its own, and a fresh command costs ~30 s of
-import per level (issue 30: 15-26 s levels whose client took longer to start than to measure).
+import per level (15-26 s levels whose client takes longer to start than to measure).
 ``DEPLOY_ADVISOR_BENCH_ZYGOTE=0`` (or ``1``) turns it off (or on) whatever the platform, to compare the two.
 """
 

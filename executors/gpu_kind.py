@@ -1,9 +1,8 @@
 """Which GPU kind this machine holds, so that what is measured here is stored under the kind it ran on.
 
-Why: a lent machine is not always the kind asked for. On 5 Dec a session whose jobs said ``cluster.gpu: H200`` was
-lent an H100 (the device tool's answer to a call that named no kind); its DeepSeek-V3-width stack check would have
-been held to an H200 profile's predictions, and its Qwen3-235B-width profile stored — and found by every later
-H200 study — as an H200's, with the HBM bandwidth of the wrong card in its fitted ``hbm_eff``. ``nvidia-smi`` names
+Why: a lent machine is not always the kind asked for. Jobs that say ``cluster.gpu: H200`` run on an H100 would
+hold its measurements to an H200 profile's predictions, and store its profile — found by every later H200 study —
+as an H200's, with the HBM bandwidth of the wrong card in its fitted ``hbm_eff``. ``nvidia-smi`` names
 the cards; each name is matched to a kind of ``search_spaces.GPU_TABLE``. Where there is no ``nvidia-smi`` (vLLM's
 CPU build, a Ray head without GPUs) nothing is checked: the kinds a Ray cluster's nodes hold are its own
 preflight's business.

@@ -187,8 +187,8 @@ class LocalExecutor(VllmExecutor):
 
     def _start_zygote(self, dep: Deployment, h: _LocalHandle) -> None:
         """The bench zygote (executors/bench_zygote.py) starts with the servers: its ~20 s import of vLLM on a GPU
-        host overlaps their start-up instead of the first level's (the H200's warm-ups read 28-34 s for a 10 s
-        bench run on 4 Dec, the difference being this import)."""
+        host overlaps their start-up instead of the first level's (without it the H200's warm-ups read 28-34 s for a
+        10 s bench run, the difference being this import)."""
         if not bench_zygote.usable(h.platform):
             return
         bdir = h.dir / "bench"

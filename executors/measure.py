@@ -332,7 +332,7 @@ class _Search:
           are cheaper).
         - From the second on, a move is at most the larger of twice the last move and the stepped search's
           widening step: a curve whose scale factor is blown up cannot jump past what the widening steps would
-          try (real H200 study r4, trial 3: the model's P90 TTFT 70–94% low, the measured / predicted factor put
+          try (a real ~30B H200 trial: the model's P90 TTFT 70–94% low, the measured / predicted factor put
           the knee at 12 after 78 and 71 failed; the knee was 54, and the jump cost two levels).
         - From the third level on one side (two aims in a row landed where the start did), a move not under
           half the move before it is doubled (Illinois-style; ``stall``: not the step that closes a bracket). The
@@ -363,7 +363,7 @@ class _Search:
         guess where the knee is, but not at the cost of a level; a wider bracket (after a long widening step) keeps
         the aim as it is, since there the estimate saves more levels than the worst case costs.
 
-        Replayed on the real H200 study r4 re-judged without its first wave (``benchmarks/knee_replay.py``): trial 1
+        Replayed on a real ~30B H200 study re-judged without its first wave (``research/knee_replay.py``): trial 1
         measured 70 (failed) and 42 (met), and the aim then went 51, 59 and 64, five levels to close [59, 64] where
         bisection of [42, 70] needs two more; held to the window (53–55), it closes in four (trial 7 too: 5 → 4).
         On the 480 runs of ``benchmarks/knee_search.py`` it changes 6 searches and no level count. Applied to every
@@ -559,14 +559,14 @@ class LevelProbe:
     def _unstall(self, load: float, short: bool, spec: bench.LevelSpec, run: _Run, m: Measurement, attempt: int = 1,
                  key: str = "stall_remeasured") -> tuple[bench.LevelSpec, _Run, Measurement, dict[str, Any]]:
         """A level whose server stalled (``bench_result.stall_of``: a just-in-time kernel compile) measured the
-        pause, not the deployment (H200, 4 Dec: P50 TTFT 6.6 s at c=16 beside 276 ms at c=64). It is measured
+        pause, not the deployment (H200: P50 TTFT 6.6 s at c=16 beside 276 ms at c=64). It is measured
         once more, fresh prompts — the compile has happened by then — and the run with the shorter pause is kept
         (flag ``stalled`` stays on it when both stalled); the other run's pause goes to ``raw.stall_remeasured``.
         On every platform: a pause on vLLM's CPU build distorts a level as much, and costs CI nothing there (the
-        66 CPU levels of a 4 Dec CI run paused at most 0.72 s, 16.6× their reference at most).
+        66 CPU levels of a CI run paused at most 0.72 s, 16.6× their reference at most).
 
         The same holds for a close call's second run (its note under ``key`` = ``close_call_stall_remeasured``):
-        on the H200 study r6 (5 Dec) two of them paused 1.2 and 1.7 s and were pooled as they were — P90
+        on a ~30B H200 study two of them paused 1.2 and 1.7 s and, pooled as they were, gave — P90
         tok/s/user 27.7 beside 31.2 in the clean first run of c = 93 (the pooled level failed the 30 bound the
         clean run met), and 23.9 beside 28.5 at c = 99, whose pooled miss sent the knee search's next aim down to
         39 for a knee at 87."""

@@ -7,7 +7,7 @@
 id send the same text — their whole prompts, not only a first block, are then prefix-cache hits — and on a
 byte-level BPE runs that start among the byte tokens decode to the same U+FFFD characters from different starts.
 With a few thousand ids, a level of tens of requests, and the prefix cache kept across the levels of one
-deployment, that read 3-12% prefix-cache hits on a workload that reuses nothing (issue 30).
+deployment, that reads 3-12% prefix-cache hits on a workload that reuses nothing.
 
 So the seed of each ``random`` level is chosen here: the level's own seed (``Workload.level_seed``) when its
 prompts' first blocks — the first ``BLOCK_TOKENS`` tokens of each start's re-encoded text — are new to the

@@ -1,7 +1,7 @@
 """``python -m executors.server_standby MODULE``: the next deployment's ``vllm serve``, started before its flags exist.
 
-Why: on the H200 every deploy spent 22-26 s between the launch and vLLM's first log line (4 Dec, r3's
-deploy_phases: the API server importing vLLM — torch, transformers, every CLI subcommand), about a quarter of a
+Why: on the H200 every deploy spends 22-26 s between the launch and vLLM's first log line (``deploy_phases``:
+the API server importing vLLM — torch, transformers, every CLI subcommand), about a quarter of a
 new-configuration deploy (75-90 s). A study's next deployment on a one-node machine runs the same interpreter,
 the same engine module and the same environment as the one now measured; only its ``serve`` flags (the
 trial's configuration) are unknown until the sampler asks. So while a deployment is measured, the executor starts

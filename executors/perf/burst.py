@@ -7,7 +7,7 @@ phased. The ``c`` requests of the first wave arrive together and their prefills 
 lengths (a profile's probes) the loop then stays in lockstep — each wave's prefills run together, then its decodes
 alone — so a decode probe's TPOT is the decode-only step and its TTFT the queue of ``c`` prefills. The steady state
 puts a prefill chunk into every ``1/f`` decode steps instead. Fitted to the lockstep probes, the steady model had
-to bend its step terms: on the DeepSeek-V3-width profile (H200, 4 Dec) decode at c = 16 read P50 TPOT 3.8 ms
+to bend its step terms: on the DeepSeek-V3-width profile (H200) decode at c = 16 read P50 TPOT 3.8 ms
 (5 layers) where the model's steady state with the defaults says 10.0 ms, and the fit drove ``cpu_per_seq_s``
 to 72x its default. A profile's fit and a check held to measured levels compare like with like here; the guide
 still ranks candidates by the steady state (fast over thousands of candidates, and the load the user will serve).
@@ -97,7 +97,7 @@ def schedule(c: int, isl: np.ndarray, osl: np.ndarray, acc: float, budget: int, 
     (default none) is the time the API server spends on request ``i`` before the engine sees it, one request after
     another (``frontend_per_prompt_token_s``).
 
-    The delay matters: on the H200 (4 Dec, c = 16) a wave's requests ended 2.6-ms decode steps apart and the client
+    The delay matters: on the H200 (c = 16) a wave's requests ended 2.6-ms decode steps apart and the client
     sent each successor at once, but the first new prompt reached the engine only after the other groups' last
     decode steps had run, so the next wave queued for its prefills together (P50 TTFT 0.23 s where one prefill step
     is 0.06 s). With no delay each group's successors would be prefilled in the step after it ended."""

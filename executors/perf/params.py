@@ -126,7 +126,7 @@ class PerfParams(BaseModel):
     frontend_per_prompt_token_s: float = _p(0.0, 0.0, 1e-4, (
         "API-server CPU time per prompt token (receiving, tokenizing and handing the prompt to the engine), "
         "spent one request after another in the instance's API server before the engine sees the request: "
-        "a wave of prompts reaches the engine one by one. 0 by default; on one H200 (4 Dec, the ~30B shape) a "
+        "a wave of prompts reaches the engine one by one. 0 by default; on one H200 (the ~30B shape) a "
         "c = 1 prefill probe read ~11 us more TTFT per prompt token at 3 layers and at 12 alike, and a decode "
         "probe's wave of 16 or 64 prompts reached its first tokens at 4 prompts per 17-30 ms at both depths — "
         "calibrate it (advisor profile fits it)."))
