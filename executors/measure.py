@@ -566,7 +566,7 @@ class LevelProbe:
         66 CPU levels of a CI run paused at most 0.72 s, 16.6× their reference at most).
 
         The same holds for a close call's second run (its note under ``key`` = ``close_call_stall_remeasured``):
-        on a ~30B H200 study two of them paused 1.2 and 1.7 s and, pooled as they were, gave — P90
+        on a ~30B H200 study two of them paused 1.2 and 1.7 s, and pooled as they were they read P90
         tok/s/user 27.7 beside 31.2 in the clean first run of c = 93 (the pooled level failed the 30 bound the
         clean run met), and 23.9 beside 28.5 at c = 99, whose pooled miss sent the knee search's next aim down to
         39 for a knee at 87."""

@@ -39,8 +39,8 @@ def install_stream_fix() -> None:
     Its completions client strips every network read (``chunk_bytes.strip()``) before its SSE handler joins
     them, so a read that ends in ``data: `` loses the space and the next message reads ``data:{…}``, which
     ``removeprefix("data: ")`` leaves as is: ``JSONDecodeError: Expecting value: line 1 column 1 (char 0)`` and
-    the request counts as failed. Seen on the CPU build behind vllm-router on a loaded 2-core machine (
-    1 of 24 requests at c=8, which the error-rate SLO reads as 4%). The handler puts the space back when its
+    the request counts as failed. Seen on the CPU build behind vllm-router on a loaded 2-core machine:
+    1 of 24 requests at c=8, which the error-rate SLO reads as 4%. The handler puts the space back when its
     buffer ends in ``data:`` (``tests/test_bench_stream.py``); a vLLM without that handler is left alone."""
     try:
         from vllm.benchmarks.lib import endpoint_request_func as erf
