@@ -77,7 +77,7 @@ if [[ ! -f "$PGDATA/PG_VERSION" ]]; then
 fi
 
 # autovacuum off: the tests create and force-drop a database per test, and an autovacuum worker connected to one
-# made `DROP DATABASE … WITH (FORCE)` fail for the unprivileged test role (CI, 5 Dec: "must be a member of the role
+# makes `DROP DATABASE … WITH (FORCE)` fail for the unprivileged test role ("must be a member of the role
 # whose process is being terminated"); a throw-away cluster of short-lived databases has nothing to vacuum.
 OPTS="-p $PORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$SOCKDIR -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c autovacuum=off"
 if as_pg "$BIN/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; then

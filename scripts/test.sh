@@ -5,7 +5,7 @@
 #
 # 1. Tests that start nothing heavy (no marker of REAL below), two at a time with pytest-xdist, a test file per
 #    worker (--dist loadfile: a module's fixture is computed once). They are CPU-bound Python: two workers on the
-#    2-core CI machine took 489 s where one took 838 s (6 Dec).
+#    2-core CI machine take 489 s where one takes 838 s.
 # 2. Tests that start real vLLM servers, Ray clusters, network-namespace hosts, PostgreSQL or Chromium, one at a
 #    time: their SLOs are taken from the machine's own speed minutes earlier (tests/test_knee_real.py), which a
 #    second worker beside them would change.

@@ -124,7 +124,7 @@ KNOBS: tuple[Knob, ...] = (
          when=lambda c: bool(c["enable_expert_parallel"]) and c["all2all_backend"].supports_dbo,
          cell=lambda v, c: "DBO" if v else None, words=lambda v, c: "DBO" if v else None,
          model_term="the all-to-all overlap (perf.step: split steps above the DBO thresholds)"),
-    # ---- one-GPU serving settings (issue 30.6); in a space only where it names them (docs/jobs.md)
+    # ---- one-GPU serving settings; in a space only where it names them (docs/jobs.md)
     Knob("async_scheduling", "--async-scheduling", None, bool | None, "async_scheduling", "async_scheduling",
          "async scheduling", "Schedule step n+1 while step n runs on the GPU; null: vLLM decides (on where "
          "supported).", omit_default=True, negated_flag="--no-async-scheduling", roles=frozenset({"mixed"}),

@@ -437,7 +437,7 @@ def failures() -> None:
 # Only the open tab runs (lazy tabs, kept in the URL as ?tab=): the page's first paint is the recommendation
 # and the convergence plot, not every table and figure of the study. Convergence opens first because it is the
 # lightest tab with a plot: with the Pareto tab open (its axis pickers, a plot of every trial × level, the front's
-# table) a browser drew the recommendation's first chart 0.2-0.25 s later (benchmarks/ui_render.py, #16).
+# table) a browser draws the recommendation's first chart 0.2-0.25 s later (benchmarks/ui_render.py).
 TABS = {"Convergence": convergence, "Pareto front": pareto, "Curves": curves, "Parameters": parameters,
         "Trials": trials_table, "Failures": failures}
 for tab, draw in zip(st.tabs(list(TABS), key="tab", bind="query-params"), TABS.values(), strict=True):
