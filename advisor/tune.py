@@ -362,8 +362,8 @@ def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, floa
 def _view(ctx: _Context) -> str:
     """The view a trial's levels are predicted in: the one its parameters were fitted in. A hardware profile is
     fitted as sent (``advisor.profile``), and a real trial's levels are sent that way, so its knee search starts and
-    aims by levels predicted as sent: over the 15 trials of two ~30B H200 studies the knee
-    predicted as sent by the stored profile's probes fitted as sent was off the measured one by a median |log ratio| of 0.14,
+    aims by levels predicted as sent: over the 15 trials of two ~30B H200 studies the knee predicted as sent by
+    the stored profile's probes fitted as sent was off the measured one by a median |log ratio| of 0.14,
     the steady fit's steady knee by 0.16 and the as-sent fit's steady knee by 0.40 (``research/level_views.py``;
     its levels under the knees: 7.2–12.5% as sent, 19.4–27.6% for the steady fit). Steady where the executor is the
     model itself (its levels are the steady state) and once the guide has re-fitted the parameters on the study's

@@ -337,7 +337,8 @@ class _Search:
         - From the third level on one side (two aims in a row landed where the start did), a move not under
           half the move before it is doubled (Illinois-style; ``stall``: not the step that closes a bracket). The
           re-scaled aims of a curve off in shape keep putting the knee just past the last level and stall there,
-          a level per ~10% (a real ~30B H200 trial: 74, 50, 45, 38, 34, 31; with the doubling 74, 50, 45, 33, 30), while aims that
+          a level per ~10% (a real ~30B H200 trial: 74, 50, 45, 38, 34, 31; with the doubling 74, 50, 45, 33,
+          30), while aims that
           converge shrink their moves faster than halving (558, 107, 72, 65 on the perturbed truths of
           ``benchmarks/knee_search.py``), so the doubling leaves them alone. Deeper aims from the second level
           cost levels there (docs/measurement.md, "Knee search").

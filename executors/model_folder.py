@@ -9,7 +9,8 @@ part of a step from the fixed part. Nothing is downloaded: a folder is a ``confi
 The tokenizer is the job's own when its folder has one for the same vocabulary; otherwise a word-level tokenizer
 of exactly ``vocab_size`` tokens is generated. Its size matters: ``vllm bench serve``'s random prompts are runs of
 consecutive token ids from a random offset, so with a small vocabulary two prompts often start at the same id and
-share their first KV blocks — 2.9–9.4% prefix-cache hits on a "no reuse" workload with an 8,192-token vocabulary. With the model's real vocabulary (129,280 for DeepSeek-V3) such collisions are rare. A word-level
+share their first KV blocks — 2.9–9.4% prefix-cache hits on a "no reuse" workload with an 8,192-token vocabulary.
+With the model's real vocabulary (129,280 for DeepSeek-V3) such collisions are rare. A word-level
 tokenizer also decodes and re-encodes a random prompt to exactly the same ids (each token is one
 whitespace-separated word), so the prompt length asked is the length served.
 """

