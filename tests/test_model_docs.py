@@ -1,4 +1,4 @@
-"""The performance-model doc and the README quote the model as it is: one truth per fact (issue #17).
+"""The performance-model doc and the README quote the model as it is: one truth per fact.
 
 ``benchmarks/model_figures.py`` computes every marked block (``<!-- figures:NAME -->…<!-- /figures -->``) from the
 code; these tests recompute them and fail when a quoted number is more than 1% off, or a parameter or constant of
