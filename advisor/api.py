@@ -20,7 +20,7 @@ from advisor.exports import (
     evidence_source,
     model_name,
     render_export,
-    write_export,
+    write_exports,
 )
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
@@ -407,12 +407,10 @@ def export(url: str, study: str, *, fmt: str, trial: int | None, out: Path, mode
     database = _open(url)
     try:
         job, topo, ev, trial_id = _export_subject(database, study, trial)
-        paths = []
-        for f in formats:
-            path, sha = write_export(job, topo, ev, f, out, model, options)
+        written = write_exports(job, topo, ev, formats, out, model, options)  # all or nothing, then recorded
+        for f, (path, sha) in zip(formats, written, strict=True):
             database.record_export(trial_id, f, str(path), sha)
-            paths.append(path)
-        return paths
+        return [path for path, _ in written]
     finally:
         database.close()
 

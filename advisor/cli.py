@@ -65,6 +65,16 @@ def _storage(url: str | None) -> str:
     return url or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
 
 
+def _job_storage(url: str | None, job: TuningJob) -> str:
+    """``--storage``, else the job file's ``storage``, else ``$ADVISOR_STORAGE``, else the default."""
+    return url or (job.storage if "storage" in job.model_fields_set else _storage(None))
+
+
+JobStorageOpt = Annotated[str | None, typer.Option(
+    "--storage", help=f"Database URL (default: the job's storage, else $ADVISOR_STORAGE, else {DEFAULT_STORAGE}).",
+    show_default=False)]
+
+
 def friendly(fn: F) -> F:
     """Bad input → one line on stderr and exit 2; a database outage past its retry window, or a profile whose
     deployment failed → one line, exit 3."""
@@ -138,7 +148,7 @@ def tune(
     trials: Annotated[int | None, typer.Option(min=1, max=MAX_TRIALS, help="Total executed trials of the study.")]
     = None,
     executor: Annotated[ExecutorKind | None, typer.Option(help="Override the job's executor.")] = None,
-    storage: StorageOpt = None,
+    storage: JobStorageOpt = None,
     study: Annotated[str | None, typer.Option(help="Study name (default: the job's name).")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Connect to this Ray cluster.")] = None,
     wall_time: Annotated[float | None, typer.Option(
@@ -155,7 +165,7 @@ def tune(
     if executor is not None:
         job = job.model_copy(update={"executor": job.executor.model_copy(update={"kind": executor})})
     info = require_valid_candidates(job, job_file)  # a space with nothing to run: one line, exit 2
-    url = storage or job.storage
+    url = _job_storage(storage, job)
     budget = trials or job.budget.trials
     best: dict[str, Any] = {"text": "–"}
     # the executor first: bad executor input, or a Ray cluster that cannot run the job, is one line before any
@@ -315,7 +325,7 @@ def profile(
                                                     "fit one GPU, from the model's size).")] = None,
     out: Annotated[Path | None, typer.Option(help="Also write the fitted parameters here (a parameter file, "
                                                   "with its report beside it).")] = None,
-    storage: StorageOpt = None,
+    storage: JobStorageOpt = None,
 ) -> None:
     """Measure the job's model shape on this machine's GPU (two reduced depths, prefill and decode probes with
     vllm bench serve), fit the performance model to it and store the profile: later studies of the same shape
@@ -336,7 +346,7 @@ def profile(
         def step(text: str) -> None:
             bar.update(task, description=f"profile: {text}", advance=0 if text.endswith("deploying") else 1)
 
-        res = api.profile(_storage(storage or job.storage), job, depths=ds, out=out, on_level=step)
+        res = api.profile(_job_storage(storage, job), job, depths=ds, out=out, on_level=step)
     cal = res.calibration
     console.print(f"stored {res.profile.label}: {job.model_profile().name} shape {res.profile.shape_key} at "
                   f"depths {', '.join(map(str, plan.depths))}; {res.levels} levels in {res.wall_s:.0f} s "

@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["LOG_TAIL_MAX_CHARS", "SUPPORTED_BACKENDS", "Database", "connect", "normalize_url",
                      "optuna_storage"], "db.engine"),
     "DatabaseOutage": "db.outage",
+    "require_folder": "db.connection",
     **dict.fromkeys(["redact_url", "scrub"], "db.redaction"),
     **dict.fromkeys(["NAMED_QUERIES", "NamedQuery", "QueryArg", "QueryError", "best_under_slo", "failures",
                      "get_study", "get_trial", "history", "list_studies", "list_trials", "measurements",
@@ -60,6 +61,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from db import queries  # noqa: F401
+    from db.connection import require_folder  # noqa: F401
     from db.engine import (  # noqa: F401
         LOG_TAIL_MAX_CHARS,
         SUPPORTED_BACKENDS,

@@ -96,7 +96,7 @@ def make_engine(url: str, *, echo: bool) -> Engine:
             connect_args={"check_same_thread": False},
         )
     else:
-        file.parent.mkdir(parents=True, exist_ok=True)
+        require_folder(url)
         engine = create_engine(
             u, echo=echo, json_serializer=_json_dumps, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
         )
@@ -116,6 +116,16 @@ def make_engine(url: str, *, echo: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("advisor_write") else "BEGIN")
 
     return engine
+
+
+def require_folder(url: str) -> None:
+    """Raise ``ValueError`` (one line) when a SQLite file's folder does not exist: a URL with a mistyped folder
+    is the user's error, said before anything is created, not a tree of folders made where nobody looks."""
+    u = make_url(url)
+    file = _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
+    if file is not None and not file.parent.is_dir():
+        raise ValueError(f"the folder {str(file.parent)!r} of {redact_url(url)} does not exist; create it first, "
+                         "or name a file in an existing folder")
 
 
 def _sqlite_file(u: URL) -> Path | None:
@@ -223,7 +233,7 @@ def first_start_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    require_folder(url)
     with open(path.with_name(path.name + ".lock"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file is closed, also by a process that dies
         yield

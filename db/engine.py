@@ -69,7 +69,7 @@ def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Databas
     migrated (CI's empty PostgreSQL database must show "No studies").
 
     Raises ``DatabaseUnavailable`` (one line, no password) when it cannot: not a supported URL, server
-    unreachable, refused login, a folder that cannot be created, or a schema newer than this code knows.
+    unreachable, refused login, a SQLite file in a folder that does not exist, or a schema newer than this code knows.
     """
     try:
         normalized = normalize_url(url)

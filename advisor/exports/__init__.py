@@ -14,6 +14,7 @@ cluster can load (``model_name``).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -165,21 +166,74 @@ def files_sha256(files: dict[str, str]) -> str:
 
 def write_export(job: TuningJob, topo: Topology, ev: Evidence, fmt: str, out: Path,
                  model: str | None = None, options: ExportOptions | None = None) -> tuple[Path, str]:
-    """Write ``topo`` (a trial's stored placement, with its configuration) in one format under ``out``; returns the path (a file, or the folder of a multi-file format) and its
-    sha256 (of the file, or ``files_sha256`` of the folder). Everything is rendered before anything is written;
-    a folder is written beside its target and then swapped in, so no half-written folder is left behind."""
-    spec = RENDERERS[fmt]
-    rendered = spec.render(job, topo, ev, model_name(job, model), options or ExportOptions())
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``topo`` (a trial's stored placement, with its configuration) in one format under ``out``; returns
+    the path (a file, or the folder of a multi-file format) and its sha256 (of the file, or ``files_sha256`` of
+    the folder). ``write_exports`` of one format."""
+    return write_exports(job, topo, ev, [fmt], out, model, options)[0]
+
+
+def write_exports(job: TuningJob, topo: Topology, ev: Evidence, formats: list[str], out: Path,
+                  model: str | None = None, options: ExportOptions | None = None) -> list[tuple[Path, str]]:
+    """Write ``formats`` under the folder ``out`` (created if missing); (path, sha256) of each.
+
+    Every format is rendered and every target checked before anything is written, so bad input (``out`` a file
+    or a device, a foreign folder where a format's folder goes, a place no folder can be made) is one line
+    (``BadInput``) with nothing written. A file is written beside its target and renamed over it, a folder
+    written beside its target and swapped in: a failure leaves no half-written file or folder, and folders this
+    call created are removed again."""
+    model = model_name(job, model)
+    rendered = [(RENDERERS[f], f, RENDERERS[f].render(job, topo, ev, model, options or ExportOptions()))
+                for f in formats]
+    _check_targets(out, [(out / spec.target, isinstance(r, dict)) for spec, _, r in rendered])
+    created = _make_folder(out)
+    try:
+        return [_write_one(spec, fmt, r, out) for spec, fmt, r in rendered]
+    except OSError as e:
+        for d in reversed(created):
+            shutil.rmtree(d, ignore_errors=True)
+        raise BadInput(f"--out: cannot write under {out}: {e.strerror or e}") from None
+
+
+def _check_targets(out: Path, targets: list[tuple[Path, bool]]) -> None:
+    """Raise ``BadInput`` when ``out`` or a format's target is taken by something an export must not replace."""
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out: {out} exists and is not a folder; name a folder (it is created if missing)")
+    for path, folder in targets:
+        if folder and path.exists() and not (path / FOLDER_MARK).is_file():
+            raise BadInput(f"--out: {path} exists and was not written by `advisor export`; "
+                           "move it away or pick another --out")
+        if not folder and path.is_dir():
+            raise BadInput(f"--out: {path} is a folder where the file {path.name} goes; move it away or pick "
+                           "another --out")
+
+
+def _make_folder(out: Path) -> list[Path]:
+    """Create ``out`` and its missing parents; the folders created, outermost first."""
+    missing = [p for p in (out, *out.parents) if not p.exists()][::-1]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        for d in reversed(missing):
+            if d.is_dir():
+                d.rmdir()
+        raise BadInput(f"--out: cannot create the folder {out}: {e.strerror or e}") from None
+    return missing
+
+
+def _write_one(spec: Renderer, fmt: str, rendered: Rendered, out: Path) -> tuple[Path, str]:
     path = out / spec.target
     if isinstance(rendered, str):
-        path.write_text(rendered)
-        if spec.executable:
-            path.chmod(0o755)
+        fd, name = tempfile.mkstemp(prefix=f".{spec.target}.", dir=out)
+        tmp = Path(name)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(rendered)
+            tmp.chmod(0o755 if spec.executable else 0o644)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path, hashlib.sha256(rendered.encode()).hexdigest()
-    if path.exists() and not (path / FOLDER_MARK).is_file():
-        raise BadInput(f"--out: {path} exists and was not written by `advisor export`; "
-                       "move it away or pick another --out")
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.target}.", dir=out))
     try:
         tmp.chmod(0o755)  # mkdtemp's 0700 would follow the folder after the rename
