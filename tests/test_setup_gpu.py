@@ -102,8 +102,8 @@ def test_a_machine_whose_python_has_vllm_reuses_it(machine: dict, tmp_path: Path
     _nvidia_smi(machine, FAKE_NVIDIA_SMI)
     out = _setup(machine, "--plan", PYTHONPATH=str(installed.parent))
     assert out.returncode == 0, out.stderr
-    assert (f"venv: {machine['python']} -m venv --system-site-packages .venv (reuses the machine's vllm 0.26.0 and "
-            "its torch)") in out.stdout.splitlines()
+    assert f"venv: {machine['python']} -m venv --system-site-packages .venv (reuses the machine's vllm 0.26.0" \
+        in out.stdout
 
 
 def test_without_an_answering_nvidia_smi_the_cpu_build_is_planned(machine: dict) -> None:
@@ -123,22 +123,39 @@ def test_a_target_setup_does_not_know_is_refused_in_one_line(machine: dict) -> N
                                        "when nvidia-smi lists a GPU)"]
 
 
-def test_the_gpu_set_up_makes_its_venv_from_the_machines_python_and_asks_pip_for_the_gpu_extra(machine: dict,
-                                                                                                tmp_path: Path) -> None:
-    """A real run (a venv, pip offline): it stops where the empty wheel folder holds nothing to install."""
-    installed = tmp_path / "site" / "vllm-0.26.0.dist-info"  # FAKE: vLLM's metadata only
-    installed.mkdir(parents=True)
-    (installed / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.26.0\n")
+def _fake_dist(site: Path, name: str, version: str) -> None:
+    """FAKE: a distribution's metadata only, as pip leaves it (nothing to import)."""
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+def test_the_gpu_set_up_builds_its_venv_on_the_machines_python_and_its_packages(machine: dict,
+                                                                                  tmp_path: Path) -> None:
+    """A real run. The machine's Python is itself a venv holding vLLM and a CUDA torch (as a GPU image's
+    /opt/…/.venv/bin/python3 does; here their metadata only): .venv is made from it and sees both; pip, offline,
+    is asked for the gpu extra and stops where the empty wheel folder holds nothing to install."""
+    image = tmp_path / "image-venv"
+    subprocess.run([os.path.realpath(machine["python"]), "-m", "venv", "--without-pip", str(image)], check=True)
+    site = Path(subprocess.run([image / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    _fake_dist(site, "vllm", "0.26.0")
+    _fake_dist(site, "torch", "2.11.0+cu130")
+    (machine["bin"] / "python3").unlink()  # the image's python3 comes first on PATH, as a GPU image puts it
     _nvidia_smi(machine, FAKE_NVIDIA_SMI)
-    out = _setup(machine, PYTHONPATH=str(installed.parent))
+    out = _setup(machine, PATH=f"{image / 'bin'}:{machine['env']['PATH']}")
     assert out.returncode == 1
     said = [line.split("] ", 1)[1] for line in out.stdout.splitlines()]
-    assert said[0] == (f"creating .venv with {machine['python']} ({machine['version']}), --system-site-packages: "
-                       "the machine's vllm 0.26.0 and its torch are used")
+    assert said[0] == (f"creating .venv with {image / 'bin' / 'python3'} ({machine['version']}), "
+                       "--system-site-packages: the machine's vllm 0.26.0, torch 2.11.0+cu130 reused")
+    assert said[1].startswith("the machine's Python is a venv: its site-packages reach .venv through ")
     assert said[-1].startswith("installing the project: pip install -e '.[gpu]' ")
-    log = machine["repo"] / ".venv" / "setup-logs" / "pip-install.log"
+    venv = machine["repo"] / ".venv"
+    log = venv / "setup-logs" / "pip-install.log"
     assert out.stderr.splitlines()[-1] == f"setup.sh: error: pip-install failed (full log: {log})"
-    cfg = dict(line.split(" = ", 1) for line in (machine["repo"] / ".venv" / "pyvenv.cfg").read_text().splitlines()
-               if " = " in line)
+    cfg = dict(line.split(" = ", 1) for line in (venv / "pyvenv.cfg").read_text().splitlines() if " = " in line)
     assert cfg["include-system-site-packages"] == "true" and cfg["version"] == machine["version"]
+    seen = subprocess.run([venv / "bin" / "python", "-c", "import importlib.metadata as m; "
+                           "print(m.version('vllm'), m.version('torch'))"], capture_output=True, text=True)
+    assert seen.stdout.split() == ["0.26.0", "2.11.0+cu130"]
     assert f"Looking in links: {machine['wheels']}" in log.read_text()
