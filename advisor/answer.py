@@ -138,6 +138,20 @@ class Answer:
         return self.best.mean / base.mean if base is not None and base.mean else None
 
 
+def operating_points(database: Database, study: str, job: TuningJob) -> dict[int, int]:
+    """Trial → the concurrency of its operating point (``objectives.operating_point``), from one read of the
+    study's levels."""
+    levels: dict[int, list[Measurement]] = {}
+    for lv in queries.measurements(database, study):
+        levels.setdefault(lv.trial_number, []).append(lv.measurement)
+    out = {}
+    for n, ms in levels.items():
+        point, _ = operating_point(job, ms)
+        if point is not None:
+            out[n] = point.concurrency
+    return out
+
+
 def _point(job: TuningJob, trial: Trial | None) -> Measurement | None:
     return operating_point(job, list(trial.measurements))[0] if trial is not None else None
 

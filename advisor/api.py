@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
+
 import db
-from advisor.answer import Answer, best_text, study_answer
+from advisor.answer import Answer, best_text, operating_points, study_answer
 from advisor.errors import BadInput
 from advisor.exports import (
     FORMATS,
@@ -24,6 +27,8 @@ from advisor.exports import (
 )
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
+from advisor.optuna_note import write_answer_note
+from advisor.study import storage_for
 from advisor.study_counts import Counts, budget_of
 from advisor.tune import TrialReport, TuneSummary, tune
 from advisor.verdict import Verdict, model_error, verdict, verdict_lines
@@ -36,10 +41,32 @@ __all__ = [
     "executed_trials", "export", "export_problem", "job_of_study", "preset_rows", "profile", "query",
     "query_catalog", "rendered_export", "run_tune",
     "simulate", "space_summary", "studies_table", "trials_table",
-    "Verdict", "verdict_lines", "verdict_of",
+    "Verdict", "study_verdict", "verdict_lines", "verdict_of",
 ]
 
-run_tune = tune
+
+
+def run_tune(job: TuningJob, **kwargs: Any) -> TuneSummary:
+    """``advisor.tune.tune``, then the answer written as the study's optuna-dashboard note
+    (``advisor.optuna_note``): optuna-dashboard on the same database names the trial ``advisor best`` names."""
+    summary = tune(job, **kwargs)
+    note_answer(kwargs.get("storage") or job.storage, summary.study)
+    return summary
+
+
+def note_answer(url: str, study: str) -> str | None:
+    """Write ``study``'s answer as its optuna-dashboard note; the note (None while there is no answer)."""
+    database = _open(url)
+    try:
+        job = job_of_study(database, study)
+        row = queries.get_study(database, study)
+        name = row.optuna_study_name if row is not None and row.optuna_study_name else study
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna_study = optuna.load_study(study_name=name, storage=storage_for(url))
+        return write_answer_note(database, study, job, optuna_study)
+    finally:
+        database.close()
 
 #: Columns of the best/Pareto tables.
 _METRIC_COLS = ["throughput_per_gpu", "p90_tokens_per_s_per_user", "p90_ttft_ms", "p90_tpot_ms"]
@@ -315,20 +342,6 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         database.close()
 
 
-def operating_points(database: db.Database, study: str, job: TuningJob) -> dict[int, int]:
-    """Trial → the concurrency of its operating point (``objectives.operating_point``), from one read of the
-    study's levels."""
-    levels: dict[int, list[Measurement]] = {}
-    for lv in queries.measurements(database, study):
-        levels.setdefault(lv.trial_number, []).append(lv.measurement)
-    out = {}
-    for n, ms in levels.items():
-        point, _ = operating_point(job, ms)
-        if point is not None:
-            out[n] = point.concurrency
-    return out
-
-
 def study_verdict(database: db.Database, study: str, job: TuningJob) -> Verdict:
     """What ``advisor best`` says under its table (``advisor.verdict``), each run with its load: the one source
     of the dashboard's headline too."""
@@ -388,7 +401,8 @@ def _export_subject(database: db.Database, study: str, trial: int | None) -> tup
     topo, placed_now = _trial_topology(database, study, job, t, t.config)
     info = queries.get_study(database, study)
     ev = Evidence(study, trial, evidence_source(job), info.engine_version or "unknown",
-                  info.hardware or job.cluster.describe(), list(t.measurements), placed_now=placed_now)
+                  info.hardware or job.cluster.describe(), list(t.measurements), placed_now=placed_now,
+                  slos=tuple(job.slos))
     return job, topo, ev, t.id
 
 

@@ -506,15 +506,16 @@ def test_a_real_study_headline_tells_the_truth(knee_files: tuple[Path, dict[Path
         return box["y"]
 
     text = _main_text(pg)
-    for fact in ("Knee: c=37", "95 % interval", "11,051–11,622 tok/s/GPU @ c=37", "Run to run: 2 fresh deploys",
-                 "11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread 0.56%"):
+    for fact in ("Knee: c=37", "95 % interval", "11,051–11,622 tok/s/GPU @ c=37",
+                 "run to run: trial 1 (the answer) measured 2× on fresh deploys: 11,331.3 @ c=37 / 11,267.8 @ c=37 "
+                 "throughput_per_gpu (spread 0.6%)"):  # the spread in `advisor best`'s words
         assert fact in text, fact
     warning = pg.locator("[data-testid=stAlertContentError]", has_text="At equal load vLLM's defaults do better")
     assert warning.count() == 1
     said = warning.inner_text()
     assert "c=99" in said and "10,332 tok/s/GPU @ c=99, 14.2 tok/s/user" in said
     assert "24,584 tok/s/GPU @ c=99, 28.6 tok/s/user" in said and "0.42×" in said
-    for fact in ("Knee: c=37", "Run to run:", "At equal load vLLM's defaults do better"):
+    for fact in ("Knee: c=37", "run to run:", "At equal load vLLM's defaults do better"):
         assert top(fact) < 1000, fact  # the first screen, not 1,500 px below
     assert "1 GPUs" not in text and not re.search(r"(?<![\d.])0% headroom", text)  # a margin never rounds to 0%
     size = pg.evaluate("() => { const e = [...document.querySelectorAll('.js-plotly-plot')]"

@@ -20,7 +20,7 @@ from advisor.job import job_from_dict
 from db import queries
 from tests import knee_study
 from tests.test_ui_apptest import _run, env  # noqa: F401 — env: the dashboard's settings, on this url
-from ui import advice, data, downloads, plots, trial_plots
+from ui import advice, common, data, downloads, plots, trial_plots
 
 STUDY = knee_study.STUDY
 
@@ -52,13 +52,18 @@ def test_the_answer_against_the_defaults_at_equal_load(url: str) -> None:
     assert any("at equal load (c=99" in n and "10,331.9" in n and "24,584.4" in n and "worse" in n for n in notes)
 
 
-def test_the_headline_carries_knee_interval_spread_and_the_defaults(env: Path) -> None:
+def test_the_headline_carries_knee_interval_spread_and_the_defaults(env: Path, url: str) -> None:
     at = _study_page()
     heads = [m.value for m in at.markdown]
     facts = next(v for v in heads if "Knee: c=37" in v)
     assert "c=65 missed an SLO" in facts and "bracket-open" in facts
     assert "11,051–11,622 tok/s/GPU @ c=37" in facts
-    assert "11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread 0.56%" in facts
+    # the spread and the whole cluster are `advisor best`'s own sentences, word for word
+    notes = api.best_report(url, STUDY).notes
+    spread = next(n for n in notes if n.startswith("run to run:"))
+    assert "11,331.3 @ c=37 / 11,267.8 @ c=37 throughput_per_gpu (spread 0.6%)" in spread
+    assert common.plain(spread) in facts
+    assert common.plain(next(n for n in notes if n.startswith("whole cluster:"))) in facts
     (box,) = [e.value for e in at.error if "At equal load vLLM's defaults do better" in e.value]
     assert "10,332 tok/s/GPU @ c=99, 14.2 tok/s/user" in box and "24,584 tok/s/GPU @ c=99, 28.6 tok/s/user" in box
     assert "c = 99, 173, 229, 263" in box and "0.42×" in box

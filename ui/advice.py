@@ -25,6 +25,7 @@ import pandas as pd
 from search_spaces.metrics import metric as declared
 from search_spaces.workload import LEVEL_FLAGS, routing_label
 
+
 def short(name: str) -> str:
     """A caption or table header: a declared metric's short name (``P90 TTFT (ms)``, ``tok/s/GPU``), else the
     column's words with ``_ms``/``_s`` as a unit."""

@@ -36,6 +36,16 @@ def md(text: Any) -> str:
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", _AUTOLINK_BREAK.sub(rf"\1{WORD_JOINER}", one_line))
 
 
+#: What Markdown would read as markup in our own sentences (a metric's ``_``, a ``*``, a ``:red[…]``).
+_MARKUP = re.compile(r"([\\`*_\[\]<>$~|#])")
+
+
+def plain(text: str) -> str:
+    """One of our own sentences (``advisor best``'s) for Markdown, every character shown as written — unlike
+    ``md``, no word joiners, so the page's text is the CLI's text."""
+    return _MARKUP.sub(r"\\\1", text)
+
+
 def fmt(v: Any) -> str:
     """A number for people: thousands separators, no decimals above 1,000, one above 10, "–" for no data
     (never 0)."""

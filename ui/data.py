@@ -22,14 +22,15 @@ import streamlit as st
 
 import db
 from advisor import api
+from advisor.answer import best_text
 from advisor.errors import BadInput
 from advisor.executor_factory import is_simulated
 from advisor.job import ExecutorSpec, Objective, TuningJob, job_from_dict
-from db import redact_url
-from db import queries
+from advisor.study_counts import Counts
+from db import queries, redact_url
+from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, slo_metrics
 from ui import advice
 from ui.settings import settings
-from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, slo_metrics
 
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
 TTL_S = 300
@@ -102,6 +103,10 @@ class StudyInfo:
     executed: int = 0
     #: Complete trials that reused an earlier trial's measurements (recorded, not run again).
     reused: int = 0
+    #: Every count named, as ``advisor studies`` says it (``advisor.study_counts``).
+    tally: Counts | None = None
+    #: The answer's mean over its runs, as ``advisor studies`` says it (``advisor.answer.best_text``).
+    best_text: str | None = None
 
     @property
     def finished(self) -> int:
@@ -109,9 +114,14 @@ class StudyInfo:
 
     @property
     def state(self) -> str:
-        if self.count("running"):
-            return "running"
+        """``running`` only while a tuner's heartbeat is fresh (``advisor.study_counts.Counts.state``)."""
+        if self.tally is not None:
+            return self.tally.state()
         return "finished" if self.finished >= self.budget else "stopped"
+
+    @property
+    def counts_text(self) -> str:
+        return self.tally.text() if self.tally is not None else f"{self.finished} of {self.budget} search trials run"
 
 
 # ---------------------------------------------------------------------------------------------- opening
@@ -173,8 +183,8 @@ def _describe_text(text: str) -> dict[str, Any]:
         wl = job.workload
         out.update(
             model=job.model_profile().name, cluster=job.cluster.describe(),
-            workload=f"{wl.dataset.value} ISL {wl.isl.mean} / OSL {wl.osl.mean}, concurrency "
-                     f"{', '.join(map(str, wl.load_levels))}",
+            workload=f"{wl.dataset.value} ISL {wl.isl.mean} / OSL {wl.osl.mean}, "
+                     + (f"concurrency {', '.join(map(str, wl.load_levels))}" if wl.load_levels else "knee search"),
             executor=job.executor.kind.value, mode=job.objective.mode.value, x=job.objective.metric,
             y=job.objective.pareto_y, slos=[SLOLine(s.metric, s.op, s.value) for s in job.slos],
             budget=job.budget.trials, description=job.description,
@@ -183,13 +193,33 @@ def _describe_text(text: str) -> dict[str, Any]:
         obj = doc.get("objective") or {}
         out.update(
             model=str((doc.get("model") or {}).get("preset") or (doc.get("model") or {}).get("path") or "?"),
-            cluster=str(doc.get("cluster") or "?"), workload="?",
+            cluster=_cluster_words(doc.get("cluster")), workload="?",
             executor=str((doc.get("executor") or {}).get("kind", "?")),
             mode=str(obj.get("mode", Objective().mode.value)), x=str(obj.get("metric", DEFAULT_OBJECTIVE)),
-            y=str(obj.get("pareto_y", DEFAULT_PARETO_Y)), slos=[],
+            y=str(obj.get("pareto_y", DEFAULT_PARETO_Y)), slos=_raw_slos(doc.get("slos")),
             budget=int((doc.get("budget") or {}).get("trials", 0) or 0), description=str(doc.get("description", "")),
         )
     return out
+
+
+def _raw_slos(slos: Any) -> list[SLOLine]:
+    """The SLOs of a stored job that no longer validates, as written (those with a metric, op and value)."""
+    out = []
+    for sl in slos if isinstance(slos, list) else []:
+        if isinstance(sl, dict) and isinstance(sl.get("value"), (int, float)) and sl.get("op") in ("<=", ">="):
+            out.append(SLOLine(str(sl.get("metric")), str(sl["op"]), float(sl["value"])))
+    return out
+
+
+def _cluster_words(cluster: Any) -> str:
+    """A stored job's cluster in the words ``ClusterSpec.describe`` uses (``2 × 8 H200 (16 GPUs)``), also for a
+    job that no longer validates; never a raw mapping."""
+    if not isinstance(cluster, dict):
+        return str(cluster or "?")
+    nodes, per, gpu = cluster.get("nodes"), cluster.get("gpus_per_node"), cluster.get("gpu", "?")
+    if isinstance(nodes, int) and isinstance(per, int):
+        return f"{nodes} × {per} {gpu} ({advice.plural(nodes * per, 'GPU')})"
+    return ", ".join(f"{k} {v}" for k, v in cluster.items())
 
 
 def _simulated(doc: dict[str, Any]) -> bool:
@@ -210,6 +240,7 @@ def _info(s: db.Study) -> StudyInfo:
         best=s.best, best_objective=s.best_objective, best_trial=s.best_trial, optuna_study_name=s.optuna_study_name,
         engine_version=s.engine_version, updated_at=s.updated_at, job_problem=j["problem"],
         stamp=tuple(sorted(s.counts.items())), executed=s.budget_used, reused=s.reused, simulated=j["simulated"],
+        tally=Counts.of(s, j["budget"]), best_text=best_text(s.best, s.best_objective, s.best_runs),
     )
 
 
@@ -235,9 +266,7 @@ def studies_frame(infos: list[StudyInfo]) -> pd.DataFrame:
         {
             "study": i.name, "state": i.state, "model": i.model, "cluster": i.cluster, "executor": i.executor,
             "objective": i.objective_mode, "SLOs": " · ".join(map(advice.slo_text, i.slos)) or "–",
-            "done": f"{i.finished}/{i.budget}", "complete": i.count("complete"), "failed": i.count("failed"),
-            "invalid": i.count("invalid"), "running": i.count("running"), "interrupted": i.count("interrupted"),
-            "best": i.best, "best objective": i.best_objective, "best trial": i.best_trial, "updated": i.updated_at,
+            "trials": i.counts_text, "best": i.best_text, "best trial": i.best_trial, "updated": i.updated_at,
         }
         for i in infos
     ]
@@ -262,15 +291,15 @@ def study_slos(url: str, name: str) -> list[Any]:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def verdict(url: str, name: str, stamp: Stamp) -> list[str]:
-    """What `advisor best` says under its table: run-to-run spread, gain over vLLM's defaults, ties, the whole
-    cluster, the performance model's out-of-sample error."""
+def verdict(url: str, name: str, stamp: Stamp) -> api.Verdict:
+    """What `advisor best` says under its table, by what each sentence says (``advisor.verdict.Verdict``):
+    run-to-run spread, gain over vLLM's defaults, ties, the whole cluster, the model's out-of-sample error."""
     d = database(url)
     try:
         job = api.job_of_study(d, name)
     except BadInput:
-        return []
-    return api.verdict_lines(job, queries.list_trials(d, name))
+        return api.Verdict()
+    return api.study_verdict(d, name, job)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -385,7 +414,7 @@ def trials(url: str, name: str, stamp: Stamp) -> tuple[pd.DataFrame, pd.DataFram
     violation = pd.Series(t["violation"], dtype=float)
     rest = pd.DataFrame({
         "violation": violation, "feasible": violation.isna() | (violation <= 0), "failure_kind": t["failure_kind"],
-        # "repeat_of" is the views' name for it: the trial whose measurements this one reused (not ``budget.repeat_top``)
+        # "repeat_of" is the views' name for it: the trial whose measurements this one reused (not repeat_top)
         "reason": reason, "repeat_of": pd.Series(t["reused_from"], dtype=float),
         "repeats": pd.array(t["repeat_of"], dtype="Int64"),  # the trial a repeat on a fresh deploy measures again
         **{k: pd.Series(t[k], dtype=float) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")},

@@ -11,7 +11,7 @@ import streamlit as st
 
 from advisor.errors import BadInput
 from advisor.study import storage_for
-from advisor.trial_record import EXECUTED_ATTR, STATE_ATTR
+from advisor.trial_record import EXECUTED_ATTR, EXTRA_ATTR, STATE_ATTR
 from ui.data import TTL_S
 
 #: Fewer measured trials than this and parameter importance says so instead of guessing.
@@ -41,15 +41,18 @@ def at_once(complete: int) -> bool:
 
 
 def _measured(t: optuna.trial.FrozenTrial) -> bool:
-    """Measured by the tuner: not an invalid candidate told the worst value, not a repeat."""
-    return bool(t.user_attrs.get(EXECUTED_ATTR)) and t.user_attrs.get(STATE_ATTR) == "complete"
+    """A search trial the tuner measured: not an invalid candidate told the worst value, and neither vLLM's
+    defaults (whose parameters are not the search's) nor a repeat (a second draw of a deployment already
+    counted, which would weigh its parameters twice)."""
+    return (bool(t.user_attrs.get(EXECUTED_ATTR)) and t.user_attrs.get(STATE_ATTR) == "complete"
+            and not t.user_attrs.get(EXTRA_ATTR))
 
 
 @st.cache_data(ttl=TTL_S * 4, show_spinner=False)
 def importance(url: str, optuna_name: str, bucket: int, objective_index: int = 0) -> Importance:
     """``optuna.importance.get_param_importances`` (PED-ANOVA) for one objective, on the study in the same storage.
 
-    Only trials that were measured (not invalid candidates told the worst value, not repeats) count, so the
+    Only search trials that were measured (``_measured``) count, so the
     answer is about what made deployments good, not about what made them break a rule: the others get a NaN
     target, which the evaluator leaves out, so it runs on the stored study itself (no copy of thousands of
     trials into a scratch study). PED-ANOVA ranks what reaches *low* targets, so a maximized objective is

@@ -92,7 +92,7 @@ def trial_axis(trials: pd.Series) -> dict[str, Any]:
 
 def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = (),
                   names: Mapping[str, str] | None = None, baseline: Iterable[int] = (),
-                  external: pd.DataFrame | None = None) -> go.Figure:
+                  external: pd.DataFrame | None = None, answer: tuple[int, int] | None = None) -> go.Figure:
     """Every trial × load level (x vs y), SLO bounds on these axes drawn as lines, the Pareto front on top.
 
     Points meeting every SLO are blue, others grey; hover shows the deployment in words — its short form from
@@ -100,6 +100,8 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
     of the size the browser has to take in. The levels of vLLM's defaults (``baseline`` trials) are ringed and
     named in the legend (trace ``meta`` "baseline"). ``external``: imported operating points of the study's model
     and GPU (``ui.data.external``) drawn as a trace of their own (``meta`` "external"), never on the front.
+    ``answer`` (trial, concurrency): the study's answer at its operating point, ringed (``meta`` "answer") —
+    ranked for the whole cluster it may lie off the front of these per-GPU axes.
     """
     pts = plottable(levels, x, y)
     kind = _scatter(len(pts))
@@ -139,6 +141,14 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                              meta="pareto", line={"color": FRONT, "width": 2, "shape": "hv"},
                              marker={"color": FRONT, "size": 11, "symbol": "star"}, customdata=custom(front),
                              hovertemplate=hover))
+    if answer is not None:
+        mine = pts[(pts["trial"] == answer[0]) & (pts["concurrency"] == answer[1])]
+        if not mine.empty:
+            fig.add_trace(go.Scatter(x=_floats(mine[x]), y=_floats(mine[y]), mode="markers", meta="answer",
+                                     name=f"the answer (trial {answer[0]} @ c={answer[1]})",
+                                     marker={"color": "rgba(0,0,0,0)", "size": 20, "symbol": "circle",
+                                             "line": {"color": ANSWER, "width": 3}},
+                                     customdata=custom(mine), hovertemplate=hover))
     if (ext := external_trace(external, x, y)) is not None:
         fig.add_trace(ext)
     others = []
@@ -232,16 +242,39 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
     return fig
 
 
-def history_figure(history: pd.DataFrame, objective: str) -> go.Figure:
-    """Convergence: each trial's objective value and the best so far."""
+#: How convergence draws each kind of trial: vLLM's defaults and repeats on fresh deploys are measured outside
+#: the search, so they are told apart from its trials (``history_figure``).
+KINDS = {"search": ("search trial", "circle"), "baseline": ("vLLM's defaults (each run)", "diamond"),
+         "repeat": ("repeat on a fresh deploy", "x")}
+ANSWER = "#FF7F0E"
+
+
+def history_figure(history: pd.DataFrame, objective: str, kinds: Mapping[int, str] | None = None,
+                   answer: tuple[int, float] | None = None) -> go.Figure:
+    """Convergence: each trial's objective value and the best so far, the search's trials, vLLM's defaults and
+    the repeats each as a trace of its own (``meta`` "search", "baseline", "repeat"; ``kinds``: trial →
+    kind, search when absent), filled when the trial met the SLOs; and ``answer`` (trial, value): the
+    study's answer ringed (``meta`` "answer"), which a best-so-far of single runs may not reach."""
     fig = go.Figure()
     h = history[history["value"].notna()]
-    colors = np.where(h["feasible"].astype(bool).to_numpy(), MEETS, MISSES)
-    fig.add_trace(_scatter(len(h))(x=_floats(h["trial"]), y=_floats(h["value"]), mode="markers", name="trial",
-                                   marker={"color": colors, "size": 6}))
+    kind = h["trial"].map(lambda t: (kinds or {}).get(int(t), "search"))
+    for k, (name, symbol) in KINDS.items():
+        part = h[kind == k]
+        if part.empty:
+            continue
+        colors = np.where(part["feasible"].astype(bool).to_numpy(), MEETS, MISSES)
+        fig.add_trace(_scatter(len(part))(x=_floats(part["trial"]), y=_floats(part["value"]), mode="markers",
+                                          name=name, meta=k,
+                                          marker={"color": colors, "size": 6 if k == "search" else 10,
+                                                  "symbol": symbol}))
     b = history[history["best"].notna()]
-    fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines", name="best so far",
-                             line={"color": FRONT, "shape": "hv"}))
+    fig.add_trace(go.Scatter(x=_floats(b["trial"]), y=_floats(b["best"]), mode="lines",
+                             name="best single run so far", line={"color": FRONT, "shape": "hv"}))
+    if answer is not None:
+        fig.add_trace(go.Scatter(x=[float(answer[0])], y=[float(answer[1])], mode="markers", meta="answer",
+                                 name=f"the answer (trial {answer[0]})",
+                                 marker={"color": "rgba(0,0,0,0)", "size": 18, "symbol": "circle",
+                                         "line": {"color": ANSWER, "width": 3}}))
     fig.update_layout(meta="history", xaxis=trial_axis(history["trial"]), yaxis_title=label(objective), height=320,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
     return fig

@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from ui import advice
 from ui.plots import FRONT, MEETS, error_bars, label
 
 ROLE_COLORS = {"prefill": "#4C78A8", "decode": "#F58518", "mixed": "#54A24B"}
@@ -61,6 +62,7 @@ def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -
 
     shapes: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
+    labels: list[dict[str, Any]] = []  # the nodes' names, sized to the strip above the GPUs once the scale is known
     hx: list[float] = []
     hy: list[float] = []
     htext: list[str] = []
@@ -69,10 +71,11 @@ def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -
     ltext: list[str] = []
     for n in range(nodes):
         ox, oy = node_origin(n)
+        # a translucent grey reads on a light and a dark page alike (no white box in dark mode)
         shapes.append({"type": "rect", "x0": ox, "y0": oy, "x1": ox + node_w, "y1": oy + node_h,
-                       "line": {"color": "#888"}, "fillcolor": "#FAFAFA", "layer": "below"})
-        annotations.append({"x": ox + 0.15, "y": oy + node_h - 0.35, "text": f"node {n}", "showarrow": False,
-                            "xanchor": "left", "font": {"size": 11}})
+                       "line": {"color": "#888"}, "fillcolor": "rgba(128,128,128,0.08)", "layer": "below"})
+        labels.append({"x": ox + 0.15, "y": oy + node_h - 0.08, "text": f"node {n}", "showarrow": False,
+                       "xanchor": "left", "yanchor": "top"})
         for g in range(gpn):
             cx, cy = gpu_center(n, g)
             role, name, rank = owner.get((n, g), ("idle", "", -1))
@@ -120,13 +123,16 @@ def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -
     # drawn to scale: a GPU square is the same size whatever the deployment, until the drawing would be wider
     # than MAX_PX (a 1-GPU deployment is a small picture, not a page-wide router box)
     scale = min(PX_PER_UNIT, MAX_PX / (x1 - x0))
+    # the strip above a node's GPUs is 0.7 units high: its name fits it at any scale, never over the squares
+    size = max(6, min(11, int(0.55 * scale)))
+    annotations += [{**a, "font": {"size": size}} for a in labels]
     fig.update_layout(
         meta="topology", shapes=shapes, annotations=annotations,
         width=max(MIN_PX, int((x1 - x0) * scale) + 20), height=int((y1 - y0) * scale) + 20 + LEGEND_PX,
         xaxis={"visible": False, "range": [x0, x1]},
         yaxis={"visible": False, "range": [y0, y1], "scaleanchor": "x"},
         margin={"t": 10, "l": 10, "r": 10, "b": 10}, legend={"orientation": "h", "y": -0.02},
-        plot_bgcolor="white",
+        plot_bgcolor="rgba(0,0,0,0)", paper_bgcolor="rgba(0,0,0,0)",
     )
     return fig
 
@@ -137,8 +143,10 @@ def _index(instance: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def levels_figure(measurements: Sequence[Any]) -> go.Figure:
-    """One trial's load levels: throughput per GPU (bars) and P90 tokens/s per user (line) by concurrency."""
+def levels_figure(measurements: Sequence[Any], slos: Sequence[Any] = ()) -> go.Figure:
+    """One trial's load levels: throughput per GPU (bars, left axis) and P90 tokens/s per user (line, right
+    axis) by concurrency, each SLO on either metric a dashed line on that metric's own axis (``meta``
+    "slo:METRIC")."""
     conc = [str(m.concurrency) for m in measurements]
     df = pd.DataFrame({"throughput_per_gpu": [m.throughput_per_gpu for m in measurements],
                        "p90_tokens_per_s_per_user": [m.p90_tokens_per_s_per_user for m in measurements],
@@ -149,10 +157,23 @@ def levels_figure(measurements: Sequence[Any]) -> go.Figure:
     fig.add_trace(go.Scatter(x=conc, y=df["p90_tokens_per_s_per_user"], yaxis="y2",
                              mode="lines+markers", name=label("p90_tokens_per_s_per_user"), line={"color": FRONT},
                              error_y=error_bars(df, "p90_tokens_per_s_per_user")))
+    axes = {"throughput_per_gpu": ("y", MEETS), "p90_tokens_per_s_per_user": ("y2", FRONT)}
+    ranges: dict[str, list[float]] = {}
+    for slo in slos:
+        if slo.metric not in axes:
+            continue
+        ref, color = axes[slo.metric]
+        v = float(slo.value)
+        fig.add_trace(go.Scatter(x=[conc[0], conc[-1]] if conc else [], y=[v, v], yaxis=ref, mode="lines",
+                                 meta=f"slo:{slo.metric}", name=f"SLO {advice.slo_text(slo)}", hoverinfo="name",
+                                 line={"color": color, "dash": "dash", "width": 2}))
+        seen = [float(a) for a in df[slo.metric].dropna()]
+        ranges[ref] = [0.0, max([v, *seen]) * 1.15]
     fig.update_layout(meta="levels", xaxis={"title": "concurrency", "type": "category"},
-                      yaxis_title=label("throughput_per_gpu"),
-                      yaxis2={"title": label("p90_tokens_per_s_per_user"), "overlaying": "y", "side": "right"},
-                      height=340, margin={"t": 20, "l": 60, "r": 60, "b": 40}, legend={"orientation": "h", "y": -0.3})
+                      yaxis={"title": label("throughput_per_gpu"), **({"range": ranges["y"]} if "y" in ranges else {})},
+                      yaxis2={"title": label("p90_tokens_per_s_per_user"), "overlaying": "y", "side": "right",
+                              **({"range": ranges["y2"]} if "y2" in ranges else {})},
+                      height=360, margin={"t": 20, "l": 70, "r": 70, "b": 40}, legend={"orientation": "h", "y": -0.3})
     return fig
 
 

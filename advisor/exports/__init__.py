@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from advisor.errors import BadInput
 from advisor.executor_factory import is_simulated, model_path_for
 from advisor.job import TuningJob
-from search_spaces import Measurement
+from search_spaces import SLO, Measurement
 
 if TYPE_CHECKING:
     from executors import Topology
@@ -54,6 +54,9 @@ class Evidence:
     #: The trial stored no topology (a database from before they were stored): the export placed the
     #: configuration with today's ``place``, which may differ from what was measured — and says so.
     placed_now: bool = False
+    #: The study's SLOs: each level in the header says whether it met them, so a level that missed one is never
+    #: read as a figure the deployment delivers.
+    slos: tuple[SLO, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         doc = {
@@ -77,9 +80,18 @@ class Evidence:
             lines.append(
                 f"concurrency {m.concurrency}: {_f(m.throughput_per_gpu)} tok/s/GPU, "
                 f"P90 {_f(m.p90_tokens_per_s_per_user)} tok/s/user, P90 TTFT {_f(m.p90_ttft_ms)} ms"
+                + _slo_marks(m, self.slos)
             )
         lines.append(f"exported {datetime.now(UTC).isoformat(timespec='seconds')}")
         return "\n".join(lines)
+
+
+def _slo_marks(m: Measurement, slos: tuple[SLO, ...]) -> str:
+    """`` — meets every SLO`` / `` — MISSES p90_ttft_ms <= 2000 (2,311.0)`` for one level ("" without SLOs)."""
+    if not slos:
+        return ""
+    missed = [f"{s} ({_f(getattr(m, s.metric, None))})" for s in slos if not s.met(m)]
+    return " — meets every SLO" if not missed else f" — MISSES {', '.join(missed)}"
 
 
 def _f(v: float | None) -> str:

@@ -73,16 +73,24 @@ pivot = sel.pivot_table(index="concurrency", columns="trial", values=metric, agg
 pivot = pivot[[c for c in chosen if c in pivot.columns]]
 pivot.columns = [f"trial {c}" for c in pivot.columns]
 ref = pivot.columns[0]
-fmt_cols = {c: st.column_config.NumberColumn(f"{c} ({advice.short(metric)})", format="%,.1f") for c in pivot.columns}
+shown = pivot.map(advice.num).astype(object)
+apart = []
 for c in list(pivot.columns[1:]):
-    pivot[f"Δ {c} − {ref}"] = pivot[c] - pivot[ref]
-    pivot[f"% {c} vs {ref}"] = (pivot[c] / pivot[ref] - 1) * 100
-    fmt_cols[f"Δ {c} − {ref}"] = st.column_config.NumberColumn(format="%+,.1f")
-    fmt_cols[f"% {c} vs {ref}"] = st.column_config.NumberColumn(format="%+.1f %%")
-pivot.index.name = "concurrency"
+    shared = pivot[c].notna() & pivot[ref].notna()
+    if not shared.any():  # nothing to subtract: said in words, not a column of empty cells
+        apart.append(c)
+        continue
+    delta, share = pivot[c] - pivot[ref], (pivot[c] / pivot[ref] - 1) * 100
+    shown[f"Δ {c} − {ref}"] = [f"{v:+,.1f}" if ok else "—" for v, ok in zip(delta, shared, strict=True)]
+    shown[f"% {c} vs {ref}"] = [f"{v:+.1f} %" if ok else "—" for v, ok in zip(share, shared, strict=True)]
+shown = shown.replace("–", "—")
+shown.index.name = "concurrency"
 st.caption(f"{plots.label(metric)} per load level; Δ and % against {ref} at the same concurrency "
-           "(empty where one of the two did not measure that level).")
-st.dataframe(pivot, width="stretch", key=common.key(name, "compare_levels"), column_config=fmt_cols)
+           "(— where one of the two did not measure that level).")
+for c in apart:
+    st.info(f"{c} and {ref}: no shared concurrency — each was measured at loads the other was not, so no Δ is "
+            "stated; their levels sit side by side above.", icon=":material/info:")
+st.dataframe(shown, width="stretch", key=common.key(name, "compare_levels"))
 
 st.markdown("**Parameters**")
 only_diff = st.toggle("Only parameters that differ", value=True, key=common.key(name, "compare_only_diff"))

@@ -18,6 +18,7 @@ import time
 import pandas as pd
 import streamlit as st
 
+from advisor import api
 from ui import advice, common, data, downloads, importance, jobs, plots, tables, trial_plots
 from ui.settings import settings
 
@@ -88,24 +89,32 @@ def equal_load(rec: advice.Recommendation) -> None:
                 icon=":material/info:")
 
 
-def headline(rec: advice.Recommendation) -> None:
+def headline(rec: advice.Recommendation, said: api.Verdict, is_answer: bool) -> None:
     """What to run and how sure the numbers are: the operating point, its knee, its interval, the run-to-run
-    spread, and the comparison with vLLM's defaults — before anything else on the page."""
+    spread, the whole cluster and the comparison with vLLM's defaults — before anything else on the page. The
+    spread, the gain and the cluster are the sentences `advisor best` prints (``said``), word for word, while
+    the recommendation is the study's answer (``is_answer``)."""
     b = rec.best
     st.markdown(f"#### Run trial {b.trial}{' (vLLM’s defaults)' if rec.defaults_best else ''}: {b.deployment}")
-    total = f" ({advice.num(b.x * b.gpus)} tok/s in all)" if b.gpus and x == "throughput_per_gpu" else ""
-    st.markdown(f"**{b.text()}** on **{advice.plural(b.gpus, 'GPU') if b.gpus else '? GPUs'}**{total}",
-                help=b.config)
-    facts = [advice.knee_text(b, levels), advice.interval_text(b), advice.spread_text(rec.runs, x)]
+    st.markdown(f"**{b.text()}** on **{advice.plural(b.gpus, 'GPU') if b.gpus else '? GPUs'}**"
+                + (" (its first run)" if is_answer and len(rec.runs) > 1 else ""), help=b.config)
+    facts = [advice.knee_text(b, levels), advice.interval_text(b)]
+    if is_answer:
+        facts += [common.plain(said.spread), common.plain(said.cluster)]
     st.markdown("\n".join(f"- {f}" for f in facts if f))
     if rec.equal_answer is not None and rec.equal_defaults is not None:
         equal_load(rec)
-    elif rec.defaults_best:
-        st.markdown(f"**vLLM's defaults are the best measured deployment** (baseline trial {b.trial}): no searched "
-                    "deployment beats them; the margin is below.")
-    elif rec.gain is not None and rec.baseline is not None:
-        st.markdown(f"**{rec.gain:.2f}×** vLLM's defaults (baseline trial {rec.baseline.trial}: "
-                    f"{rec.baseline.text()}).")
+    elif is_answer and said.gain is not None:
+        g = said.gain
+        lead = "**vLLM's defaults stay the answer**" if g.defaults_best else f"**{g.ratio:.2f}× vLLM's defaults**"
+        st.markdown(f"{lead} — {common.plain(g.text())}")
+    elif is_answer and said.defaults_alone:
+        st.markdown(common.plain(said.defaults_alone))
+    elif is_answer and said.no_gain:
+        st.markdown(common.plain(said.no_gain))
+    elif rec.gain is not None and rec.baseline is not None:  # the reader's own operating point: one level each
+        st.markdown(f"At this operating point: {rec.gain:.2f}× vLLM's defaults' best level meeting it (baseline "
+                    f"trial {rec.baseline.trial}: {rec.baseline.text()}), one measured level against another.")
     elif rec.baseline_note:
         st.markdown(rec.baseline_note)
     else:
@@ -141,14 +150,18 @@ op_y = c_op.number_input(f"Operating point: at least {advice.short(y)}", min_val
                          value=float(y_slo.value) if y_slo is not None else None, step=5.0, key=K("op_y"),
                          placeholder="the SLOs alone",
                          help="The tokens/s each user must see, on top of the study's SLOs; empty: the SLOs alone")
-rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None, data.chosen(url, name, info.stamp))
+answer = data.chosen(url, name, info.stamp)
+rec = advice.recommend(levels, trials_df, info.slos, x, y, op_y or None, answer)
+said = data.verdict(url, name, info.stamp)
+is_answer = rec.best is not None and answer is not None and (rec.best.trial, rec.best.concurrency) == \
+    (answer.trial, answer.concurrency)
 with head:
     if rec.best is None:
         st.warning(rec.why_none + " There is nothing to recommend yet.", icon=":material/warning:")
     else:
         left, right = st.columns([3, 2])
         with left:
-            headline(rec)
+            headline(rec, said, is_answer)
         with right:
             topology(rec.best)
 if rec.best is not None:
@@ -159,8 +172,11 @@ c_note.caption("What `advisor best` answers: the deployment whose runs give the 
                           f"{advice.short(y).split(' ', 1)[-1]}: then the measured level with the most "
                           f"{advice.short(x)} that does" if op_y else "") + ". Numbers are operating points: "
                f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
-for line in data.verdict(url, name, info.stamp):
-    st.caption(line)
+shown_above = {said.spread, said.cluster, said.gain.text() if said.gain else "", said.defaults_alone,
+               said.no_gain} if is_answer else set()
+for line in said.lines():
+    if line not in shown_above:
+        st.caption(common.plain(line))
 
 
 # ---------------------------------------------------------------------------------------------- live progress
@@ -183,28 +199,27 @@ def progress() -> None:
     if live.stamp != st.session_state.get("study_stamp") and \
             time.monotonic() - st.session_state.get("study_rendered_at", 0.0) >= rerun_gap_s():
         st.rerun(scope="app")  # a trial started or finished: redraw everything
-    repeats = live.reused
-    cols = st.columns([1.4, 1, 1, 1, 1, 1])
+    tally = live.tally
+    cols = st.columns([1.4, 1.2, 1, 1, 1, 1, 1])
     cols[0].metric("state", live.state)
-    cols[1].metric("trials run", f"{live.finished}/{live.budget}", help="search trials that ran: the baseline, repeats, "
-                   "reused measurements and environment failures left out (what the budget counts)")
-    cols[2].metric("complete", live.count("complete"),
-                   help=f"{repeats} of them repeat an earlier deployment (recorded, not run again)" if repeats
-                   else "every one ran")
-    cols[3].metric("failed", live.count("failed"))
-    cols[4].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
-    cols[5].metric("running", live.count("running"))
+    cols[1].metric("search trials run", f"{live.finished} of {live.budget}",
+                   help="what the budget counts: search trials that ran (`advisor studies` says the same)")
+    cols[2].metric("defaults' runs", tally.baseline_runs if tally else 0,
+                   help="runs of vLLM's defaults: the baseline and its repeats, outside the search")
+    cols[3].metric("repeats", tally.repeats if tally else 0,
+                   help="searched deployments measured again on fresh deploys, outside the search")
+    cols[4].metric("complete", live.count("complete"), help="every kind above that completed")
+    cols[5].metric("failed", live.count("failed"))
+    cols[6].metric("invalid", live.count("invalid"), help="broke a validity rule; never launched")
+    st.caption(common.plain(live.counts_text))
     # the page's own levels table (cached by the same stamp), not a second read
     best = advice.recommend(data.levels(url, name, live.stamp, x, y), trials_df.iloc[0:0], info.slos, x, y,
                             chosen=data.chosen(url, name, live.stamp)).best
     st.markdown(f"**Best under the SLOs so far:** trial {best.trial}, {best.text()}" if best is not None
                 else "**Best under the SLOs so far:** no measured level meets every SLO yet")
-    if repeats > 0:
-        st.caption(f"{live.finished} trials run of a budget of {live.budget}; {live.count('complete')} complete, "
-                   f"of which {repeats} repeat an earlier deployment (its measurements stand, not run again).")
     if live.budget:
         st.progress(min(1.0, live.finished / live.budget),
-                    text=f"{live.finished} of {live.budget} trial{'' if live.budget == 1 else 's'}")
+                    text=tally.searched_text() if tally else f"{live.finished} of {live.budget} search trials run")
     if live.count("running"):
         st.dataframe(data.running(url, name, live.stamp), hide_index=True, width="stretch")
     tp = jobs.registry().get(name)
@@ -273,7 +288,9 @@ def pareto() -> None:
         st.caption(f"◇ {len(shown_imported.x)} imported operating point(s) of this model and GPU kind (`advisor "
                    "import`): measured elsewhere, on their own deployments and loads; drawn beside the trials, "
                    "never on the front")
-    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials, imported),
+    ringed = (answer.trial, answer.concurrency) if answer is not None else None
+    event = st.plotly_chart(plots.pareto_figure(plevels, px, py, info.slos, names, baseline_trials, imported,
+                                                ringed),
                             key=K("pareto_chart"),
                             on_select="rerun", selection_mode="points", width="stretch")
     picked_points = (event.selection.points if event is not None and hasattr(event, "selection") else []) or []
@@ -323,8 +340,19 @@ def convergence() -> None:
     if hist.empty or not hist["value"].notna().any():
         st.info("No trial has a value yet.")
         return
-    st.caption(f"Each trial's {advice.short(objective)} (blue: meets the SLOs) and the best so far.")
-    st.plotly_chart(plots.history_figure(hist, objective), key=K("history_chart"), width="stretch")
+    kinds = {int(t): "baseline" for t in baseline_trials}
+    if not trials_df.empty:
+        kinds.update({int(t): "repeat" for t, r in zip(trials_df["trial"], trials_df["repeats"], strict=True)
+                      if not pd.isna(r) and int(t) not in kinds})
+    mark = None
+    if answer is not None:
+        value = hist.loc[hist["trial"] == answer.trial, "value"]
+        mark = (answer.trial, float(value.iloc[0])) if not value.empty and pd.notna(value.iloc[0]) else None
+    st.caption(f"Each trial's {advice.short(objective)} (blue: meets the SLOs) — the search's trials as dots, "
+               "vLLM's defaults as diamonds, repeats on fresh deploys as crosses — the best single run so far, "
+               "and the answer ringed (ranked as `advisor best` ranks: by the mean of its runs, for the whole "
+               "cluster unless the job says per used GPU — so it need not be the highest dot).")
+    st.plotly_chart(plots.history_figure(hist, objective, kinds, mark), key=K("history_chart"), width="stretch")
 
 
 @st.fragment
@@ -372,6 +400,8 @@ def trials_table() -> None:
     full = trials_df.drop(columns=[c for c in (x, y) if c in trials_df.columns])
     full = full.merge(ops, on="trial", how="left")
     full["meets SLOs"] = full["meets SLOs"].astype("boolean")
+    # only a complete trial's levels judge it: an interrupted or failed one's partial levels are not ticked
+    full.loc[full["state"] != "complete", "meets SLOs"] = pd.NA
     c1, c2, c3, c4 = st.columns([2, 3, 2, 2])
     all_states = sorted(full["state"].unique().tolist())
     states = c1.multiselect("State", all_states, key=K("trials_states"), placeholder="all states")

@@ -96,7 +96,8 @@ with right:
 st.subheader("Topology")
 if t.topology:
     policy = t.config.router_policy if t.config else "?"
-    st.plotly_chart(trial_plots.topology_figure(t.topology, f"router ({policy})"), key="topology_chart", width="stretch")
+    st.plotly_chart(trial_plots.topology_figure(t.topology, f"router ({policy})"), key="topology_chart",
+                    width="stretch")
 else:
     st.info("Not placed on the cluster: " + ("the candidate broke a validity rule." if t.state.value == "invalid"
                                              else "no topology was recorded for this trial."))
@@ -122,10 +123,9 @@ else:
            for sl, mark in zip(slos, advice.level_marks(m, slos).values(), strict=True)},
         **{advice.short(k) if advice.has_unit(k) else k.replace("_", " "):
            _with_interval(m, k) for k in KEY_METRICS}} for m in levels})
-    c1, c2 = st.columns(2)
-    c1.dataframe(table, width="stretch", key="levels_table")
-    with c2:
-        st.plotly_chart(trial_plots.levels_figure(levels), key="levels_chart", width="stretch")
+    # the whole width and every row: a level's SLO marks and metrics are read down its column, none cut off
+    st.dataframe(table, width="stretch", key="levels_table", height=38 + 35 * len(table))
+    st.plotly_chart(trial_plots.levels_figure(levels, slos), key="levels_chart", width="stretch")
     st.caption("Each column is one load level (concurrency c); ✓/✗ rows say which SLO it meets; numbers in "
                "parentheses are bootstrap 95 % intervals over requests, where the benchmark measured them.")
     with st.expander("Every metric"):

@@ -1,0 +1,88 @@
+"""The real H200 study r7 in a real browser (`advisor dashboard`, headless Chromium through Playwright, as
+``tests/test_ui_browser.py`` drives it): a reader walks the Studies page, the study, its answer's trial and a
+comparison, and every page says the gain, the counts and the best in the very words `advisor best` and `advisor
+studies` print for the same database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from advisor import api
+from tests import r7_study
+from tests.test_ui_browser import CHROMIUM, CHROMIUM_ARGS, _main_text, _need_browser, _served, _settle, _wait_plot
+
+pytestmark = pytest.mark.browser
+
+STUDY = r7_study.STUDY
+
+
+@pytest.fixture(scope="module")
+def r7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
+    """(database URL, dashboard base URL, page) on the r7 database."""
+    sync_api = _need_browser()
+    url = r7_study.unpack(tmp_path_factory.mktemp("r7-db"))
+    with _served(url, tmp_path_factory.mktemp("r7-dashboard")) as base, sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+            yield url, base, context.new_page()
+        finally:
+            chromium.close()
+
+
+def _plain(text: str) -> str:
+    """A page's text as a reader reads it: no word joiners, one space between words."""
+    return " ".join(text.replace("\u2060", "").split())
+
+
+def test_each_page_says_what_advisor_best_and_studies_print(r7: tuple[str, str, Any]) -> None:
+    url, base, pg = r7
+    cols, rows = api.studies_table(url)
+    cli = {r[0]: dict(zip(cols, r, strict=True)) for r in rows}[STUDY]
+    best = api.best_report(url, STUDY)
+    said = api.verdict_of(url, STUDY)
+    assert said.gain is not None
+
+    # Studies: the counts and the best, cell for cell as `advisor studies`
+    pg.goto(base)
+    _settle(pg, "Studies")
+    pg.get_by_text(f"Open {STUDY}").first.wait_for(timeout=60_000)
+    text = _plain(_main_text(pg))
+    assert _plain(f"{cli['state']} · {cli['trials']} · best {cli['best']} (trial {cli['best trial']})") in text
+    assert "21,846.5 throughput_per_gpu (mean of 2 runs)" in text
+
+    # Study: the gain, the spread, the cluster and the counts, word for word
+    pg.locator("a", has_text=f"Open {STUDY}").first.click()
+    _settle(pg, f"Study {STUDY}")
+    _wait_plot(pg, "history")
+    text = _plain(_main_text(pg))
+    for line in (said.gain.text(), said.spread, said.cluster, str(cli["trials"])):
+        assert _plain(line) in text, line
+    assert all(_plain(n) in text for n in best.notes), best.notes  # every sentence under `advisor best`'s table
+    assert "1.08× vLLM's defaults" in text and "Run trial 4" in text
+    traces = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].find(e => e.layout.meta === "
+                         "'history').data.map(d => d.meta).filter(m => m)")
+    assert {"search", "baseline", "repeat", "answer"} <= set(traces), traces
+
+    # the answer's trial: every row of its level table in view (nothing cut off), its SLO on the right axis
+    pg.goto(f"{base}/trial?study={STUDY}&trial=4")
+    _settle(pg, f"Trial 4 of {STUDY}")
+    _wait_plot(pg, "levels")
+    grid = pg.locator(".st-key-levels_table [data-testid=stDataFrame]").first
+    grid.wait_for(timeout=60_000)
+    box = grid.bounding_box()
+    assert box is not None and box["height"] >= 35 * 15, box  # one row per metric and SLO mark: 18 rows
+    y2 = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].find(e => e.layout.meta === "
+                     "'levels').data.filter(d => d.meta === 'slo:p90_tokens_per_s_per_user').map(d => d.yaxis)")
+    assert y2 == ["y2"]
+
+    # Compare: two trials that share no load
+    pg.goto(f"{base}/compare?study={STUDY}&trials=0,3")
+    _settle(pg, "Compare trials")
+    text = _plain(_main_text(pg))
+    assert "no shared concurrency" in text and "None" not in text
