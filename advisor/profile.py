@@ -80,7 +80,7 @@ MIN_KV_GIB = 2.0
 #: Parameters a profile may fit: compute, memory and overhead terms, and the API server's. Communication
 #: terms are fitted only from a several-GPU probe (``COMM_PARAMS``).
 #: ``layer_latency_s`` (a per-layer floor of every step) is left at its value: on the ~30B H200 probes it fitted to
-#: 0.3 us and moved the rest to worse held-out levels (benchmarks/results/profile-generalise).
+#: 0.3 us and moved the rest to worse held-out levels (research/results/profile-generalise).
 STEP_PARAMS: tuple[str, ...] = (
     "mfu_prefill", "mfu_decode", "attn_eff_prefill", "attn_eff_decode", "hbm_eff", "step_latency_s",
     "eager_layer_latency_s", "cpu_step_s", "cpu_per_seq_s", "frontend_per_token_s", "request_latency_s",
@@ -95,7 +95,7 @@ STEP_PARAMS: tuple[str, ...] = (
 #: 0.5, on the stored runs' levels the fits never saw (against 0.05): the 48-layer studies' levels under their knees
 #: 8.3 / 12.1 / 12.2% (7.2 / 12.5 / 11.7%) and their knees at median |log| 0.103 (0.139);
 #: the CPU build's study levels 11.7% and 32.9% (15.9%, 34.4%); worse on one case, the DeepSeek-V3-width stack's one
-#: level at depth 3, 15.2% (12.2%) (benchmarks/level_views.py). Not monotone: 0.2 did worse on the 48-layer studies
+#: level at depth 3, 15.2% (12.2%) (research/level_views.py). Not monotone: 0.2 did worse on the 48-layer studies
 #: (19-23%), so the figure is the one measured, not a trend.
 PROFILE_RIDGE = 0.5
 COMM_PARAMS: tuple[str, ...] = ("a2a_scaleup_eff", "a2a_ht_latency_s", "a2a_latency_s", "allreduce_latency_s",
@@ -194,7 +194,7 @@ def default_depths(model: ModelProfile, gpu: str, kv_tokens: int = 0) -> tuple[i
     small GEMMs, per-layer launch gaps that overlap compute on a loaded step) lands in the efficiencies, which
     then scale with the layers and the tokens of a loaded step. Fitted on one depth's probes alone, the ~30B
     profile's 3-layer probes put its 48-layer studies' knees 2x off (median |log| 0.69), its 12-layer probes at
-    0.16 (benchmarks/results/profile-generalise). A DeepSeek-V2-Lite-shaped MoE (27 layers) profiled
+    0.16 (research/results/profile-generalise). A DeepSeek-V2-Lite-shaped MoE (27 layers) profiled
     at 3 and 12 layers on one H100 fitted ``mfu_prefill`` 0.16 with ``attn_eff_prefill`` and ``hbm_eff`` at their
     bounds and predicted vLLM's defaults at 0.40x the measured knee's throughput; that model fits an H100 whole.
     The probes' time barely grows with depth (the ~30B profile on an H200: 104 s of probes at 3 layers, 99 s at 12;
@@ -229,7 +229,7 @@ def plan_profile(job: TuningJob, depths: Sequence[int] | None = None,
     ``step_filling``: prefill levels of as many prompts as fill a step (``prefill_loads``) beside the single-prompt
     ones — by default on GPUs only. On vLLM's CPU build they gained nothing measurable: held to 8 levels of other
     deployments and workloads, the fit with them was better in 2 of 4 runs and worse in 2, by 4-11 points of median
-    error either way (``benchmarks/prefill_probes.py``, docs/benchmarks.md), and they add 4 levels (~1-2 minutes
+    error either way (``research/prefill_probes.py``, docs/benchmarks.md), and they add 4 levels (~1-2 minutes
     on 2 cores) to a profile; on 2 cores the client that sends 32 prompts at once shares the machine with the
     server it measures (the 1-layer stack's 32-prompt level read slower than the 2-layer one's in 3 of 4 runs)."""
     if job.executor.kind is ExecutorKind.SIMULATED:

@@ -10,6 +10,9 @@
 #    time: their SLOs are taken from the machine's own speed minutes earlier (tests/test_knee_real.py), which a
 #    second worker beside them would change.
 #
+# Only tests/ (pyproject's testpaths): research/tests re-derive past GPU runs and run apart
+# (.venv/bin/python -m pytest research/tests; research/README.md).
+#
 # Each test runs in exactly one pass (the second pass selects REAL, the first its complement). Arguments go to
 # both passes (test files, -k, -x; not -m). Exits with the first pass's non-zero status, else the second's.
 # pytest's 5 (no tests collected) is a failure: without arguments in either pass, with them only if both

@@ -86,3 +86,42 @@ def test_imports_between_packages_are_the_ones_the_page_allows():
     assert found <= UPWARD, f"imports the page does not allow: {sorted(found - UPWARD)}"
     for module, name in UPWARD & found:
         assert f"`{module}`" in doc and f"`{name}`" in doc
+
+
+#: The folders beside the product: its benchmarks (one script per question a user or maintainer asks) and the
+#: research annex (GPU run scripts, refits, one-off studies and their re-derivation tests). Neither ships.
+BESIDE = ("benchmarks", "research")
+
+
+def imported(source: str) -> set[str]:
+    """Every absolute module name ``source`` imports, at run time or for types only."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
+
+
+def imports_of(paths: list[Path], roots: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(file, module) for each import of a module under one of ``roots`` by one of ``paths``."""
+    return sorted((str(p.relative_to(ROOT)), n) for p in paths for n in imported(p.read_text())
+                  if n.split(".")[0] in roots)
+
+
+def test_the_product_imports_neither_its_benchmarks_nor_research():
+    assert imports_of([ROOT / m for m in product_modules()], BESIDE) == []
+
+
+def test_the_product_tests_and_benchmarks_do_not_import_research():
+    """``tests/`` is the product's test suite (``scripts/test.sh``) and ``benchmarks/`` its benchmarks: research
+    may use them, never the other way round."""
+    paths = sorted((ROOT / "tests").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
+    assert len(paths) > 50
+    assert imports_of(paths, ("research",)) == []
+
+
+def test_an_import_of_research_or_benchmarks_is_caught():
+    source = "from research.raw import raw_file\nimport benchmarks.truths as t\nfrom . import x\nimport db\n"
+    assert sorted(n for n in imported(source) if n.split(".")[0] in BESIDE) == ["benchmarks.truths", "research.raw"]

@@ -148,7 +148,7 @@ def test_prefill_probes_fill_one_step_where_the_budget_holds_two_prompts_or_more
     assert prefill_loads(8192, 8192, 1024) == (1,)  # one prompt is the step already
     assert prefill_loads(16384, 8192, 1024) == (1,)  # chunked over two steps: still one at a time
     assert prefill_loads(64, 2048, 16) == (1, 16)  # no more than max-num-seqs sequences in a step
-    # on vLLM's CPU build one prompt at a time unless asked (benchmarks/prefill_probes.py asks)
+    # on vLLM's CPU build one prompt at a time unless asked (research/prefill_probes.py asks)
     cpu = job_from_dict({"name": "j", "preset": "cpu-tiny-moe", "executor": {"kind": "local"}})
     assert {p.loads for p in plan_profile(cpu).probes if p.kind == "prefill"} == {(1,)}
     assert {p.isl: p.loads for p in plan_profile(cpu, step_filling=True).probes if p.kind == "prefill"} == {

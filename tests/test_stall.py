@@ -4,7 +4,7 @@ The two bench JSONs are real, untrimmed ``vllm bench serve --save-result --save-
 one H200, 4 Dec, the DeepSeek-V3-width FP8 profile ``h200-profile-dsv3``): ``h200-dsv3-L1-c16-stalled.json`` is
 c=16 on the 1-layer stack, where the server paused for just-in-time kernel compiles (its log: "Triton kernel JIT
 compilation during inference: fused_moe_kernel"; P50 TTFT 6.6 s beside 276 ms at c=64), and
-``h200-dsv3-L5-c16-clean.json`` is c=16 on the 5-layer stack without a pause. ``benchmarks/stall_check.py`` lists
+``h200-dsv3-L5-c16-clean.json`` is c=16 on the 5-layer stack without a pause. ``research/stall_check.py`` lists
 every level of those runs.
 """
 
