@@ -63,7 +63,8 @@ def test_each_page_says_what_advisor_best_and_studies_print(r7: tuple[str, str, 
     text = _plain(_main_text(pg))
     for line in (said.gain.text(), said.spread, said.cluster, str(cli["trials"])):
         assert _plain(line) in text, line
-    assert all(_plain(n) in text for n in best.notes), best.notes  # every sentence under `advisor best`'s table
+    verdict = said.lines()  # the sentences under `advisor best`'s table, each on the page
+    assert set(verdict) <= set(best.notes) and all(_plain(n) in text for n in verdict), verdict
     assert "1.08× vLLM's defaults" in text and "Run trial 4" in text
     traces = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].find(e => e.layout.meta === "
                          "'history').data.map(d => d.meta).filter(m => m)")
@@ -73,10 +74,13 @@ def test_each_page_says_what_advisor_best_and_studies_print(r7: tuple[str, str, 
     pg.goto(f"{base}/trial?study={STUDY}&trial=4")
     _settle(pg, f"Trial 4 of {STUDY}")
     _wait_plot(pg, "levels")
-    grid = pg.locator(".st-key-levels_table [data-testid=stDataFrame]").first
+    grid = pg.locator("[data-testid=stDataFrame]").first  # the first table of the page: the levels'
     grid.wait_for(timeout=60_000)
     box = grid.bounding_box()
     assert box is not None and box["height"] >= 35 * 15, box  # one row per metric and SLO mark: 18 rows
+    hidden = grid.evaluate("e => { const s = e.querySelector('.dvn-scroller'); "
+                           "return s ? s.scrollHeight - s.clientHeight : -1; }")
+    assert 0 <= hidden <= 2, hidden  # nothing scrolled out of view
     y2 = pg.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].find(e => e.layout.meta === "
                      "'levels').data.filter(d => d.meta === 'slo:p90_tokens_per_s_per_user').map(d => d.yaxis)")
     assert y2 == ["y2"]
