@@ -458,7 +458,7 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                 "failed: environment; its configuration is not judged and the budget does not count it")
     if ctx.guide is not None and state is TrialState.COMPLETE:
         if predicted and outcome.feasible:
-            ctx.guide.judge(predicted, outcome.as_dict(job))
+            ctx.guide.judge(predicted, outcome.as_dict(job), baseline=extra == "baseline")
         ctx.guide.observe(cfg, run.measurements)
     executed = extra is None and not _is_environment_failure(state, run)
     _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason,

@@ -21,6 +21,15 @@ hand (start from what the roofline says, correct with what the run says):
    the last ``JUDGE_WINDOW`` trials exceeds ``MAX_CV_ERROR`` (30%), model turns go to the sampler, and resume
    once re-fits predict well again. And a model pick it predicts worse than the best measured value is no
    pick at all: the turn goes to the sampler (on a real GPU the first two model picks were the study's worst).
+5. Measure first where the model is not validated. A real study measures vLLM's defaults first, predicted
+   before they ran. When that prediction misses by more than the error the model is held to (``bound``,
+   ``MAX_CV_ERROR`` unless the study says otherwise), the guide yields at once (``yielding``): no model turn,
+   and every next trial comes from a search around the measured best (``advisor.proposers.around_best``: TPE on
+   the measured trials alone). The re-fit goes on with each measurement, and each trial is still predicted
+   before it runs; once the last ``REENTRY_TRIALS`` of those held-out predictions are each within the bound,
+   the model re-enters, judged from then on by those predictions and the ones after. Why not wait for the
+   window of point 4: a model that misses the one deployment every user starts from picks the next trials from
+   the same miss, and on a real GPU each of them costs minutes.
 
 Candidates are ranked by the model's *knee* (the same knee search the executors run, on the model), so the
 model is asked the question a trial answers.
@@ -39,10 +48,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from advisor.calibrate import Problem, Sample, SensitivityMemo, fit, fitted_values, sensitive
-from advisor.proposers.model_rank import predicted_outcomes
-from advisor.proposers.shape_sample import best_of_each_shape, params_shape, shape_of, stratified
 from advisor.job import ObjectiveMode, TuningJob
 from advisor.objectives import Outcome
+from advisor.proposers.model_rank import predicted_outcomes
+from advisor.proposers.shape_sample import best_of_each_shape, params_shape, shape_of, stratified
 from executors.measure import MeasurePlan
 from executors.perf import CALIBRATABLE, PerfParams, memo
 from search_spaces import DeploymentConfig, Measurement, check
@@ -78,6 +87,8 @@ DECLINED_ATTR = "advisor_model_declined"
 #: exceeds this.
 MAX_CV_ERROR = 0.30
 JUDGE_WINDOW = 6
+#: After yielding, the model re-enters once this many held-out predictions in a row are within its bound.
+REENTRY_TRIALS = 2
 
 Params = dict[str, Any]
 
@@ -85,8 +96,9 @@ Params = dict[str, Any]
 class ModelGuide:
     """The model's side of a guided study: ``propose`` on a model turn, ``observe`` after each measurement."""
 
-    def __init__(self, job: TuningJob, start: PerfParams) -> None:
+    def __init__(self, job: TuningJob, start: PerfParams, bound: float = MAX_CV_ERROR) -> None:
         self.job = job
+        self.bound = bound  # the relative error the model is held to on the baseline and on re-entry
         self.start = start
         self.params = start
         self.model = job.model_profile()
@@ -94,6 +106,9 @@ class ModelGuide:
         self.samples: list[Sample] = []
         self._sensitivity = SensitivityMemo(start)  # each refit computes only the new trial's nudges
         self.errors: list[float] = []  # |predicted / measured − 1| of the first objective, trial by trial
+        self.yielding = False  # the model missed the baseline by more than ``bound``: measured trials lead
+        self.baseline_error: float | None = None
+        self._judged_from = 0  # ``cv_error`` reads ``errors`` from here (where the model last re-entered)
         self.plan = MeasurePlan(tuple(job.slos))
         self.rng = random.Random(job.sampler.seed)
         self.turns = 0
@@ -110,22 +125,37 @@ class ModelGuide:
     def wants_turn(self, executed: int) -> bool:
         """Model turns: one per deployment mode first, then every other trial, up to ``guided_trials`` — and
         none while the model's out-of-sample error exceeds ``MAX_CV_ERROR``."""
-        if self.done or not self.trusted:
+        if self.done or self.yielding or not self.trusted:
             return False
         lead = len(self.space.modes)
         return executed < lead or (executed - lead) % 2 == 1
 
-    def judge(self, predicted: dict[str, float | None], measured: dict[str, float | None]) -> None:
-        """Keep the model's error on one trial: its prediction made before the trial ran vs the measurement."""
+    def judge(self, predicted: dict[str, float | None], measured: dict[str, float | None], *,
+              baseline: bool = False) -> None:
+        """Keep the model's error on one trial: its prediction made before the trial ran vs the measurement. The
+        baseline's (vLLM's defaults, measured first) decides whether the guide yields; while it yields, each
+        later trial's decides whether the model re-enters (see the module's docstring, 5)."""
         name = next(iter(measured), None)
         p, m = predicted.get(name) if name else None, measured.get(name) if name else None
-        if p is not None and m:
-            self.errors.append(abs(p / m - 1.0))
+        if p is None or not m:
+            return
+        self.errors.append(abs(p / m - 1.0))
+        if baseline:
+            self.baseline_error = self.errors[-1]
+            if self.baseline_error > self.bound:
+                self.yielding = True
+                self._judged_from = len(self.errors)
+        elif self.yielding:
+            held = self.errors[self._judged_from:]
+            if len(held) >= REENTRY_TRIALS and all(e <= self.bound for e in held[-REENTRY_TRIALS:]):
+                self.yielding = False
+                self._judged_from = len(self.errors) - REENTRY_TRIALS
 
     @property
     def cv_error(self) -> float | None:
-        """Mean relative error of the last ``JUDGE_WINDOW`` out-of-sample predictions (None: fewer than two)."""
-        recent = self.errors[-JUDGE_WINDOW:]
+        """Mean relative error of the last ``JUDGE_WINDOW`` out-of-sample predictions since the model last
+        re-entered (None: fewer than two)."""
+        recent = self.errors[self._judged_from:][-JUDGE_WINDOW:]
         return sum(recent) / len(recent) if len(recent) >= 2 else None
 
     @property

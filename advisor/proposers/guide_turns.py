@@ -1,17 +1,19 @@
-"""The model guide inside a study: who gets a turn, the model's pick enqueued for the next ask, the turns and the
-measured trials a study already has (a resumed study, or another worker's) — what ``advisor.tune`` asks of
-``advisor.proposers.guide.ModelGuide``."""
+"""The model guide inside a study: who gets a turn, the model's pick enqueued for the next ask (or, while the guide
+yields, the search around the measured best's), the turns and the measured trials a study already has (a resumed
+study, or another worker's) — what ``advisor.tune`` asks of ``advisor.proposers.guide.ModelGuide``."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable
 
 import optuna
 
 import db
 from advisor.executor_factory import model_params
-from advisor.proposers.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
 from advisor.job import SamplerKind, TuningJob
+from advisor.proposers.around_best import AROUND_BEST, AroundBest
+from advisor.proposers.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
 from advisor.trial_record import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
 from executors.perf import PerfParams
 from search_spaces import TrialState
@@ -24,18 +26,39 @@ def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
     return ModelGuide(job, start)
 
 
+#: Each guide's search around the measured best, made the first time the guide yields.
+_AROUND: weakref.WeakKeyDictionary[ModelGuide, AroundBest | None] = weakref.WeakKeyDictionary()
+
+
 def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
                  taken: Callable[[], set[str]], best_measured: float | None = None) -> bool | None:
     """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it: True if it did,
     None if the model declined its turn (the caller marks the sampler's trial with ``DECLINED_ATTR``, so the
     study counts the turn), False when it was not a model turn. ``taken`` (the config keys not to propose) is
-    asked for only on a model turn."""
+    asked for only on a model turn. While the guide yields (the model missed the baseline), every trial is the
+    search around the measured best's (True), where the space can be listed; else the sampler's (False)."""
+    if guide is not None and guide.yielding:
+        return enqueue_around_best(guide, study)
     if guide is None or not guide.wants_turn(executed):
         return False
     params = guide.propose(taken(), best_measured)
     if params is None:
         return None
     study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})
+    return True
+
+
+def enqueue_around_best(guide: ModelGuide, study: optuna.Study) -> bool:
+    """Enqueue the search around the measured best's next candidate (``advisor.proposers.around_best``); False
+    where the valid space cannot be listed or nothing is measured yet."""
+    if guide not in _AROUND:
+        valid = guide.job.valid_space()
+        _AROUND[guide] = AroundBest(guide.job, valid) if valid is not None else None
+    around = _AROUND[guide]
+    params = around.propose(study) if around is not None else None
+    if params is None:
+        return False
+    study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: AROUND_BEST})
     return True
 
 
@@ -61,7 +84,7 @@ def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, nam
         if t is not None and t.config is not None:
             guide.observe(t.config, list(t.measurements), refit=False)
             if t.predicted and t.objectives and (t.violation or 0.0) <= 0:
-                guide.judge(t.predicted, t.objectives)
+                guide.judge(t.predicted, t.objectives, baseline=t.baseline and t.repeat_of is None)
     guide.refit()
     return guide
 
