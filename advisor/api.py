@@ -27,8 +27,8 @@ from advisor.exports import (
 )
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
-from advisor.proposers.names import found_by
 from advisor.optuna_note import write_answer_note
+from advisor.proposers.names import found_by
 from advisor.study import storage_for
 from advisor.study_counts import Counts, budget_of
 from advisor.tune import TrialReport, TuneSummary, tune
