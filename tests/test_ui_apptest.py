@@ -466,7 +466,7 @@ def test_compare_studies_overlays_both_fronts(env: Path) -> None:
     front = next(sp for sp in specs if "studies_front" in sp)
     assert f'"name":"{STUDY}"' in front.replace(" ", "") and f'"name":"{OTHER}"' in front.replace(" ", "")
     assert any("studies_history" in sp for sp in specs)
-    table = _df(at, {"study", "best trial", "@ c"})
+    table = _df(at, {"study", "best trial", "first run @ c", "run range"})
     assert list(table["study"]) == [STUDY, OTHER] and any(c.startswith("% vs") for c in table.columns)
     at = _run("views/compare_studies.py", studies=f"{STUDY},nope")
     assert any("No study named **nope**" in w.value for w in at.warning)

@@ -211,3 +211,35 @@ def test_launch_sh_s_header_marks_the_levels_that_miss_an_slo(url: str, tmp_path
     assert header[0].startswith("# concurrency 70: 19,117.1 tok/s/GPU") and header[0].endswith("— meets every SLO")
     assert header[1].startswith("# concurrency 81: 20,317.7 tok/s/GPU")
     assert header[1].endswith("— MISSES p90_tokens_per_s_per_user >= 30 (28.6)")
+
+
+def test_compare_studies_weighs_the_means_of_the_runs_with_their_spread(env: Path) -> None:
+    """r7 against r6: each answer's two runs, their mean (the figure `advisor studies` prints), range and spread;
+    the ranges (21,480–22,213 and 22,477–25,989) do not overlap, and the page says so."""
+    at = _run("views/compare_studies.py", studies=f"{STUDY},h200-study-30b-r6")
+    table = next(d.value for d in at.dataframe if "run range" in d.value.columns).set_index("study")
+    assert table.loc[STUDY, "runs"] == 2 and round(table.loc[STUDY, "mean tok/s/GPU"], 1) == 21_846.5
+    assert round(table.loc["h200-study-30b-r6", "mean tok/s/GPU"], 1) == 24_232.7
+    assert table.loc[STUDY, "run range"] == "21,479.5–22,213.4 (spread 3.4%)"
+    assert table.loc["h200-study-30b-r6", f"vs {STUDY}"] == "apart: the run ranges do not overlap"
+
+
+def test_topology_labels_fit_above_the_gpus_on_any_page_colour() -> None:
+    """18 nodes of 4 GPUs (a GB300 rack) shrink the drawing: each node's name shrinks with it and sits in the strip
+    above its GPU squares, and nothing paints a white box on a dark page."""
+    rack = {"cluster": {"nodes": 18, "gpus_per_node": 4}, "instances": [
+        {"name": "decode-0", "role": "decode", "gpus": 72,
+         "shards": [{"node": n, "gpus": [0, 1, 2, 3], "start_rank": 4 * n, "local_ranks": 4} for n in range(18)]}]}
+    fig = trial_plots.topology_figure(rack).to_dict()["layout"]
+    names = [a for a in fig["annotations"] if str(a["text"]).startswith("node ")]
+    assert len(names) == 18
+    span = fig["xaxis"]["range"][1] - fig["xaxis"]["range"][0]
+    px_per_unit = (fig["width"] - 20) / span
+    gpu_tops = {round(s["y1"], 6) for s in fig["shapes"]
+                if s.get("type") == "rect" and s.get("fillcolor") != "rgba(128,128,128,0.08)"}
+    for a in names:
+        assert a["yanchor"] == "top"
+        label_bottom = a["y"] - a["font"]["size"] / px_per_unit  # the label's height in plot units
+        assert all(label_bottom >= top - 1e-6 for top in gpu_tops if top <= a["y"] and a["y"] - top < 1.0), a
+    assert fig["plot_bgcolor"] == fig["paper_bgcolor"] == "rgba(0,0,0,0)"
+    assert not any(s.get("fillcolor") in ("white", "#FAFAFA", "#ffffff") for s in fig["shapes"])

@@ -72,11 +72,22 @@ for n in chosen:
     lv = levels[n] if (x, y) == (i.x_metric, i.y_metric) else data.levels(url, n, i.stamp, x, y)
     fronts[n] = lv[lv["pareto"]] if not lv.empty else lv
     trials_df, _ = data.trials(url, n, i.stamp)
-    rec = advice.recommend(lv, trials_df, i.slos, x, y, chosen=data.chosen(url, n, i.stamp))
+    answer = data.chosen(url, n, i.stamp)
+    rec = advice.recommend(lv, trials_df, i.slos, x, y, chosen=answer)
     dedup = advice.front_by_deployment(lv, x, y)
-    rows.append({"study": n, "trials run": i.finished, "complete": i.count("complete"),
+    # the answer's runs on fresh deploys: a single run's best is one draw, so each study's figure is the mean
+    # of its runs with their range, and two studies are told apart only where the ranges do not overlap
+    values = [v for _, v, _ in answer.runs] if answer is not None and rec.best is not None and \
+        rec.best.trial == answer.trial and x == i.x_metric else []
+    rows.append({"study": n, "search trials run": f"{i.finished} of {i.budget}", "complete": i.count("complete"),
                  "front deployments": len(dedup), "best trial": rec.best.trial if rec.best else None,
-                 advice.short(x): rec.best.x if rec.best else None, "@ c": rec.best.concurrency if rec.best else None,
+                 "runs": len(values) or None,
+                 f"mean {advice.short(x)}": sum(values) / len(values) if values else (rec.best.x if rec.best else None),
+                 "run range": (f"{min(values):,.1f}–{max(values):,.1f} (spread "
+                               f"{advice.percent((max(values) - min(values)) / (sum(values) / len(values)))})"
+                               if len(values) > 1 else "one run: spread not known"),
+                 "_low": min(values) if values else None, "_high": max(values) if values else None,
+                 "first run @ c": rec.best.concurrency if rec.best else None,
                  advice.short(y): rec.best.y if rec.best else None, "GPUs": rec.best.gpus if rec.best else None,
                  "deployment": rec.best.deployment if rec.best else "no level meets the SLOs"})
 st.subheader("Pareto fronts")
@@ -85,12 +96,22 @@ st.caption("Each study's front: its non-dominated levels meeting its own SLOs. U
 st.plotly_chart(plots.studies_front_figure(fronts, x, y), key="compare_studies_front", width="stretch")
 
 table = pd.DataFrame(rows)
-ref = table[advice.short(x)].iloc[0]
+mean_x = f"mean {advice.short(x)}"
+ref = table[mean_x].iloc[0]
 if ref and pd.notna(ref):
-    table[f"Δ {advice.short(x)} vs {chosen[0]}"] = table[advice.short(x)] - ref
-    table[f"% vs {chosen[0]}"] = (table[advice.short(x)] / ref - 1) * 100
+    table[f"Δ {advice.short(x)} vs {chosen[0]}"] = table[mean_x] - ref
+    table[f"% vs {chosen[0]}"] = (table[mean_x] / ref - 1) * 100
+    lo, hi = table["_low"].iloc[0], table["_high"].iloc[0]
+    table[f"vs {chosen[0]}"] = ["—" if k == 0 else "unknown (one run)" if pd.isna(a) or pd.isna(lo) or a == b
+                                or lo == hi else "a tie: the run ranges overlap" if a <= hi and lo <= b
+                                else "apart: the run ranges do not overlap"
+                                for k, (a, b) in enumerate(zip(table["_low"], table["_high"], strict=True))]
+table = table.drop(columns=["_low", "_high"])
+st.caption("Each study's answer (what `advisor best` names): the mean of its runs on fresh deploys, their range "
+           "and spread; Δ and % compare the means, and the last column says whether the run ranges overlap "
+           "(a difference within the run-to-run spread is a tie).")
 st.dataframe(table, hide_index=True, width="stretch", key="compare_studies_table", column_config={
-    advice.short(x): st.column_config.NumberColumn(format="%,.1f"),
+    mean_x: st.column_config.NumberColumn(format="%,.1f"),
     advice.short(y): st.column_config.NumberColumn(format="%,.1f"),
     **{c: st.column_config.NumberColumn(format="%+,.1f") for c in table.columns if c.startswith("Δ")},
     **{c: st.column_config.NumberColumn(format="%+.1f %%") for c in table.columns if c.startswith("%")},
