@@ -1,4 +1,4 @@
-"""The real H200 study r7 (``benchmarks/results/h200-study-30b-r7/``: 1 × H200, vLLM's defaults measured and
+"""The real H200 study r7 (``research/results/h200-study-30b-r7/``: 1 × H200, vLLM's defaults measured and
 repeated, 5 search trials, the best repeated) as a database to read: ``tests/data/h200-study-30b-r7-results.db.xz``
 is the device's ``results.db`` alone, with the earlier sessions' studies it also holds (r2 and r5 left trials
 RUNNING when their tuners were cut off; the first one's job predates today's schema). Decompressed and brought to
@@ -22,9 +22,7 @@ STUDY = "h200-study-30b-r7"
 
 def _model_folder(name: str) -> Path:
     """This checkout's copy of the model folder the device run named (its config.json)."""
-    places = [ROOT / "tests" / "data" / name, ROOT / "research" / "gpu" / "models" / name,
-              ROOT / "benchmarks" / "gpu" / "models" / name]
-    return next((p for p in places if (p / "config.json").exists()), places[0])
+    return ROOT / "tests" / "data" / name
 
 
 def unpack(out: Path) -> str:
