@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
@@ -125,3 +128,18 @@ def test_the_product_tests_and_benchmarks_do_not_import_research():
 def test_an_import_of_research_or_benchmarks_is_caught():
     source = "from research.raw import raw_file\nimport benchmarks.truths as t\nfrom . import x\nimport db\n"
     assert sorted(n for n in imported(source) if n.split(".")[0] in BESIDE) == ["benchmarks.truths", "research.raw"]
+
+
+#: A lent GPU machine receives the working tree only while it and the ~50 MiB install bundle stay under 64 MiB.
+TRACKED_TREE_MAX_BYTES = 12 * 2**20
+
+
+def test_raw_runs_stay_out_of_the_tracked_tree():
+    """A GPU run's raw tarball lives in git history (research/README.md), never in the tree: the tree stays small
+    enough to travel to a GPU machine."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [ROOT / p for p in listed.stdout.decode().split("\0") if p]
+    assert [f for f in files if f.name == "raw.tar.xz"] == []
+    assert sum(f.stat().st_size for f in files if f.is_file()) < TRACKED_TREE_MAX_BYTES
