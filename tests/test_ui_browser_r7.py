@@ -7,7 +7,6 @@ studies` print for the same database.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,3 +89,28 @@ def test_each_page_says_what_advisor_best_and_studies_print(r7: tuple[str, str, 
     _settle(pg, "Compare trials")
     text = _plain(_main_text(pg))
     assert "no shared concurrency" in text and "None" not in text
+
+
+def test_assets_go_compressed_and_plotly_loads_with_the_page(r7: tuple[str, str, Any]) -> None:
+    """Asked for gzip, the server compresses its JavaScript (Plotly's 4.7 MB chunk the most) and the page; the
+    page preloads the Plotly chunk, so the first chart does not wait for it to be fetched after the data."""
+    import gzip
+    import urllib.request
+
+    from ui.server import plotly_chunk
+
+    _, base, _ = r7
+    chunk = plotly_chunk()
+    assert chunk is not None
+
+    def get(path: str) -> tuple[dict[str, str], bytes]:
+        req = urllib.request.Request(base + path, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return {k.lower(): v for k, v in r.headers.items()}, r.read()
+
+    headers, body = get(chunk)
+    assert headers.get("content-encoding") == "gzip" and len(body) < len(gzip.decompress(body)) / 2
+    headers, body = get(f"/study?study={STUDY}")
+    assert headers.get("content-encoding") == "gzip"
+    page = gzip.decompress(body).decode()
+    assert f'<link rel="modulepreload" href="{chunk}">' in page and "BACKEND_BASE_URL" in page

@@ -16,9 +16,25 @@ from typing import Any
 
 import streamlit as st
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 
 #: Set before Streamlit's own script runs; ``location.origin + "/"``: the server's root, as the page was reached.
 BASE_URL_SCRIPT = b'<script>window.__streamlit={BACKEND_BASE_URL: window.location.origin + "/"};</script>'
+
+
+def plotly_chunk() -> str | None:
+    """The path of Streamlit's Plotly chunk (``/static/js/PlotlyChart.<hash>.js``, about 4.7 MB), which its page
+    otherwise fetches only when the first chart's data arrives (None where this Streamlit has none)."""
+    found = sorted((Path(st.__file__).resolve().parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))
+    return f"/static/js/{found[0].name}" if found else None
+
+
+def head_tags() -> bytes:
+    """What goes right after ``<head>``: the base URL, and a ``modulepreload`` of the Plotly chunk, so the browser
+    fetches and compiles it while the script runs — every page of this dashboard draws a Plotly chart first."""
+    chunk = plotly_chunk()
+    preload = f'<link rel="modulepreload" href="{chunk}">'.encode() if chunk else b""
+    return BASE_URL_SCRIPT + preload
 
 
 def _page(path: str) -> bool:
@@ -28,8 +44,9 @@ def _page(path: str) -> bool:
 
 
 class BaseUrlAtRoot:
-    """ASGI middleware: into every HTML page served (Streamlit's ``index.html``), ``BASE_URL_SCRIPT`` right after
-    ``<head>`` (asked for uncompressed); everything else passes untouched."""
+    """ASGI middleware: into every HTML page served (Streamlit's ``index.html``), ``head_tags`` right after
+    ``<head>`` (asked for uncompressed; the gzip around it compresses the result); everything else passes
+    untouched."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -56,7 +73,7 @@ class BaseUrlAtRoot:
                 body.append(message.get("body", b""))
                 if message.get("more_body"):
                     return
-                page = b"".join(body).replace(b"<head>", b"<head>" + BASE_URL_SCRIPT, 1)
+                page = b"".join(body).replace(b"<head>", b"<head>" + HEAD, 1)
                 headers = [(k, v) for k, v in start.get("headers") or [] if k.lower() != b"content-length"]
                 await send({**start, "headers": [*headers, (b"content-length", str(len(page)).encode())]})
                 await send({"type": "http.response.body", "body": page})
@@ -66,4 +83,8 @@ class BaseUrlAtRoot:
         await self.app(scope, receive, patched)
 
 
-app = st.App(Path(__file__).resolve().parent / "app.py", middleware=[Middleware(BaseUrlAtRoot)])
+HEAD = head_tags()
+# gzip outermost: the JavaScript and CSS (7-8 MB, Plotly's chunk the most) and the patched page go compressed
+# to a browser that asks for it; Streamlit's own static serving sends them as they are on disk
+app = st.App(Path(__file__).resolve().parent / "app.py",
+             middleware=[Middleware(GZipMiddleware, minimum_size=1024), Middleware(BaseUrlAtRoot)])
