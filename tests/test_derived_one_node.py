@@ -2,7 +2,7 @@
 nothing that means nothing there; on a node of several GPUs the layouts published runs compare (TP, TEP, DEP,
 narrower instances, several instances) with the batch knobs. Counted, not launched.
 
-The model is the DeepSeek-V2-Lite shape the GPU runs use (``models/deepseek-v2-lite`` of the GPU runs' folder: MLA, 64
+The model is the DeepSeek-V2-Lite shape the GPU runs use (``tests/data/deepseek-v2-lite``, the GPU runs' config: MLA, 64
 routed experts, 16 heads), and a GQA shape (``qwen3-moe-30b``) where an FP8 KV cache applies.
 """
 
@@ -20,7 +20,7 @@ from search_spaces.default_space import UNMODELLED, UNMODELLED_COVER, WIDTHS, on
 from tests.cli_run import advisor
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = next(p for p in (ROOT / "research" / "gpu" / "models", ROOT / "benchmarks" / "gpu" / "models") if p.is_dir())
+MODELS = ROOT / "tests" / "data"  # the GPU runs' model folders, their config.json alone
 WORKLOAD = {"isl": {"mean": 2048, "range_ratio": 0.2}, "osl": {"mean": 256, "range_ratio": 0.2}, "load_levels": []}
 
 

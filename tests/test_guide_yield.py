@@ -26,7 +26,7 @@ from search_spaces import TrialState
 from tests.cli_run import advisor
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = next(p for p in (ROOT / "research" / "gpu" / "models", ROOT / "benchmarks" / "gpu" / "models") if p.is_dir())
+MODELS = ROOT / "tests" / "data"  # the GPU runs' model folders, their config.json alone
 #: Efficiencies the stand-in machine reaches, as a share of the model's: the model over-predicts the defaults ~2×.
 SLOWER = 0.6
 EFFICIENCIES = ("mfu_prefill", "mfu_decode", "attn_eff_prefill", "attn_eff_decode", "hbm_eff")
