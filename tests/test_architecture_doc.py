@@ -143,3 +143,22 @@ def test_raw_runs_stay_out_of_the_tracked_tree():
     files = [ROOT / p for p in listed.stdout.decode().split("\0") if p]
     assert [f for f in files if f.name == "raw.tar.xz"] == []
     assert sum(f.stat().st_size for f in files if f.is_file()) < TRACKED_TREE_MAX_BYTES
+
+
+def research_paths(source: str) -> list[str]:
+    """String literals (docstrings aside) naming a path under research/: ``"research"`` as a path part, or text
+    beginning ``research/``."""
+    tree = ast.parse(source)
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and id(n) not in docstrings and (n.value == "research" or n.value.startswith("research/"))]
+
+
+def test_the_product_tests_read_no_research_file():
+    """A product test that reads a research file breaks when research moves on; the data it needs is in tests/data."""
+    here = Path(__file__).resolve()
+    found = {str(p.relative_to(ROOT)): research_paths(p.read_text())
+             for p in sorted((ROOT / "tests").rglob("*.py")) if p != here}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert sorted(research_paths('ROOT / "research" / "gpu"\nx = "research/results/a.json"\n"""research/ doc"""')) == \
+        ["research", "research/results/a.json"]
