@@ -9,15 +9,17 @@ read and figure is computed) and the following runs (warm: what a reader waits f
 live refresh), then opening the Parameters tab with importance turned on (a study this big computes it only
 when asked).
 
-``--browser`` fills a second database of ``--browser-trials`` trials and times real page loads in headless
-Chromium against ``advisor dashboard``: from navigation until the first Plotly chart is drawn (the
-recommendation's topology) and until the open tab's plot is (Convergence), then from a click on the Pareto tab
-until its plot is drawn, ``--browser-loads`` times in one browser (the first load is a fresh browser's: nothing
-cached). The machine's load average is recorded beside the numbers:
-on a shared 2-core machine other work slows the browser more than anything on the page.
+``--browser`` fills a second database of ``--browser-trials`` trials and, on it and on the real H200 study r7
+(``tests/data``), starts ``advisor dashboard`` and ``optuna-dashboard`` on the same database and loads each
+study's page ``--browser-loads`` times in headless Chromium, alternating which goes first, each load in a fresh
+browser context (nothing cached): from navigation until the first Plotly chart is drawn and until the answer's
+text is shown (our headline, optuna-dashboard's best-trial card), measured inside the page from its time origin.
+Prints the medians and both answers' texts. The machine's load average is recorded beside the numbers: on a
+shared 2-core machine other work slows the browser more than anything on the page.
 Prints a table and writes ``benchmarks/results/ui_render.json``.
 
     python benchmarks/ui_render.py [--trials 2000] [--runs 3] [--db PATH] [--browser] [--browser-trials 200]
+        [--browser-loads 5] [--skip-apptest]
 """
 
 from __future__ import annotations
@@ -174,63 +176,128 @@ _DRAWN = """m => [...document.querySelectorAll('.js-plotly-plot')].some(el => el
     el.layout.meta === m))"""
 
 
-def time_browser(url: str, loads: int = 3) -> list[dict[str, float]]:
-    """Per page load: seconds from navigation until the first Plotly chart is drawn (``first_chart_s``) and
-    until the open tab's plot is (``open_tab_s``: Convergence), then from a click on the Pareto tab until its
-    plot is drawn (``pareto_click_s``), in headless Chromium against a real ``advisor dashboard``."""
-    from playwright.sync_api import sync_playwright
+#: The first chart either dashboard draws: a Plotly figure with its layout (ours and optuna-dashboard's plots).
+_ANY_CHART = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
+              ".some(el => el.layout && el.data && el.data.length)")
+#: The answer's text: our headline ("Run trial N …"), optuna-dashboard's best-trial card.
+_OUR_ANSWER = ("() => [...document.querySelectorAll('h4')].map(e => e.innerText)"
+               ".find(t => t.startsWith('Run trial'))")
+_THEIR_ANSWER = """() => { if (!document.body) return undefined; const t = document.body.innerText;
+    const m = t.match(/Best Trials?\\b[\\s\\S]{0,300}?Trial\\s*#?\\d+[^\\n]*/);
+    return m ? m[0].replace(/\\s+/g, ' ') : undefined; }"""
 
+
+#: Polls every 10 ms from the page's start and records when the first chart and the answer's text appeared.
+_WATCH = """window.__t = {};
+const __tick = () => { const t = window.__t;
+  try { if (!t.chart && (CHART)()) t.chart = performance.now(); } catch (e) {}
+  try { if (!t.answer) { const a = (ANSWER)(); if (a) { t.answer = performance.now(); t.text = a; } } } catch (e) {}
+  if (!(t.chart && t.answer)) setTimeout(__tick, 10); };
+setTimeout(__tick, 0);"""
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "ADVISOR_STORAGE": url}
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    # the CLI names Streamlit's own process group on its first line: stopped below should the CLI die first
-    server_group = int(m.group(1)) if (m := re.search(r"process group (\d+)", proc.stdout.readline())) else None
-    out = []
+        return s.getsockname()[1]
+
+
+def _wait_up(url: str, deadline_s: float = 90) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen[Any], signum: int = signal.SIGINT) -> None:
+    """Stop a server started in a process group of its own, by that group."""
     try:
+        os.killpg(proc.pid, signum)
+        proc.wait(timeout=20)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _real_study(folder: Path) -> tuple[str, str] | None:
+    """The real H200 study r7 (``tests/data``'s copy, as ``tests.r7_study`` unpacks it) in ``folder``; None where
+    this checkout has no copy."""
+    try:
+        sys.path.insert(0, str(ROOT))
+        from tests import r7_study
+    except ImportError:
+        return None
+    if not r7_study.DATABASE.exists():
+        return None
+    out = folder / "ui_render-r7"
+    out.mkdir(parents=True, exist_ok=True)
+    return r7_study.unpack(out), r7_study.STUDY
+
+
+def compare_dashboards(url: str, study: str, loads: int = 5) -> dict[str, Any]:
+    """Both dashboards on the same database, in one headless Chromium, each load in a fresh context (nothing
+    cached), alternating which goes first: seconds from navigation to the first chart drawn and to the answer's
+    text shown, and that text, per load; and the medians."""
+    from playwright.sync_api import sync_playwright
+
+    ours_port, theirs_port = _free_port(), _free_port()
+    ours = subprocess.Popen([sys.executable, "-m", "advisor", "dashboard", "--storage", url, "--host", "127.0.0.1",
+                             "--port", str(ours_port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    server_group = int(m.group(1)) if (m := re.search(r"process group (\d+)", ours.stdout.readline())) else None
+    theirs = subprocess.Popen([str(Path(sys.executable).with_name("optuna-dashboard")), db.normalize_url(url),
+                               "--host", "127.0.0.1", "--port", str(theirs_port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        storage = optuna.storages.RDBStorage(db.normalize_url(url))
+        study_id = storage.get_study_id_from_name(study)
+    pages = {"ours": (f"http://127.0.0.1:{ours_port}/study?study={study}", _OUR_ANSWER),
+             "optuna-dashboard": (f"http://127.0.0.1:{theirs_port}/dashboard/studies/{study_id}", _THEIR_ANSWER)}
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k in pages}
+    try:
+        _wait_up(f"http://127.0.0.1:{ours_port}/_stcore/health")
+        _wait_up(f"http://127.0.0.1:{theirs_port}/api/meta")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
                 "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                 "--disable-component-update", "--disable-sync", "--no-first-run"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/_stcore/health")
-                    break
-                except Exception:  # noqa: BLE001 — not listening yet
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            for _ in range(loads):
-                page.goto("about:blank")
-                t0 = time.perf_counter()
-                page.goto(f"http://127.0.0.1:{port}/study?study={STUDY}")
-                page.wait_for_function(_DRAWN, arg="*", timeout=300_000, polling=20)
-                first = time.perf_counter() - t0
-                page.wait_for_function(_DRAWN, arg="history", timeout=300_000, polling=20)
-                open_tab = time.perf_counter() - t0
-                load_avg = os.getloadavg()[0]
-                t1 = time.perf_counter()
-                page.get_by_role("tab", name="Pareto front").click()
-                page.wait_for_function(_DRAWN, arg="pareto", timeout=300_000, polling=20)
-                out.append({"first_chart_s": first, "open_tab_s": open_tab,
-                            "pareto_click_s": time.perf_counter() - t1, "load_avg_1m": load_avg})
+            for k in range(loads):
+                for who in (list(pages) if k % 2 == 0 else list(pages)[::-1]):
+                    link, answer_js = pages[who]
+                    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+                    # in the page, from its time origin (the navigation's start): when each first held
+                    context.add_init_script(_WATCH.replace("CHART", _ANY_CHART).replace("ANSWER", answer_js))
+                    page = context.new_page()
+                    page.goto(link)
+                    page.wait_for_function("() => window.__t && window.__t.chart && window.__t.answer",
+                                           timeout=300_000, polling=50)
+                    t = page.evaluate("() => window.__t")
+                    out[who].append({"first_chart_s": t["chart"] / 1000, "answer_s": t["answer"] / 1000,
+                                     "answer": t["text"], "load_avg_1m": os.getloadavg()[0]})
+                    context.close()
             browser.close()
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        _stop(ours)
+        _stop(theirs)
         if server_group is not None:
             try:
                 os.killpg(server_group, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    return out
+    med = {who: {"first_chart_s": statistics.median(r["first_chart_s"] for r in rows),
+                 "answer_s": statistics.median(r["answer_s"] for r in rows), "answer": rows[-1]["answer"]}
+           for who, rows in out.items()}
+    return {"url": url, "study": study, "loads": out, "median": med}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,9 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", type=Path, default=ROOT / "runs" / "ui_render.db",
                     help="the SQLite file to fill (reused with --reuse)")
     ap.add_argument("--reuse", action="store_true", help="keep existing databases of the same sizes")
-    ap.add_argument("--browser", action="store_true", help="also time page loads in headless Chromium")
+    ap.add_argument("--browser", action="store_true",
+                    help="also time page loads of this dashboard and optuna-dashboard in headless Chromium")
     ap.add_argument("--browser-trials", type=int, default=200, help="the study the browser opens")
-    ap.add_argument("--browser-loads", type=int, default=3, help="page loads (the first in a fresh browser)")
+    ap.add_argument("--browser-loads", type=int, default=5, help="page loads of each dashboard, alternating")
     ap.add_argument("--skip-apptest", action="store_true", help="only the browser figure")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
@@ -263,48 +331,50 @@ def main(argv: list[str] | None = None) -> int:
         url, info = filled(args.db, args.trials)
         runs, importance_s = time_apptest(url, args.runs)
         cold, warm = runs[0], (statistics.median(runs[1:]) if len(runs) > 1 else None)
-    browser: list[dict[str, float]] = []
+    compared: list[dict[str, Any]] = []
     browser_info: dict[str, Any] = {}
     if args.browser:
         small = args.db.with_name(f"{args.db.stem}-{args.browser_trials}{args.db.suffix}")
         burl, browser_info = filled(small, args.browser_trials)
-        browser = time_browser(burl, args.browser_loads)
-    first = [b["first_chart_s"] for b in browser]
-    pareto = [b["pareto_click_s"] for b in browser]
+        compared.append(compare_dashboards(burl, STUDY, args.browser_loads))
+        real = _real_study(args.db.parent)
+        if real is not None:
+            compared.append(compare_dashboards(*real, args.browser_loads))
     rows = [(f"AppTest {args.trials:,} trials, cold caches (first render)", cold),
             (f"AppTest {args.trials:,} trials, warm caches (median)", warm),
             ("AppTest, Parameters tab: turning importance on", importance_s)]
-    if browser:
-        rows += [(f"browser {args.browser_trials} trials → first chart (median of {len(first)})",
-                  statistics.median(first)),
-                 ("browser → first chart, fresh browser (load 1)", first[0]),
-                 (f"browser → open tab's plot (median of {len(first)})",
-                  statistics.median(b["open_tab_s"] for b in browser)),
-                 (f"browser, click on the Pareto tab → its plot (median of {len(pareto)})",
-                  statistics.median(pareto))]
     print(f"\nStudy page (goal <= {GOAL_S:g} s)")
     print(f"{'what':56} {'seconds':>8}")
     for what, secs in rows:
         print(f"{what:56} {'–' if secs is None else f'{secs:8.2f}':>8}")
-    if browser:
-        print("browser loads (first chart / open tab / Pareto after its click / 1-min load average): " + ", ".join(
-            f"{b['first_chart_s']:.2f} / {b['open_tab_s']:.2f} / {b['pareto_click_s']:.2f} / {b['load_avg_1m']:.1f}"
-            for b in browser))
+    ok_browser = True
+    for c in compared:
+        ours, theirs = c["median"]["ours"], c["median"]["optuna-dashboard"]
+        n = len(c["loads"]["ours"])
+        print(f"\n{c['study']} ({c['url']}), both dashboards, fresh browser context per load, alternating, "
+              f"median of {n}:")
+        print(f"  first chart: ours {ours['first_chart_s']:.2f} s, optuna-dashboard {theirs['first_chart_s']:.2f} s "
+              f"({ours['first_chart_s'] / theirs['first_chart_s']:.2f}×)")
+        print(f"  answer text: ours {ours['answer_s']:.2f} s, optuna-dashboard {theirs['answer_s']:.2f} s "
+              f"({ours['answer_s'] / theirs['answer_s']:.2f}×)")
+        print(f"  ours: {ours['answer']!r}")
+        print(f"  optuna-dashboard: {theirs['answer']!r}")
+        print("  loads (ours first chart / optuna-dashboard's): " + ", ".join(
+            f"{a['first_chart_s']:.2f} / {b['first_chart_s']:.2f}"
+            for a, b in zip(c["loads"]["ours"], c["loads"]["optuna-dashboard"], strict=True)))
+        ok_browser = ok_browser and ours["first_chart_s"] <= theirs["first_chart_s"]
     ok_apptest = cold is None or (cold < GOAL_S and (warm is None or warm < GOAL_S))
-    ok_browser = not first or statistics.median(first) <= GOAL_S
     ok = ok_apptest and ok_browser
     print(f"goal: AppTest first render and warm ones < {GOAL_S:g} s: {'met' if ok_apptest else 'NOT met'}"
-          + (f"; browser first chart median <= {GOAL_S:g} s: {'met' if ok_browser else 'NOT met'}" if first else ""))
+          + (f"; first chart no later than optuna-dashboard's: {'met' if ok_browser else 'NOT met'}"
+             if compared else ""))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "goal_s": GOAL_S, "goal_met": ok, "trials": args.trials, "preset": PRESET, "fill": info,
         "apptest_runs_s": runs, "apptest_cold_s": cold, "apptest_warm_median_s": warm,
         "apptest_importance_on_s": importance_s,
-        "browser_trials": args.browser_trials if browser else None, "browser_fill": browser_info,
-        "browser_loads": browser,
-        "browser_first_chart_median_s": statistics.median(first) if first else None,
-        "browser_open_tab_median_s": statistics.median(b["open_tab_s"] for b in browser) if browser else None,
-        "browser_pareto_click_median_s": statistics.median(pareto) if pareto else None,
+        "browser_trials": args.browser_trials if compared else None, "browser_fill": browser_info,
+        "dashboards": compared,
         "python": sys.version.split()[0], "machine": platform.machine(), "cpus": os.cpu_count(),
         "load_avg_at_end": os.getloadavg(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
