@@ -1,7 +1,8 @@
 """``advisor``: the headless front end. Every command either works or says in one line what is wrong
 (exit code 2), never a traceback. ``advisor tune`` exits 3 when it stopped because the cluster kept failing
 (the environment, not the job: fix it and run the same command again), and when the database stayed unreachable
-past its retry window (``db.DatabaseOutage``: nothing is lost, run the same command again once it is back)."""
+past its retry window (``db.DatabaseOutage``: nothing is lost, run the same command again once it is back). A
+command stopped by Ctrl-C exits 130, by SIGTERM 143, after one line saying so and what the stop left."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import typer
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from advisor.errors import BadInput, EnvironmentFailed
 from advisor.cli_output import RowFormat, RowFormatOpt, console, err, print_rows, routing_lines
 from advisor.dashboard_server import serve_dashboard
+from advisor.errors import BadInput, EnvironmentFailed
 from advisor.executor_factory import make_executor
 from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, check_study_name, load_job
 from advisor.space_report import SpaceReport, require_valid_candidates
@@ -56,6 +57,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: ``advisor tune`` stopped because the environment kept failing, or the database stayed unreachable (not bad
 #: input: 2 is for that).
 EXIT_ENVIRONMENT = 3
+#: Stopped by Ctrl-C (128 + SIGINT) or by SIGTERM (128 + SIGTERM), as a shell reports a process a signal ended.
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+#: What a command stopped by a signal leaves, said on its last line.
+STOP_HINTS = {
+    "tune": "the trial in flight is kept, marked interrupted, with the levels it measured; its processes are "
+            "stopped; run the same command again to continue the study",
+}
 
 StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL (default: $ADVISOR_STORAGE or "
                                                 f"{DEFAULT_STORAGE}).", show_default=False)]
@@ -89,6 +97,12 @@ def friendly(fn: F) -> F:
         except (DatabaseOutage, EnvironmentFailed) as e:
             err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_ENVIRONMENT) from None
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (``terminate_as_interrupt``), after every teardown ran
+            term = "SIGTERM" in str(e)
+            hint = f": {STOP_HINTS[fn.__name__]}" if fn.__name__ in STOP_HINTS else ""
+            err.print(f"error: stopped by {'SIGTERM' if term else 'Ctrl-C'}{hint}", markup=False, highlight=False,
+                      soft_wrap=True)
+            raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
 
