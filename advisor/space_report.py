@@ -59,25 +59,27 @@ def space_report(job: TuningJob, limit: int = 250_000) -> SpaceReport:
     vs = job.valid_space()
     if vs is not None:
         dims: dict[str, list[Any]] = {"mode": [m.value for m in job.space.modes]}
+        seen: set[tuple[str, type, Any]] = set()  # a set beside the lists: counting stays linear in the choices
         for rows in vs.roles.values():
             for params in rows.params:
                 for k, v in params.items():
-                    seen = dims.setdefault(k, [])
-                    if not any(type(x) is type(v) and x == v for x in seen):
-                        seen.append(v)
+                    if (k, type(v), v) not in seen:
+                        seen.add((k, type(v), v))
+                        dims.setdefault(k, []).append(v)
         return SpaceReport(vs.candidates, vs.valid, False, job.space_derived, dims, dict(vs.broken),
                            {r: vs.reasons[r] for r in vs.broken})
     model, wl = job.model_profile(), job.workload
     dims = {}
+    known: set[tuple[str, type, Any]] = set()
     broken: Counter[str] = Counter()
     example: dict[str, str] = {}
     n = valid = 0
     for params, cfg in job.space.enumerate():
         n += 1
         for k, v in params.items():
-            seen = dims.setdefault(k, [])
-            if v not in seen:
-                seen.append(v)
+            if (k, type(v), v) not in known:
+                known.add((k, type(v), v))
+                dims.setdefault(k, []).append(v)
         violations = check(cfg, model, job.cluster, wl.max_model_len)
         if not violations:
             valid += 1

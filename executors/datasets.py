@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import stat
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -113,19 +115,45 @@ def agentic_lines(workload: Workload, concurrency: int, tokenizer_dir: str | Pat
     return _flatten_sessions(sessions, concurrency, prefix)[:n]
 
 
+#: A trace's bounds: the file, one line (a prompt of ~10⁷ tokens fits), the tokens one request may ask for (the
+#: bound of a job's ``osl``).
+MAX_TRACE_BYTES = 1 << 30
+MAX_TRACE_LINE_BYTES = 1 << 26
+MAX_OUTPUT_TOKENS = 10_000_000
+
+
 def trace_lines(trace_path: str | Path, concurrency: int) -> list[dict[str, Any]]:
     """A user's JSONL trace as custom-dataset lines (flat requests, or sessions flattened like agentic).
 
-    Raises ``ValueError`` with one line naming the file and line of the first bad record (``advisor validate``
-    reads the trace through here, so a bad one is refused before any deployment)."""
+    Raises ``ValueError`` with one line naming the file (and line) of the first problem (``advisor validate``
+    reads the trace through here, so a bad one is refused before any deployment): no regular file (``/dev/zero``),
+    larger than ``MAX_TRACE_BYTES`` or a line longer than ``MAX_TRACE_LINE_BYTES`` (read in bounded pieces, never
+    whole), binary or not UTF-8, not JSON, or a record without a non-empty text prompt and a whole output length
+    of 1 to ``MAX_OUTPUT_TOKENS``."""
     flat: list[dict[str, Any]] = []
     sessions: list[list[dict[str, Any]]] = []
-    with open(trace_path) as fh:
-        for num, raw in enumerate(fh, 1):
-            if not raw.strip():
+    with open(trace_path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{trace_path}: not a regular file; a trace is a file of JSON lines")
+        if st.st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"{trace_path}: {st.st_size:,} bytes; a trace may hold at most {MAX_TRACE_BYTES:,}")
+        num = 0
+        while raw := fh.readline(MAX_TRACE_LINE_BYTES + 1):
+            num += 1
+            if len(raw) > MAX_TRACE_LINE_BYTES:
+                raise ValueError(f"{trace_path}:{num}: longer than {MAX_TRACE_LINE_BYTES:,} bytes")
+            if b"\0" in raw:
+                raise ValueError(f"{trace_path}:{num}: binary data (a NUL byte); a trace is a file of JSON lines")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{trace_path}:{num}: not UTF-8 text (byte {raw[e.start]:#04x} at offset "
+                                 f"{e.start})") from None
+            if not text.strip():
                 continue
             try:
-                rec = json.loads(raw)
+                rec = json.loads(text)
             except ValueError as e:
                 raise ValueError(f"{trace_path}:{num}: not JSON ({e})") from None
             try:
@@ -150,13 +178,18 @@ def _trace_record(rec: Any, flat: list[dict[str, Any]], sessions: list[list[dict
     if not isinstance(rec, dict):
         raise _BadRecord(f"a JSON object is needed (got {type(rec).__name__}); {_RECORD}")
     if "turns" in rec:
+        if not isinstance(rec["turns"], list):
+            raise _BadRecord(f"turns must be a list (got {type(rec['turns']).__name__})")
         sess = []
-        for t in rec["turns"]:
-            user = t.get("prompt", t.get("user"))
+        for i, t in enumerate(rec["turns"]):
+            if not isinstance(t, dict):
+                raise _BadRecord(f"turns.{i}: a JSON object is needed (got {type(t).__name__})")
+            key = "prompt" if "prompt" in t else "user"
             out = t.get("output_tokens", t.get("output_len"))
-            if user is None or out is None:
-                raise _BadRecord("each turn needs prompt|user and output_len|output_tokens")
-            sess.append({"user": user, "output_tokens": _tokens(out), "response": t.get("response", "")})
+            if key not in t or out is None:
+                raise _BadRecord(f"turns.{i}: needs prompt|user and output_len|output_tokens")
+            sess.append({"user": _prompt(t[key], f"turns.{i}.{key}"), "output_tokens": _tokens(out),
+                         "response": _text(t.get("response", ""), f"turns.{i}.response")})
         if not sess:
             raise _BadRecord("turns is empty")
         sessions.append(sess)
@@ -164,12 +197,27 @@ def _trace_record(rec: Any, flat: list[dict[str, Any]], sessions: list[list[dict
         out = rec.get("output_tokens", rec.get("output_len"))
         if "prompt" not in rec or out is None:
             raise _BadRecord("needs prompt and output_len|output_tokens (or turns)")
-        flat.append({"prompt": rec["prompt"], "output_tokens": _tokens(out)})
+        flat.append({"prompt": _prompt(rec["prompt"], "prompt"), "output_tokens": _tokens(out)})
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise _BadRecord(f"{field} must be text (a JSON string), got {json.dumps(value)[:40]}")
+    return value
+
+
+def _prompt(value: Any, field: str) -> str:
+    """A prompt as vLLM's completions endpoint takes it: non-empty text (null, a number or a list fail the
+    server's warm-up, minutes into a trial)."""
+    if not _text(value, field).strip():
+        raise _BadRecord(f"{field} is empty; a prompt needs text")
+    return value
 
 
 def _tokens(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _BadRecord(f"output_len|output_tokens must be a whole number ≥ 1 (got {value!r:.40})")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_OUTPUT_TOKENS:
+        raise _BadRecord(f"output_len|output_tokens must be a whole number from 1 to {MAX_OUTPUT_TOKENS:,} "
+                         f"(got {value!r:.40})")
     return value
 
 

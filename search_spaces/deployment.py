@@ -71,7 +71,7 @@ def flags_of(model: BaseModel) -> dict[str, FlagValue]:
 def knob_field(k: Knob) -> Any:
     """The ``RoleConfig`` field a knob declares."""
     return vllm_flag(k.flag, k.default, omit_default=k.omit_default, requires=k.requires, negated=k.negated_flag,
-                     description=k.help, **({"ge": k.ge} if k.ge is not None else {}))
+                     description=k.help, **{b: v for b, v in (("ge", k.ge), ("le", k.le)) if v is not None})
 
 
 class Mode(StrEnum):

@@ -77,6 +77,7 @@ class Knob:
     when: Callable[[Mapping[str, Any]], bool] = _always
     roles: frozenset[str] = ALL_ROLES
     ge: int | None = None
+    le: int | None = None  # the largest value a job may name (vLLM takes any int; a typo like 1e28 is refused)
     omit_default: bool = False
     requires: str | None = None  # rendered only when this RoleConfig field is true
     negated_flag: str | None = None  # a ``False`` value is written as this flag (vLLM's ``--no-…``)
@@ -105,12 +106,12 @@ KVCacheDType = Literal["auto", "fp8"]
 
 KNOBS: tuple[Knob, ...] = (
     Knob("max_num_seqs", "--max-num-seqs", 256, int, "max_num_seqs", "max_num_seqs", "max-num-seqs",
-         "Most sequences a DP rank schedules in one step.", ge=1, after_eplb=False, stored=True,
+         "Most sequences a DP rank schedules in one step.", ge=1, le=1 << 20, after_eplb=False, stored=True,
          cell=lambda v, c: f"s{v}", words=lambda v, c: f"max-num-seqs {v}",
          model_term="the decode batch (perf.levels: a level's concurrency is capped at it per rank)"),
     Knob("max_num_batched_tokens", "--max-num-batched-tokens", 8192, int, "max_num_batched_tokens",
          "max_num_batched_tokens", "max-num-batched-tokens", "Token budget of one step (the prefill chunk).",
-         ge=1, after_eplb=False, stored=True, cell=lambda v, c: f"b{v // 1024}k",
+         ge=1, le=1 << 26, after_eplb=False, stored=True, cell=lambda v, c: f"b{v // 1024}k",
          words=lambda v, c: f"batched tokens {v}",
          model_term="the prefill chunk and the activation memory (perf.step, rules.kv_capacity_tokens)"),
     Knob("all2all_backend", "--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER, All2AllBackend,
@@ -136,7 +137,7 @@ KNOBS: tuple[Knob, ...] = (
          cell=lambda v, c: None if v == "balanced" else v, words=lambda v, c: None if v == "balanced" else f"{v} mode"),
     Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", 0, int, "long_prefill_token_threshold",
          "long_prefill", "long-prefill threshold", "Tokens of one long prompt scheduled per step (0: no cap): "
-         "decodes beside a long prefill keep their pace, its TTFT grows.", ge=0, omit_default=True,
+         "decodes beside a long prefill keep their pace, its TTFT grows.", ge=0, le=1 << 26, omit_default=True,
          roles=frozenset({"mixed"}), cell=lambda v, c: f"lp{v}" if v else None,
          words=lambda v, c: f"long prefills {v} tokens/step" if v else None),
     Knob("kv_cache_dtype", "--kv-cache-dtype", "auto", KVCacheDType, "kv_cache_dtype", "kv_cache_dtype",

@@ -28,11 +28,28 @@ Choose = Callable[[str, Sequence[Any]], Any]
 PRESET_DIR = Path(__file__).parent / "presets"
 
 
+#: The most choices one dimension may list: a space is searched, not swept; a longer list is a generated one.
+MAX_CHOICES = 256
+#: The largest instance count, TP or DP size a space may name: every GPU of the largest cluster a job may name
+#: (``cluster.nodes`` ≤ 4096 × ``gpus_per_node`` ≤ 128).
+MAX_SIZE = 4096 * 128
+#: The largest EPLB value a space may name (redundant experts, window and step counts).
+MAX_EPLB = 1 << 24
+
+
 def _nonempty(v: list[Any]) -> list[Any]:
     if not v:
         raise ValueError("needs at least one choice")
+    if len(v) > MAX_CHOICES:
+        raise ValueError(f"lists {len(v):,} choices; at most {MAX_CHOICES} are allowed")
     if len(set(map(str, v))) != len(v):
         raise ValueError("choices repeat")
+    return v
+
+
+def _at_most(v: list[int], le: int) -> list[int]:
+    if (big := max(v, default=0)) > le:
+        raise ValueError(f"{big:,} is too large; allowed: at most {le:,}")
     return v
 
 
@@ -106,6 +123,12 @@ class RoleSpace(_RoleKnobSpace):
             raise ValueError(f"must be ≥ {ge}")
         return v
 
+    @field_validator("instances", "dp_sizes", "tp_sizes", *(k.space for k in KNOBS if k.le is not None))
+    @classmethod
+    def _bounded(cls, v: list[int], info: ValidationInfo) -> list[int]:
+        le = next((k.le for k in KNOBS if k.space == info.field_name and k.le is not None), MAX_SIZE)
+        return _at_most(v, le)
+
     @property
     def knob_choices(self) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:
         """Each knob with its choices as the study's parameter holds them and, where they differ (an enum), as
@@ -130,9 +153,14 @@ class RoleSpace(_RoleKnobSpace):
             if tp not in self.tp_sizes:
                 raise ValueError(f"dp_sizes_by_tp: TP{tp} is not one of tp_sizes {self.tp_sizes}")
         for field, keyed in (("dp_sizes_by_tp", self.dp_sizes_by_tp), ("instances_by_gpus", self.instances_by_gpus)):
+            if len(keyed) > MAX_CHOICES:
+                raise ValueError(f"{field}: lists {len(keyed):,} keys; at most {MAX_CHOICES} are allowed")
             for key, sizes in keyed.items():
                 if key < 1 or not sizes or any(x < 1 for x in sizes) or len(set(sizes)) != len(sizes):
                     raise ValueError(f"{field}: {key}: needs distinct sizes ≥ 1 under a key ≥ 1")
+                if len(sizes) > MAX_CHOICES or max(key, *sizes) > MAX_SIZE:
+                    raise ValueError(f"{field}: {key}: at most {MAX_CHOICES} sizes, each and the key at most "
+                                     f"{MAX_SIZE:,}")
         return self
 
     def dp_choice(self, prefix: str, tp: int) -> tuple[str, list[int]]:
@@ -172,6 +200,11 @@ class EPLBSpace(BaseModel):
         if any(x < 1 for x in v):
             raise ValueError("steps must be ≥ 1")
         return v
+
+    @field_validator("num_redundant_experts", "window_size", "step_interval")
+    @classmethod
+    def _bounded(cls, v: list[int]) -> list[int]:
+        return _at_most(v, MAX_EPLB)
 
 
 class SearchSpace(BaseModel):

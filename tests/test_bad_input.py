@@ -67,6 +67,20 @@ EXPECT = {
     "empty_trace.yaml": ["workload.trace_path", "empty.jsonl", "no requests"],
     "trace_output_len_not_a_number.yaml": ["workload.trace_path", "bad_output_len.jsonl:1", "whole number", "many"],
     "missing_trace.yaml": ["workload.trace_path", "missing.jsonl", "cannot read"],
+    # a knob's list of choices: bounded in length and in value (a 20k-entry list was counted in quadratic time;
+    # 1e28 reached launch.sh)
+    "huge_max_num_seqs.yaml": ["space.decode.max_num_seqs", "2,000,000 is too large", "at most 1,048,576"],
+    "float_max_num_seqs.yaml": ["space.decode.max_num_seqs.1", "1e+28"],
+    "too_many_max_num_seqs.yaml": ["space.decode.max_num_seqs", "20,000 choices", "at most 256"],
+    "huge_eplb_window.yaml": ["space.eplb.window_size", "too large", "at most 16,777,216"],
+    # a trace's records as vLLM's endpoint takes them, and a file that is no trace, named with the line
+    "trace_prompt_null.yaml": ["workload.trace_path", "prompt_null.jsonl:1", "prompt must be text", "null"],
+    "trace_prompt_number.yaml": ["workload.trace_path", "prompt_number.jsonl:2", "prompt must be text", "123"],
+    "trace_prompt_list.yaml": ["workload.trace_path", "prompt_list.jsonl:1", "prompt must be text"],
+    "trace_prompt_empty.yaml": ["workload.trace_path", "prompt_empty.jsonl:1", "prompt is empty"],
+    "trace_output_len_huge.yaml": ["workload.trace_path", "output_len_huge.jsonl:1", "from 1 to 10,000,000"],
+    "trace_binary.yaml": ["workload.trace_path", "binary.jsonl:2", "binary data"],
+    "trace_dev_zero.yaml": ["workload.trace_path", "/dev/zero", "not a regular file"],
     # a key given twice: YAML keeps the last silently, the job refuses it (issue 32)
     "duplicate_key.yaml": ["not valid YAML", "line 4", "'budget' is given twice", "first at line 3"],
     "duplicate_nested_key.yaml": ["not valid YAML", "line 4", "'mean' is given twice"],
