@@ -215,12 +215,15 @@ def cleanup(url: str, study: str, *, stale_after_s: float, ray_address: str | No
     start with ``node <IP>: ``. Needs the Ray cluster (``ray_address``, else the one each trial recorded) to
     reach the processes of other nodes.
     """
-    from advisor.recovery import close_interrupted
+    from advisor.recovery import close_interrupted, tell_closed
+    from advisor.study import open_study
 
     database = _open(url)
     try:
-        job_of_study(database, study)  # the one-line error for an unknown study
-        return close_interrupted(database, study, stale_after_s=stale_after_s, ray_address=ray_address)
+        job = job_of_study(database, study)  # the one-line error for an unknown study
+        closed = close_interrupted(database, study, stale_after_s=stale_after_s, ray_address=ray_address)
+        tell_closed(job, database, open_study(job, url, study), study)  # Optuna's trials closed too, not RUNNING
+        return closed
     finally:
         database.close()
 

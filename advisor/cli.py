@@ -70,12 +70,25 @@ StorageOpt = Annotated[str | None, typer.Option("--storage", help="Database URL 
 
 
 def _storage(url: str | None) -> str:
-    return url or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE
+    return _existing_folder(url or os.environ.get("ADVISOR_STORAGE") or DEFAULT_STORAGE)
 
 
 def _job_storage(url: str | None, job: TuningJob) -> str:
     """``--storage``, else the job file's ``storage``, else ``$ADVISOR_STORAGE``, else the default."""
-    return url or (job.storage if "storage" in job.model_fields_set else _storage(None))
+    return _existing_folder(url or (job.storage if "storage" in job.model_fields_set else _storage(None)))
+
+
+def _existing_folder(url: str) -> str:
+    """``url``, once its SQLite file's folder is known to exist (one line, exit 2, nothing created, when not)."""
+    from db import require_folder
+
+    try:
+        require_folder(url)
+    except ValueError as e:
+        raise BadInput(f"storage: {e}") from None
+    except Exception:  # noqa: BLE001 — no URL at all: the command that opens it says so in its own words
+        pass
+    return url
 
 
 JobStorageOpt = Annotated[str | None, typer.Option(

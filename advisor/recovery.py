@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from datetime import UTC, datetime
 
 import optuna
@@ -15,13 +16,15 @@ from advisor.job import TuningJob
 from advisor.study import trial_by_number
 from advisor.trial_record import tell_row
 from executors.cleanup import cleanup_resources
-from search_spaces import TrialState
+from search_spaces import IllegalTransition, TrialState
 
 HEARTBEAT_S = 10.0
 STALE_AFTER_S = 60.0
 #: Optuna user attribute: the worker (``host:pid``) that asked for the trial, written at once after the ask, so
 #: that a trial asked by a tuner killed before it recorded anything is closed as soon as that worker is known dead.
 WORKER_ATTR = "advisor_worker"
+#: How long a resuming tuner waits before it closes an asked trial no worker has marked (``close_stale``).
+UNMARKED_GRACE_S = 3.0
 
 
 def ask(study: optuna.Study, worker: str) -> optuna.trial.Trial:
@@ -81,20 +84,40 @@ def worker_dead(worker: str | None) -> bool:
     return int(pid) == os.getpid()  # a record of our own pid is from a previous life of this pid
 
 
+def worker_alive(worker: str | None) -> bool:
+    """A worker on this host whose process runs (and is not this one): its trial is its own, whatever its
+    heartbeat says (a tuner busy in a long write, or ``advisor cleanup --stale-after 0``)."""
+    host, _, pid = (worker or "").rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid() and not worker_dead(worker)
+
+
 def close_interrupted(database: db.Database, name: str, *, stale_after_s: float = STALE_AFTER_S,
                       ray_address: str | None = None) -> list[tuple[int, list[str]]]:
-    """Trials left RUNNING by a tuner that died (dead local pid, or no heartbeat for ``stale_after_s``):
-    clean up what their resources record names, then mark them interrupted. Returns (trial, actions)."""
-    stale = {t.id: t for t in database.stale_trials(name, stale_after_s)}
+    """Trials left RUNNING by a tuner that died (dead local pid, or no heartbeat for ``stale_after_s`` from a
+    worker not known alive on this host): clean up what their resources record names, then mark them
+    interrupted. Returns (trial, actions)."""
+    stale = {t.id: t for t in database.stale_trials(name, stale_after_s) if not worker_alive(t.worker)}
     stale |= {t.id: t for t in database.running_trials(name) if worker_dead(t.worker)}
     out = []
     for t in sorted(stale.values(), key=lambda t: t.number):
         actions = cleanup_resources(t.resources or {}, ray_address=ray_address)
         why = "the tuner running this trial stopped (" + ("its process is gone" if worker_dead(t.worker)
                                                            else f"no heartbeat for {stale_after_s:g} s") + ")"
-        database.mark_interrupted(t.id, why + (": " + "; ".join(actions) if actions else ""))
+        try:
+            database.mark_interrupted(t.id, why + (": " + "; ".join(actions) if actions else ""))
+        except IllegalTransition:  # its tuner (alive after all) recorded it meanwhile: its row stands
+            continue
         out.append((t.number, actions))
     return out
+
+
+def tell_closed(job: TuningJob, database: db.Database, study: optuna.Study, name: str) -> None:
+    """Tell Optuna every trial it holds RUNNING whose row is closed (by ``close_interrupted``, or recorded by a
+    tuner killed before it told): recording and telling are two transactions, and the row is the truth."""
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        row = db.queries.get_trial(database, name, t.number)
+        if row is not None and row.state is not TrialState.RUNNING:
+            tell_row(job, study, trial_by_number(study, t.number), row)
 
 
 def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name: str,
@@ -103,12 +126,11 @@ def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name
     right: recording (our database) and telling (Optuna) are two transactions, and a tuner killed between them
     leaves an Optuna trial RUNNING whose result is already stored — it is told from the record here."""
     closed = {n for n, _ in close_interrupted(database, name, ray_address=ray_address)}
+    tell_closed(job, database, study, name)
     now = datetime.now(UTC)
+    unmarked = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         row = db.queries.get_trial(database, name, t.number)
-        if row is not None and row.state is not TrialState.RUNNING:
-            tell_row(job, study, trial_by_number(study, t.number), row)
-            continue
         # asked but never recorded by a tuner that died at once: at once when the worker that asked is known
         # dead, else only once it is old (another worker's trial sits in this state for the milliseconds between
         # ask and start_trial)
@@ -116,4 +138,15 @@ def close_stale(job: TuningJob, database: db.Database, study: optuna.Study, name
         old = started is not None and (now - started).total_seconds() > STALE_AFTER_S
         if row is None and (old or worker_dead(t.user_attrs.get(WORKER_ATTR))):
             study.tell(t.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        elif row is None and WORKER_ATTR not in t.user_attrs:
+            unmarked.append(t.number)
+    if unmarked:
+        # an enqueued trial popped by a tuner killed before it marked the trial as its own: a live worker marks
+        # its trial milliseconds after the ask, so one still unmarked and unrecorded after a pause is orphaned
+        time.sleep(UNMARKED_GRACE_S)
+        for n in unmarked:
+            t = study.get_trials(deepcopy=False)[n]
+            if t.state is optuna.trial.TrialState.RUNNING and WORKER_ATTR not in t.user_attrs and \
+                    db.queries.get_trial(database, name, n) is None:
+                study.tell(n, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return len(closed)

@@ -39,7 +39,7 @@ from executors.measure import MeasurePlan, WallTimeReached, knee_of
 from executors.perf import PerfParams
 from executors.perf.burst import AS_SENT, STEADY
 from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
-from search_spaces import DeploymentConfig, TrialState, check
+from search_spaces import DeploymentConfig, IllegalTransition, TrialState, check
 from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
@@ -421,7 +421,8 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
 
     def evaluate() -> RunResult:
         return ctx.executor.evaluate(topo, job.workload, plan=plan,
-                                     on_started=lambda res, tid=tid: database.record_resources(tid, res))
+                                     on_started=lambda res, tid=tid: database.record_resources(tid, res),
+                                     on_measured=lambda levels, tid=tid: database.add_levels(tid, levels))
 
     try:
         with Heartbeat(database, tid):
@@ -440,19 +441,28 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         why = f"interrupted ({'; '.join(filter(None, (limit, str(e))))})" if limit or str(e) else \
             "interrupted (Ctrl-C or SIGTERM)"
         stopped = getattr(e, "run", None)
-        tell_row(job, ctx.study, trial, record_interrupted(database, tid, stopped, why))
+        try:
+            stopped_row = record_interrupted(database, tid, stopped, why)
+        except IllegalTransition:  # closed meanwhile by `advisor cleanup`: its row stands
+            stopped_row = _closed_meanwhile(ctx, trial)
+        tell_row(job, ctx.study, trial, stopped_row)
         kept = len(stopped.measurements) if stopped is not None else 0
         ctx.summary.stopped_because = (
             f"{limit}: trial {trial.number} {e} ({kept} measured level(s) kept, the trial marked interrupted); run "
             "the same command again to continue" if limit else "interrupted (Ctrl-C); run the same command again to "
             "continue")
         raise
-    outcome, row = record(job, database, tid, run, first)
+    note = None
+    try:
+        outcome, row = record(job, database, tid, run, first)
+    except IllegalTransition:  # `advisor cleanup` closed the trial while it ran (and stopped its processes)
+        outcome, row = worst(job), _closed_meanwhile(ctx, trial)
+        note = (f"trial {trial.number} was closed while it ran ({one_line(row.reason)}); its result is not "
+                "recorded")
     state = row.state
     tell_row(job, ctx.study, trial, row)  # our row first, then Optuna told from it
     if state is TrialState.COMPLETE:
         ctx.trial_walls.append(time.monotonic() - t0)
-    note = None
     if _is_environment_failure(state, run):
         note = (f"trial {trial.number}: environment failure again ({one_line(run.reason)}): recorded as "
                 "failed: environment; its configuration is not judged and the budget does not count it")
@@ -464,6 +474,13 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason,
                                                    executed=executed, wall_s=time.monotonic() - t0, note=note))
     return state, outcome, run
+
+
+def _closed_meanwhile(ctx: _Context, trial: optuna.Trial) -> db.Trial:
+    """The row of a trial another process (``advisor cleanup``) closed while this tuner ran it."""
+    row = db.queries.get_trial(ctx.database, ctx.name, trial.number)
+    assert row is not None and row.state is not TrialState.RUNNING, trial.number
+    return row
 
 
 def _is_environment_failure(state: TrialState, run: RunResult) -> bool:

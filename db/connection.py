@@ -96,7 +96,7 @@ def make_engine(url: str, *, echo: bool) -> Engine:
             connect_args={"check_same_thread": False},
         )
     else:
-        require_folder(url)
+        file.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             u, echo=echo, json_serializer=_json_dumps, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
         )
@@ -119,8 +119,9 @@ def make_engine(url: str, *, echo: bool) -> Engine:
 
 
 def require_folder(url: str) -> None:
-    """Raise ``ValueError`` (one line) when a SQLite file's folder does not exist: a URL with a mistyped folder
-    is the user's error, said before anything is created, not a tree of folders made where nobody looks."""
+    """Raise ``ValueError`` (one line) when a SQLite file's folder does not exist. The commands check a URL the
+    user typed with it before they open anything (a mistyped folder is the user's error, not a tree of folders
+    made where nobody looks); ``connect`` itself creates the folder, for callers that name a fresh one."""
     u = make_url(url)
     file = _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
     if file is not None and not file.parent.is_dir():
@@ -233,7 +234,7 @@ def first_start_lock(url: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    require_folder(url)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(path.name + ".lock"), "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file is closed, also by a process that dies
         yield

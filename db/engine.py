@@ -47,7 +47,7 @@ from db.mapping import (
     text,
     trial,
 )
-from db.models import ExportRow, ExternalMeasurementRow, HardwareProfileRow, StudyRow, TrialRow
+from db.models import ExportRow, ExternalMeasurementRow, HardwareProfileRow, MeasurementRow, StudyRow, TrialRow
 from db.outage import retry_methods
 from db.redaction import redact_url
 from db.rows import DatabaseUnavailable, ExternalPoint, HardwareProfile, Trial, UnknownTrial
@@ -69,7 +69,7 @@ def connect(url: str, *, echo: bool = False, read_only: bool = False) -> Databas
     migrated (CI's empty PostgreSQL database must show "No studies").
 
     Raises ``DatabaseUnavailable`` (one line, no password) when it cannot: not a supported URL, server
-    unreachable, refused login, a SQLite file in a folder that does not exist, or a schema newer than this code knows.
+    unreachable, refused login, a folder that cannot be created, or a schema newer than this code knows.
     """
     try:
         normalized = normalize_url(url)
@@ -364,10 +364,29 @@ class Database:
             for k, v in times.items():
                 setattr(row, k, v)
             s.flush()
-            for m in levels:
-                s.add(measurement_row(trial_id, m))
-                s.flush()
+            self._add_levels(s, trial_id, levels)
             return trial(row, row.study.name)
+
+    def add_levels(self, trial_id: int, measurements: Sequence[Measurement]) -> int:
+        """Store load levels of a RUNNING trial as soon as they are measured (before its teardown), so that a
+        tuner killed afterwards leaves them with the trial; ``finish_trial`` later stores only the levels not
+        stored yet. Returns how many were new; a trial no longer RUNNING (closed by a cleanup) gets none."""
+        levels = check_levels(measurements)
+        with self._write() as s:
+            if TrialState(self._locked_trial(s, trial_id).state) is not TrialState.RUNNING:
+                return 0
+            return self._add_levels(s, trial_id, levels)
+
+    @staticmethod
+    def _add_levels(s: Session, trial_id: int, levels: Sequence[Measurement]) -> int:
+        """Insert the levels of ``levels`` the trial does not hold yet (one per concurrency and request rate)."""
+        have = set(s.execute(select(MeasurementRow.concurrency, MeasurementRow.request_rate)
+                             .where(MeasurementRow.trial_id == trial_id)).tuples())
+        new = [m for m in levels if (m.concurrency, m.request_rate) not in have]
+        for m in new:
+            s.add(measurement_row(trial_id, m))
+            s.flush()
+        return len(new)
 
     def budget_used(self, study: str, *, in_flight: bool = False) -> int:
         """Trials of ``study`` the budget counts (``db.budget``); ``in_flight`` adds its search trials running now."""
@@ -517,5 +536,6 @@ def _profile(r: HardwareProfileRow) -> HardwareProfile:
 
 # Every call into our tables outlasts a short outage (``db.outage``): the writes and reads a tuner makes.
 retry_methods(Database, ["upsert_study", "start_trial", "record_invalid", "record_resources", "heartbeat",
-                         "finish_trial", "budget_used", "running_trials", "stale_trials", "record_export", "add_profile",
-                         "profiles", "add_external", "external_points", "external_batches"])
+                         "add_levels", "finish_trial", "budget_used", "running_trials", "stale_trials",
+                         "record_export", "add_profile", "profiles", "add_external", "external_points",
+                         "external_batches"])

@@ -147,9 +147,20 @@ class Executor(ABC):
         workload: Workload,
         on_started: Callable[[dict[str, Any]], None] | None = None,
         plan: MeasurePlan | None = None,
+        on_measured: Callable[[list[Measurement]], None] | None = None,
     ) -> RunResult:
         """Deploy, measure, tear down. ``on_started`` receives the resources each time they grow (every
-        process, port and reservation as it starts) and once more after teardown."""
+        process, port and reservation as it starts) and once more after teardown. ``on_measured`` receives the
+        levels measured (all of them, or those before a failure or a stop) before teardown starts: a tuner
+        killed while tearing down has stored them already."""
+
+        def measured(levels: list[Measurement]) -> None:
+            if on_measured is not None and levels:
+                try:
+                    on_measured(list(levels))
+                except Exception:  # noqa: BLE001 — the levels are recorded again when the trial is recorded
+                    pass
+
         deployment: Deployment | None = None
         t0 = time.monotonic()
         self._listener = on_started
@@ -158,12 +169,15 @@ class Executor(ABC):
             if on_started is not None:
                 on_started(deployment.resources)
             measurements = self.measure(deployment, workload, plan)
+            measured(measurements)
             return RunResult(measurements, deployment.timings, resources=deployment.resources)
         except DeploymentFailed as e:
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
             res = deployment.resources if deployment else {}
             # levels measured before the failure stand (a crash at the third level keeps the first two)
             kept = list(getattr(e, "measurements", []) or [])
+            if e.kind is not FailureKind.ENVIRONMENT:  # an environment failure is deployed again in the same trial
+                measured(kept)
             return RunResult(kept, timings, e.kind, e.reason, e.log_tail, res)
         except KeyboardInterrupt as e:
             # a stop (Ctrl-C, SIGTERM, a wall-clock limit) still ends the study, but what was measured before it is
@@ -172,6 +186,7 @@ class Executor(ABC):
             res = deployment.resources if deployment else {}
             e.run = RunResult(list(getattr(e, "measurements", []) or []), timings,  # type: ignore[attr-defined]
                               FailureKind.INTERRUPTED, "interrupted", resources=res)
+            measured(e.run.measurements)  # type: ignore[attr-defined]
             raise
         except Exception as e:  # noqa: BLE001 — as Optuna does: an error in one trial is that trial's FAIL
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
