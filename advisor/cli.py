@@ -435,7 +435,8 @@ def calibrate(
             for when, errs in (("default", cal.before), ("calibrated", cal.after))]
     print_rows("", ["levels", "n", "all", *metric_headers(), "rms log (fitted)"], rows)
     print_rows("", ["parameter", "default", "fitted"],
-                [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items() if abs(b - a) > 1e-3 * abs(a) + 1e-12])
+                [[n, f"{a:.4g}", f"{b:.4g}"] for n, (a, b) in cal.changes.items()
+                 if abs(b - a) > 1e-3 * abs(a) + 1e-12])
     console.print(f"wrote {out} (use it as executor.perf_params) and {out.with_suffix('.report.json')}")
 
 
@@ -567,8 +568,8 @@ def dashboard(
     storage: StorageOpt = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to serve on.")] = 8501,
     host: Annotated[str, typer.Option(help="Address to bind; 127.0.0.1 keeps it on this machine.")] = "127.0.0.1",
-    allow_new_studies: Annotated[bool, typer.Option("--allow-new-studies",
-                                                    help="Let the dashboard start studies (read-only without).")] = False,
+    allow_new_studies: Annotated[bool, typer.Option(
+        "--allow-new-studies", help="Let the dashboard start studies (read-only without).")] = False,
 ) -> None:
     """Serve the Streamlit dashboard (ui/) on HOST:PORT until Ctrl-C; read-only unless --allow-new-studies."""
     serve_dashboard(_storage(storage), port=port, host=host, allow_new_studies=allow_new_studies,
