@@ -176,14 +176,16 @@ _DRAWN = """m => [...document.querySelectorAll('.js-plotly-plot')].some(el => el
     el.layout.meta === m))"""
 
 
-#: The first chart either dashboard draws: a Plotly figure with its layout (ours and optuna-dashboard's plots).
+#: The first chart either dashboard draws: a Plotly figure with its layout (optuna-dashboard's plots, ours), or our
+#: headline's static topology picture (an image) once loaded.
 _ANY_CHART = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
-              ".some(el => el.layout && el.data && el.data.length)")
+              ".some(el => el.layout && el.data && el.data.length) || "
+              "[...document.querySelectorAll('[data-testid^=stImage] img')].some(i => i.complete && i.naturalWidth)")
 #: The answer's text: our headline ("Run trial N …"), optuna-dashboard's best-trial card.
 _OUR_ANSWER = ("() => [...document.querySelectorAll('h4')].map(e => e.innerText)"
                ".find(t => t.startsWith('Run trial'))")
 _THEIR_ANSWER = """() => { if (!document.body) return undefined; const t = document.body.innerText;
-    const m = t.match(/Best Trials?\\b[\\s\\S]{0,300}?Trial\\s*#?\\d+[^\\n]*/);
+    const m = t.match(/Best Trial \\(number=\\d+\\)\\n[^\\n]+/) || t.match(/Best Trials\\nTrial \\d+\\n+[^\\n]+/);
     return m ? m[0].replace(/\\s+/g, ' ') : undefined; }"""
 
 

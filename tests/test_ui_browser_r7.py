@@ -6,7 +6,9 @@ studies` print for the same database.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +116,54 @@ def test_assets_go_compressed_and_plotly_loads_with_the_page(r7: tuple[str, str,
     assert headers.get("content-encoding") == "gzip"
     page = gzip.decompress(body).decode()
     assert f'<link rel="modulepreload" href="{chunk}">' in page and "BACKEND_BASE_URL" in page
+
+
+def test_optuna_dashboard_shows_the_answer_s_note(r7: tuple[str, str, Any],
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """optuna-dashboard on the same database: its study page shows the note the tuner writes, naming the trial
+    `advisor best` names (skipped where optuna-dashboard is not installed; it is no dependency of ours)."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    import optuna
+
+    from advisor.study import storage_for
+
+    exe = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or shutil.which("optuna-dashboard")
+    if exe is None:
+        pytest.skip("optuna-dashboard is not installed (pip install optuna-dashboard)")
+    url, _, pg = r7
+    body = api.note_answer(url, STUDY)
+    assert body is not None
+    sid = optuna.load_study(study_name=STUDY, storage=storage_for(url))._study_id  # noqa: SLF001
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("optuna-dashboard") / "log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen([exe, url, "--host", "127.0.0.1", "--port", str(port)], stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/meta", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"optuna-dashboard did not start:\n{log.read_text()}")
+                time.sleep(0.5)
+        pg.goto(f"http://127.0.0.1:{port}/dashboard/studies/{sid}/note")  # its study note page
+        pg.get_by_text("deploy-advisor's answer", exact=False).first.wait_for(timeout=60_000)
+        text = _plain(pg.evaluate("() => document.body.innerText"))
+        assert "deploy-advisor's answer (advisor best): trial 4 — 21,846.5 throughput_per_gpu (mean of 2 runs)" \
+            in text.replace("`", "")
+        assert "Optuna's best trial is the same trial (4)." in text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)

@@ -3,6 +3,7 @@ each load level measured, per-rank imbalance and where the time went. Pure funct
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -229,3 +230,54 @@ def imbalance_figure(measurements: Sequence[Any]) -> go.Figure | None:
                       yaxis_title="max / mean load",
                       height=320, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.3})
     return fig
+
+
+def topology_svg(fig: go.Figure) -> str:
+    """``topology_figure`` as a static SVG picture: the same boxes, squares, lines and labels at the same scale,
+    without Plotly. The study page's headline shows the deployment at a glance (no hovers: the trial page has
+    them), so its first picture needs neither Plotly's 4.7 MB bundle nor its drawing."""
+    lay = fig.to_plotly_json()["layout"]
+    (x0, x1), (y0, y1) = lay["xaxis"]["range"], lay["yaxis"]["range"]
+    width, height = int(lay["width"]), int(lay["height"]) - LEGEND_PX
+    s = min((width - 20) / (x1 - x0), (height - 20) / (y1 - y0))
+
+    def px(x: float) -> float:
+        return round(10 + (x - x0) * s, 1)
+
+    def py(y: float) -> float:
+        return round(10 + (y1 - y) * s, 1)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" '
+           f'viewBox="0 0 {width} {height + 30}" font-family="sans-serif">']
+    for sh in sorted(lay.get("shapes", []), key=lambda sh: sh.get("layer") != "below"):  # Plotly's order
+        line = sh.get("line") or {}
+        stroke = f'stroke="{line.get("color", "#444")}" stroke-width="{line.get("width", 1)}"'
+        if line.get("dash") == "dot":
+            stroke += ' stroke-dasharray="2,3"'
+        if sh["type"] == "rect":
+            w, h = round((sh["x1"] - sh["x0"]) * s, 1), round((sh["y1"] - sh["y0"]) * s, 1)
+            out.append(f'<rect x="{px(sh["x0"])}" y="{py(sh["y1"])}" width="{w}" height="{h}" '
+                       f'fill="{sh.get("fillcolor", "none")}" {stroke}/>')
+        elif sh["type"] == "line":
+            out.append(f'<line x1="{px(sh["x0"])}" y1="{py(sh["y0"])}" x2="{px(sh["x1"])}" y2="{py(sh["y1"])}" '
+                       f'{stroke}/>')
+    for a in lay.get("annotations", []):
+        font = a.get("font") or {}
+        anchor = {"left": "start", "right": "end"}.get(a.get("xanchor", ""), "middle")
+        base = {"top": "hanging", "bottom": "auto"}.get(a.get("yanchor", ""), "central")
+        out.append(f'<text x="{px(a["x"])}" y="{py(a["y"])}" font-size="{font.get("size", 12)}" '
+                   f'fill="{font.get("color", "#888")}" text-anchor="{anchor}" dominant-baseline="{base}">'
+                   f'{html.escape(str(a["text"]))}</text>')
+    legend_x = 10.0
+    for trace in fig.data:
+        if trace.mode == "text" and trace.text is not None:
+            for x, y, t in zip(trace.x, trace.y, trace.text, strict=True):
+                out.append(f'<text x="{px(x)}" y="{py(y)}" font-size="9" fill="#222" text-anchor="middle" '
+                           f'dominant-baseline="central">{html.escape(str(t))}</text>')
+        elif trace.name and trace.x is not None and list(trace.x) == [None]:  # a legend entry
+            out.append(f'<rect x="{legend_x}" y="{height + 10}" width="11" height="11" fill="{trace.marker.color}"/>'
+                       f'<text x="{legend_x + 15}" y="{height + 16}" font-size="11" fill="#888" '
+                       f'dominant-baseline="central">{html.escape(trace.name)}</text>')
+            legend_x += 22 + 6.5 * len(trace.name)
+    out.append("</svg>")
+    return "".join(out)

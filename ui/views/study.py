@@ -53,9 +53,10 @@ def topology(b: advice.OperatingPoint) -> None:
     t = data.trial(url, name, b.trial, info.stamp)
     if t is not None and t.topology:
         policy = t.config.router_policy if t.config else "?"
-        # drawn to the deployment's scale (its own width): one GPU is a small picture, not a page-wide box
-        st.plotly_chart(trial_plots.topology_figure(t.topology, "router"), key=K("rec_topology"),
-                        width="content", config={"staticPlot": True})  # a glance; the trial page has hovers
+        # drawn to the deployment's scale (its own width): one GPU is a small picture, not a page-wide box; a
+        # static SVG (a glance; the trial page has hovers): the page's first picture waits for no Plotly bundle
+        with st.container(key=K("rec_topology")):
+            st.image(trial_plots.topology_svg(trial_plots.topology_figure(t.topology, "router")))
         st.caption(f"Where each instance runs ({advice.plural(b.gpus, 'GPU') if b.gpus else '?'}): prefill blue, "
                    f"decode orange, mixed green; lines from the router ({policy}).")
 
