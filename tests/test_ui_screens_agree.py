@@ -243,3 +243,18 @@ def test_topology_labels_fit_above_the_gpus_on_any_page_colour() -> None:
         assert all(label_bottom >= top - 1e-6 for top in gpu_tops if top <= a["y"] and a["y"] - top < 1.0), a
     assert fig["plot_bgcolor"] == fig["paper_bgcolor"] == "rgba(0,0,0,0)"
     assert not any(s.get("fillcolor") in ("white", "#FAFAFA", "#ffffff") for s in fig["shapes"])
+
+
+def test_the_headline_topology_is_a_static_picture_of_every_gpu() -> None:
+    """The headline draws the same boxes and squares as the Plotly figure, as an SVG image (no Plotly bundle)."""
+    topo = {"cluster": {"nodes": 2, "gpus_per_node": 8}, "instances": [
+        {"name": "prefill-0", "role": "prefill", "gpus": 8,
+         "shards": [{"node": 0, "gpus": list(range(8)), "start_rank": 0, "local_ranks": 8}]},
+        {"name": "decode-0", "role": "decode", "gpus": 8,
+         "shards": [{"node": 1, "gpus": list(range(8)), "start_rank": 0, "local_ranks": 8}]}]}
+    fig = trial_plots.topology_figure(topo, "router <rr>")
+    svg = trial_plots.topology_svg(fig)
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert svg.count("<rect") == len([s for s in fig.layout.shapes if s.type == "rect"]) + 5  # + 5 legend keys
+    assert svg.count(">P0<") == 8 and svg.count(">D0<") == 8 and ">node 1<" in svg
+    assert "router &lt;rr&gt;" in svg and "<rr>" not in svg  # text is escaped
