@@ -86,8 +86,6 @@ def _existing_folder(url: str) -> str:
         require_folder(url)
     except ValueError as e:
         raise BadInput(f"storage: {e}") from None
-    except Exception:  # noqa: BLE001 — no URL at all: the command that opens it says so in its own words
-        pass
     return url
 
 

@@ -121,8 +121,12 @@ def make_engine(url: str, *, echo: bool) -> Engine:
 def require_folder(url: str) -> None:
     """Raise ``ValueError`` (one line) when a SQLite file's folder does not exist. The commands check a URL the
     user typed with it before they open anything (a mistyped folder is the user's error, not a tree of folders
-    made where nobody looks); ``connect`` itself creates the folder, for callers that name a fresh one."""
-    u = make_url(url)
+    made where nobody looks); ``connect`` itself creates the folder, for callers that name a fresh one. Not a
+    URL at all: nothing raised here (``normalize_url`` says so, with the password hidden)."""
+    try:
+        u = make_url(url)
+    except (ArgumentError, ValueError):
+        return
     file = _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
     if file is not None and not file.parent.is_dir():
         raise ValueError(f"the folder {str(file.parent)!r} of {redact_url(url)} does not exist; create it first, "
