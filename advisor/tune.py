@@ -83,8 +83,11 @@ def tune(
     try:
         study = open_study(job, url, name)
         summary = TuneSummary(study=name, storage=redact_url(url))
+        # the study's budget is what this run was asked for (``--trials``): its screens then count against it
+        stored = job if trials is None else job.model_copy(
+            update={"budget": job.budget.model_copy(update={"trials": budget})})
         database.upsert_study(
-            name, job.to_document(), description=job.description, executor=executor.kind,
+            name, stored.to_document(), description=job.description, executor=executor.kind,
             engine_version=executor.engine_version, hardware=job.cluster.describe(), optuna_study_name=name,
         )
         summary.interrupted_found = close_stale(job, database, study, name,

@@ -258,3 +258,15 @@ def test_the_headline_topology_is_a_static_picture_of_every_gpu() -> None:
     assert svg.count("<rect") == len([s for s in fig.layout.shapes if s.type == "rect"]) + 5  # + 5 legend keys
     assert svg.count(">P0<") == 8 and svg.count(">D0<") == 8 and ">node 1<" in svg
     assert "router &lt;rr&gt;" in svg and "<rr>" not in svg  # text is escaped
+
+
+def test_a_run_with_fewer_trials_than_the_job_reads_finished(tmp_path: Path) -> None:
+    """`advisor tune --trials 3` on a job of 20: the study's budget is the run's, so every screen says 3 of 3
+    search trials run, finished — not "stopped", "3/20"."""
+    from advisor.job import job_from_dict
+
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    job = job_from_dict({"name": "short", "preset": "h200-qwen3-235b", "budget": {"trials": 20}})
+    api.run_tune(job, trials=3, storage=url)
+    row = _cli_studies(url)["short"]
+    assert row["state"] == "finished" and str(row["trials"]).startswith("3 of 3 search trials run"), row
