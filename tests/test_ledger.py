@@ -99,7 +99,7 @@ def test_the_budget_is_one_count_for_the_tuner_the_cli_the_api_and_the_dashboard
     assert api.executed_trials(job, url, None) == 3
     info = data.study(url, "ledger")
     assert info is not None and (info.executed, info.budget, info.state, info.reused) == (3, 3, "finished", 1)
-    assert data.studies_frame(data.studies(url)).iloc[0]["done"] == "3/3"
+    assert data.studies_frame(data.studies(url)).iloc[0]["trials"].startswith("3 of 3 search trials run")
     told = [t for t in study.get_trials(deepcopy=False)
             if t.user_attrs.get(EXECUTED_ATTR) and not t.user_attrs.get(EXTRA_ATTR)]
     assert len(told) == 3
