@@ -75,14 +75,6 @@ def value_text(name: str, v: Any) -> str:
     return f"{num(v)} {declared(name).unit}"  # type: ignore[union-attr]
 
 
-def point_text(p: tuple[int, float, int, float | None] | None, x: str, y: str) -> str:
-    """A study's best operating point (``data.best_point``) in words: ``30,390 tok/s/GPU @ c=4096, 40.1
-    tok/s/user`` (– when no level meets the SLOs)."""
-    if p is None:
-        return "–"
-    return f"{value_text(x, p[1])} @ c={p[2]}, {value_text(y, p[3])}"
-
-
 def _share(name: str) -> bool:
     m = declared(name)
     return m is not None and m.slo and m.unit == "share"
@@ -368,21 +360,6 @@ def interval_text(point: OperatingPoint) -> str:
     if not parts:
         return ""
     return f"**95 % interval** (bootstrap over the level's requests): {' · '.join(parts)}"
-
-
-def spread_text(runs: Sequence[tuple[int, float, int]], metric: str) -> str:
-    """``Run to run: 2 fresh deploys (trial 1, 2), 11,331 tok/s/GPU @ c=37 / 11,268 tok/s/GPU @ c=37 — spread
-    0.56%`` (one run: no spread known)."""
-    if not runs:
-        return ""
-    values = " / ".join(f"{value_text(metric, v)} @ c={c}" for _, v, c in runs)
-    if len(runs) == 1:
-        return f"**Run to run:** measured once (trial {runs[0][0]}: {values}): no spread known"
-    xs = [v for _, v, _ in runs]
-    mean = sum(xs) / len(xs)
-    spread = (max(xs) - min(xs)) / mean if mean else 0.0
-    trials = ", ".join(str(t) for t, _, _ in runs)
-    return f"**Run to run:** {len(runs)} fresh deploys (trial {trials}), {values} — spread {percent(spread)}"
 
 
 def trial_points(levels: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

@@ -372,21 +372,6 @@ def chosen(url: str, name: str, stamp: Stamp) -> advice.Chosen | None:
                          equal.defaults_trial if equal is not None else None)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def best_point(url: str, name: str, stamp: Stamp, x: str, y: str) -> tuple[int, float, int, float | None] | None:
-    """(trial, x, concurrency, y) of the study's answer at its operating point (``chosen``): the "best" of the
-    Studies page (one column-only read of the study's complete levels; ``advice.point_text`` words it)."""
-    answer = chosen(url, name, stamp)
-    if answer is None:
-        return None
-    _, rows = queries.level_table(database(url), name, list(dict.fromkeys(["concurrency", x, y])),
-                                  states=["complete"])
-    top = next((r for r in rows if r.trial == answer.trial and r.concurrency == answer.concurrency), None)
-    if top is None or getattr(top, x) is None:
-        return None
-    return int(top.trial), float(getattr(top, x)), int(top.concurrency), getattr(top, y)
-
-
 #: What the trial table reads (``queries.trial_table``): no topology, resources or log tails.
 _TRIAL_COLUMNS = ["number", "state", "gpus", "config", "config_text", "objectives", "violation", "failure_kind",
                   "reason", "deploy_s", "warmup_s", "measure_s", "teardown_s", "worker", "started_at",
