@@ -121,7 +121,7 @@ def test_assets_go_compressed_and_plotly_loads_with_the_page(r7: tuple[str, str,
 def test_optuna_dashboard_shows_the_answer_s_note(r7: tuple[str, str, Any],
                                                   tmp_path_factory: pytest.TempPathFactory) -> None:
     """optuna-dashboard on the same database: its study page shows the note the tuner writes, naming the trial
-    `advisor best` names (skipped where optuna-dashboard is not installed; it is no dependency of ours)."""
+    `advisor best` names (skipped where optuna-dashboard is not installed; the test extra installs it)."""
     import os
     import shutil
     import signal
