@@ -18,6 +18,7 @@ from advisor.profile import resolve_params
 from executors import place
 from executors.measure import MeasurePlan
 from executors.perf import default_params
+from executors.perf.params import reference_params
 from executors.simulated import levels_as_sent, predicted_knee
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig, gpu_spec, vllm_default_batch
 
@@ -32,7 +33,11 @@ def main(job_path: str, out: str) -> None:
     topo, model, plan = place(cfg, job.cluster), job.model_profile(), MeasurePlan(tuple(job.slos))
     doc = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpu": job.cluster.gpu,
            "layers": model.num_layers, "config": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}}
-    for name, params in (("profile", resolved.params), ("defaults", default_params(job.cluster.gpu))):
+    sets = [("profile", resolved.params), ("defaults", default_params(job.cluster.gpu))]
+    reference = reference_params(job.cluster.gpu)  # the published-rows calibration, where it covers the kind
+    if reference is not None:
+        sets.append(("reference", reference))
+    for name, params in sets:
         for as_sent in (True, False):
             knee = predicted_knee(topo, model, job.workload, plan, params, as_sent=as_sent)
             lv = levels_as_sent(topo, model, job.workload, params, [knee])[0] if knee else None
