@@ -98,7 +98,7 @@ class Gain:
             return (f"vLLM's defaults (trial {self.defaults.trial}) are the best measured deployment: no searched "
                     f"deployment beats every run of theirs; the search's best, trial {self.subject.trial}, is "
                     f"{self._margin()}")
-        return f"vs vLLM's defaults: trial {self.subject.trial} is {self._margin()}"
+        return f"vs vLLM's defaults (trial {self.defaults.trial}): trial {self.subject.trial} is {self._margin()}"
 
 
 def gain(ranked: list[Runs], metric: str, at: Mapping[int, int] | None = None) -> Gain | None:

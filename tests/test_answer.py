@@ -231,7 +231,7 @@ def test_a_margin_on_single_runs_says_its_spread_is_not_known(url: str) -> None:
     """One run of each has a range of one value: the word stays, with what it rests on (issue 30: a gain is
     stated with its spread)."""
     notes = api.best_report(url, ONCE).notes
-    assert "vs vLLM's defaults: trial 1 is 1.14× the defaults, mean over mean — trial 1's 1 run 19,966.0 (trial 1 " \
+    assert "vs vLLM's defaults (trial 0): trial 1 is 1.14× the defaults, mean over mean — trial 1's 1 run 19,966.0 (trial 1 " \
         "@ c=70); the defaults' 1 run 17,462.0 (trial 0 @ c=61) throughput_per_gpu; run against run 1.14–1.14×: a " \
         "gain (trial 1 and trial 0 measured once: the spread is not known)" in notes, notes
     # with repeats on both sides nothing is added (the defaults-best study above)
