@@ -145,11 +145,12 @@ class _Role:
     """One role's constants for the step model (per role × model × cluster × workload × params)."""
 
     __slots__ = ("cfg", "p", "md", "wd", "tp", "dp", "ep", "e", "group", "rate_lin", "rate_attn", "bw",
-                 "f_body", "f_lm", "w_dense_t", "fa_dec", "fa_pf", "kvb", "slots_local", "w_slot_t",
-                 "log_miss", "cv_static2", "z_e", "z_dp", "f_pair_g", "copies", "bytes_copy", "c_byte",
-                 "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo", "graphable", "eager", "layer_floor",
-                 "dp_sync", "eplb_amort", "q", "acc", "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div",
-                 "exp_eff", "tp_experts", "rate_exp", "kr_dec", "kr_pf")
+                 "f_body", "f_lm", "w_dense_t", "fa_dec", "fa_pf", "kv_bytes_per_token_per_gpu", "slots_local",
+                 "w_slot_t", "log_miss", "cv_static2", "expert_gpus_max_z", "dp_ranks_max_z", "pair_flops_per_gpu",
+                 "copies", "bytes_copy", "c_byte", "a2a_lat", "ll_chunked", "agrs", "ar_t0", "ar_byte", "dbo",
+                 "graphable", "eager", "layer_floor", "dp_sync", "eplb_amort", "tokens_per_decode_seq", "acc",
+                 "mtp_factor", "kv_cap", "ctx_pf", "ctx_dec", "k", "own_div", "exp_eff", "tp_experts", "rate_exp",
+                 "kr_dec", "kr_pf")
 
     def __init__(self, role: RoleConfig, md: _ModelDerived, wd: _WorkloadDerived, cluster: ClusterSpec,
                  p: PerfParams, mtp: int) -> None:
@@ -177,10 +178,11 @@ class _Role:
         self.kr_dec = self.kr_pf = 1.0
         if not m.uniform_attention:
             self._layer_kinds(md, wd, spec.fp8_tflops * 1e12)
+        # bytes of KV cache one token of context holds on one GPU (all layers): what attention reads per entry
         if md.mla:  # the latent is replicated on every TP rank
-            self.kvb = md.kv_tok
+            self.kv_bytes_per_token_per_gpu = md.kv_tok
         else:
-            self.kvb = md.kv_tok * max(1, md.n_kv_heads // tp) / md.n_kv_heads
+            self.kv_bytes_per_token_per_gpu = md.kv_tok * max(1, md.n_kv_heads // tp) / md.n_kv_heads
         self.k = md.k
         E = md.E
         # experts: EP holds whole experts (plus replicas); otherwise every GPU holds a slice of each
@@ -194,18 +196,20 @@ class _Role:
             else:
                 resid = 1.0
             self.cv_static2 = (p.expert_skew_cv * resid) ** 2 / max(self.slots_local, 1e-9)
-            self.z_e = expected_max_z(group)
+            self.expert_gpus_max_z = expected_max_z(group)
         else:  # TP experts (or one GPU): every GPU reads 1/group of each touched expert, load is even
             self.slots_local = float(E)
             self.w_slot_t = md.w_exp / group / self.bw
             self.log_miss = math.log1p(-min(md.k / E, 0.999999))
             self.cv_static2 = 0.0
-            self.z_e = 0.0
+            self.expert_gpus_max_z = 0.0
         # narrower expert GEMMs when each expert is sliced: tile quantisation below expert_shard_min_width
         width = md.model.moe_intermediate_size / group
         self.exp_eff = min(1.0, width / p.expert_shard_min_width) if self.tp_experts else 1.0
-        self.f_pair_g = md.f_pair / group  # FLOPs per routed pair of the group, per GPU when spread evenly
-        self.z_dp = expected_max_z(dp)
+        # FLOPs of one routed (token, expert) pair over all MoE layers, per GPU of the group when spread evenly
+        self.pair_flops_per_gpu = md.f_pair / group
+        # expected maximum of `dp` standard normals (dimensionless): the slowest DP rank's load is 1 + this × CV
+        self.dp_ranks_max_z = expected_max_z(dp)
         # all-to-all (EP over more than one GPU)
         backend = role.all2all_backend
         self.agrs = backend is All2AllBackend.ALLGATHER_REDUCESCATTER
@@ -276,7 +280,7 @@ class _Role:
         else:
             self.eplb_amort = 0.0
         n = mtp if md.mtp_layers else 0
-        self.q = 1.0 + n
+        self.tokens_per_decode_seq = 1.0 + n  # tokens one decode sequence puts in a step: itself + MTP drafts
         a = p.mtp_acceptance
         self.acc = 1.0 + sum(a ** i for i in range(1, n + 1))
         self.mtp_factor = 1.0 + n / md.L  # the MTP module is about one more layer per draft token

@@ -131,7 +131,7 @@ class Batch(Deployments):
         osl_steps = wd.osl / R.acc
         ratio = wd.isl_new / osl_steps  # prefill tokens a running request brings per decode step
         b_kv = R.kv_cap / (wd.isl + wd.osl)
-        b_budget = M / (R.q + ratio)
+        b_budget = M / (R.tokens_per_decode_seq + ratio)
         b_cap = np.maximum(np.minimum(np.minimum(R.mns, b_kv), b_budget), 1.0)
         n = np.minimum(c, ranks * b_cap)
         b = n / ranks
@@ -140,7 +140,7 @@ class Batch(Deployments):
         cv = _decode_cv(R, b)
         zero = np.zeros_like(b)
         s0 = _step(R, bb, zero, zero, cv, occ)
-        chunk = np.maximum(np.minimum(M - bb * R.q, wd.isl_new), 1.0)
+        chunk = np.maximum(np.minimum(M - bb * R.tokens_per_decode_seq, wd.isl_new), 1.0)
         s1 = _step(R, bb, chunk, chunk / wd.isl_new, cv, occ)
         p_avg = b * ratio  # prefill tokens per rank per step
         f = np.minimum(p_avg / chunk, 1.0)

@@ -30,8 +30,9 @@ Arr = np.ndarray
 Num = TypeVar("Num", float, np.ndarray)
 
 # ``_Role`` attributes the step model reads, gathered into one row each (numbers, then flags).
-_role_fields = ("q", "z_dp", "rate_lin", "f_body", "f_lm", "w_dense_t", "ctx_dec", "fa_dec", "rate_attn", "ctx_pf",
-                "fa_pf", "kvb", "bw", "dp", "z_e", "k", "group", "cv_static2", "f_pair_g", "exp_eff", "slots_local",
+_role_fields = ("tokens_per_decode_seq", "dp_ranks_max_z", "rate_lin", "f_body", "f_lm", "w_dense_t", "ctx_dec",
+                "fa_dec", "rate_attn", "ctx_pf", "fa_pf", "kv_bytes_per_token_per_gpu", "bw", "dp",
+                "expert_gpus_max_z", "k", "group", "cv_static2", "pair_flops_per_gpu", "exp_eff", "slots_local",
                 "log_miss", "w_slot_t", "mtp_factor", "c_byte", "own_div", "bytes_copy", "tp", "copies", "a2a_lat",
                 "ar_t0", "ar_byte", "eager", "layer_floor", "dp_sync", "eplb_amort", "acc", "kv_cap", "e",
                 "rate_exp", "kr_dec", "kr_pf")
@@ -97,52 +98,141 @@ class Step(NamedTuple, Generic[Num]):
 
 def _step(R: _Roles, b: Arr, P: Arr, pf_seqs: Arr, cv_dp: Arr, occ: Arr) -> Step[Arr]:
     """The step time of the slowest rank: ``b`` decode sequences and ``P`` prefill tokens (of ``pf_seqs``
-    sequences) per busy rank; ``occ`` the share of ranks that are busy (<1 when requests < ranks)."""
+    sequences) per busy rank; ``occ`` the share of ranks that are busy (<1 when requests < ranks).
+
+    ``docs/performance-model.md`` §3, one function per term below: the kernels' rooflines (dense layers,
+    attention, routed experts) make the compute, the all-to-all and TP all-reduces the communication, which
+    dual-batch overlap may hide; the fixed overheads add to both, and the API server bounds the sum."""
+    decode_tokens = b * R.tokens_per_decode_seq
+    T = decode_tokens + P
+    imb = _dp_imbalance(R, cv_dp, occ)
+    mfu = _matmul_efficiency(R.p, P, T)
+    rate = R.rate_lin * mfu  # FLOP/s of the body's matmuls at this step's efficiency
+    t_dense = _dense_time(R, T, decode_tokens, pf_seqs, imb, rate)
+    t_attn = _attention_time(R, b, decode_tokens, P, pf_seqs, imb)
+    Tg = T * occ * R.dp  # the EP group's tokens in this step
+    imb_e = _expert_imbalance(R, Tg)
+    t_exp = _expert_time(R, Tg, imb_e, mfu, rate)
+    compute = (t_dense + t_attn + t_exp) * R.mtp_factor  # MTP: about one more layer per draft token (§3 Overheads)
+    comm = _all_to_all_time(R, T, Tg, imb_e) + _tp_allreduce_time(R, T)
+    core, exposed = _overlap(R, T, P, compute, comm)
+    overhead = _overhead_time(R, b, P, pf_seqs)
+    gpu = core + overhead
+    front = _frontend_time(R, b, pf_seqs, occ)
+    total = np.where(gpu > front, gpu, front)
+    return Step(total, t_dense, t_attn, t_exp, comm, exposed, overhead, front, imb, imb_e, T)
+
+
+def _dp_imbalance(R: _Roles, cv_dp: Arr, occ: Arr) -> Arr:
+    """``I_dp``: the slowest DP rank's load over the mean, ``1 + z(d)·cv`` (dimensionless), where ``z(d)`` is the
+    expected maximum of ``d`` standard normals (Blom's approximation, ``perf.derived.expected_max_z``) and ``cv``
+    the per-rank load's coefficient of variation (``_decode_cv``, ``_prefill_cv``). Every rank waits for the
+    slowest at each MoE layer (vLLM runs dummy steps on idle ranks), so it applies only when every rank is busy.
+    ``docs/performance-model.md`` §3 "DP imbalance"."""
+    return np.where(occ >= 1.0, 1.0 + R.dp_ranks_max_z * cv_dp, 1.0)
+
+
+def _matmul_efficiency(p: PerfParams, P: Arr, T: Arr) -> Arr:
+    """``mfu``: the share of the matmul peak reached, ``mfu_decode`` blended towards ``mfu_prefill`` by the
+    prefill share of the step's ``T`` tokens (``P`` of them). ``docs/performance-model.md`` §3 "Dense layers"."""
+    return np.where(P > 0.0, p.mfu_decode + (p.mfu_prefill - p.mfu_decode) * (P / np.where(T > 0.0, T, 1.0)),
+                    p.mfu_decode)
+
+
+def _dense_time(R: _Roles, T: Arr, decode_tokens: Arr, pf_seqs: Arr, imb: Arr, rate: Arr) -> Arr:
+    """Seconds of the dense layers (attention projections, shared experts, dense FFNs, LM head), a roofline: the
+    FLOPs of ``T`` tokens through the body plus the logits of each decode token and prefill sequence, scaled by
+    the DP imbalance, at ``rate`` FLOP/s — or reading the weights once, whichever is longer.
+    ``docs/performance-model.md`` §3 "Dense layers"."""
+    return np.maximum((T * R.f_body + (decode_tokens + pf_seqs) * R.f_lm) * imb / rate, R.w_dense_t)
+
+
+def _attention_time(R: _Roles, b: Arr, decode_tokens: Arr, P: Arr, pf_seqs: Arr, imb: Arr) -> Arr:
+    """Seconds of the score/value kernels over the context, a roofline: FLOPs (each query token against its
+    mean context, decode and prefill at their own efficiencies) against the KV bytes each sequence reads
+    (``κ`` folds the layer kinds that are not full attention), both scaled by the DP imbalance.
+    ``docs/performance-model.md`` §3 "Attention", §2 for ``F_att`` and ``κ`` per layer kind."""
     p = R.p
-    Td = b * R.q
-    T = Td + P
-    imb = np.where(occ >= 1.0, 1.0 + R.z_dp * cv_dp, 1.0)
-    mfu = np.where(P > 0.0, p.mfu_decode + (p.mfu_prefill - p.mfu_decode) * (P / np.where(T > 0.0, T, 1.0)),
-                   p.mfu_decode)
-    rate = R.rate_lin * mfu
-    # dense layers (weights read once per step)
-    t_dense = np.maximum((T * R.f_body + (Td + pf_seqs) * R.f_lm) * imb / rate, R.w_dense_t)
-    # attention
-    t_attn_c = imb * (Td * R.ctx_dec * R.fa_dec / (R.rate_attn * p.attn_eff_decode)
+    t_attn_c = imb * (decode_tokens * R.ctx_dec * R.fa_dec / (R.rate_attn * p.attn_eff_decode)
                       + P * R.ctx_pf * R.fa_pf / (R.rate_attn * p.attn_eff_prefill))
-    t_attn_m = imb * (b * R.ctx_dec * R.kr_dec + pf_seqs * R.ctx_pf * R.kr_pf) * R.kvb / R.bw
-    t_attn = np.where(t_attn_c > t_attn_m, t_attn_c, t_attn_m)
-    # routed experts on the hottest GPU of the EP group
-    Tg = T * occ * R.dp
-    spread = (R.z_e > 0.0) & (Tg > 0.0)
+    t_attn_m = imb * (b * R.ctx_dec * R.kr_dec + pf_seqs * R.ctx_pf * R.kr_pf) * R.kv_bytes_per_token_per_gpu / R.bw
+    return np.where(t_attn_c > t_attn_m, t_attn_c, t_attn_m)
+
+
+def _expert_imbalance(R: _Roles, Tg: Arr) -> Arr:
+    """``I_e``: the hottest GPU's routed-expert load over the mean, ``1 + z(G)·√(cv_s² + 1/pairs)`` — the
+    static popularity skew of the experts a GPU holds (less with EPLB) and the multinomial noise of ``pairs``
+    routed (token, expert) pairs per GPU; 1 without expert parallelism (every GPU holds a slice of each expert)
+    or with no tokens. ``docs/performance-model.md`` §3 "Routed experts"."""
+    spread = (R.expert_gpus_max_z > 0.0) & (Tg > 0.0)
     pairs = np.where(spread, Tg * R.k / R.group, 1.0)  # routed pairs per GPU, evenly spread
-    imb_e = np.where(spread, 1.0 + R.z_e * np.sqrt(R.cv_static2 + 1.0 / pairs), 1.0)
+    return np.where(spread, 1.0 + R.expert_gpus_max_z * np.sqrt(R.cv_static2 + 1.0 / pairs), 1.0)
+
+
+def _expert_time(R: _Roles, Tg: Arr, imb_e: Arr, mfu: Arr, rate: Arr) -> Arr:
+    """Seconds of the routed experts on the hottest GPU of the group, a roofline: the group's ``Tg·k`` routed
+    pairs at the experts' own format's peak (narrow-GEMM factor ``η_w`` for sliced TP experts), scaled by the
+    expert imbalance — or reading the expert slots the group's tokens touch (at small batches only those),
+    whichever is longer. ``docs/performance-model.md`` §3 "Routed experts" and "TP experts"."""
     rate_e = np.where(R.rate_exp == R.rate_lin, rate, R.rate_exp * mfu)  # the experts' own format's peak
-    t_exp_c = Tg * R.k * R.f_pair_g * imb_e / (rate_e * R.exp_eff)
+    t_exp_c = Tg * R.k * R.pair_flops_per_gpu * imb_e / (rate_e * R.exp_eff)
     touched = np.where(Tg > 0.0, R.slots_local * (1.0 - _exp(Tg * R.log_miss)), 0.0)
     t_exp_m = touched * R.w_slot_t
-    t_exp = np.where(t_exp_c > t_exp_m, t_exp_c, t_exp_m)
-    compute = (t_dense + t_attn + t_exp) * R.mtp_factor
-    # communication
+    return np.where(t_exp_c > t_exp_m, t_exp_c, t_exp_m)
+
+
+def _all_to_all_time(R: _Roles, T: Arr, Tg: Arr, imb_e: Arr) -> Arr:
+    """Seconds of the MoE dispatch + combine over all MoE layers: a fixed latency per call (the low-latency
+    kernels are called once per ``LL_MAX_TOKENS`` tokens, as vLLM chunks them) plus the bytes leaving the GPU
+    at ``c_byte`` s/byte. DeepEP and FlashInfer send copies of a rank's tokens to the GPUs holding their experts
+    (scaled by the expert imbalance); all-gather + reduce-scatter — that backend, or vLLM's fallback for DP with
+    TP experts — moves every other rank's tokens. 0 where vLLM runs no all-to-all (one GPU, plain TP, TP × EP
+    with one DP rank). ``docs/performance-model.md`` §3 "All-to-all" and "TP experts"."""
     own = T / R.own_div
     vol = np.where(R.agrs, np.where(Tg > own, Tg - own, 0.0) * R.bytes_copy,
                    (T / R.tp) * R.copies * R.bytes_copy * imb_e)
     calls = 2.0 * np.where(R.ll_chunked & (T > LL_MAX_TOKENS), np.ceil(T / LL_MAX_TOKENS), 1.0)
-    comm = np.where(R.c_byte > 0.0, R.L_moe * (calls * R.a2a_lat + vol * R.c_byte), 0.0)
-    comm = np.where(R.ar_t0 > 0.0, comm + (R.ar_t0 + T * R.ar_byte), comm)
+    return np.where(R.c_byte > 0.0, R.L_moe * (calls * R.a2a_lat + vol * R.c_byte), 0.0)
+
+
+def _tp_allreduce_time(R: _Roles, T: Arr) -> Arr:
+    """Seconds of the tensor-parallel all-reduces, two per layer of BF16 activations over NVLink: a latency each
+    plus ``T`` tokens' bytes; 0 without TP. ``docs/performance-model.md`` §3 "All-to-all" (its last sentence)."""
+    return np.where(R.ar_t0 > 0.0, R.ar_t0 + T * R.ar_byte, 0.0)
+
+
+def _overlap(R: _Roles, T: Arr, P: Arr, compute: Arr, comm: Arr) -> tuple[Arr, Arr]:
+    """(seconds of compute and communication together, seconds of communication left exposed). Dual-batch
+    overlap — on, supported by the backend, and with at least vLLM's default thresholds of tokens per rank
+    (``DBO_DECODE_THRESHOLD``, ``DBO_PREFILL_THRESHOLD``) — splits the step into two micro-batches, one's
+    all-to-all hiding behind the other's compute at a cost of ``dbo_overhead`` more compute; otherwise the two
+    add. ``docs/performance-model.md`` §3 "Dual-batch overlap"."""
+    p = R.p
     split = R.dbo & (T >= np.where(P > 0.0, DBO_PREFILL_THRESHOLD, DBO_DECODE_THRESHOLD))
     c2 = compute * (1.0 + p.dbo_overhead)
     first = c2 > comm
     core_split = np.where(first, c2, comm) + (1.0 - p.dbo_overlap) * np.where(first, comm, c2)
     core = np.where(split, core_split, compute + comm)
     exposed = np.where(split, core_split - c2, comm)
+    return core, exposed
+
+
+def _overhead_time(R: _Roles, b: Arr, P: Arr, pf_seqs: Arr) -> Arr:
+    """Seconds of fixed overheads of the step: launch latency (per step and per layer, more per layer without full
+    CUDA graphs — prefill steps, DeepEP high-throughput, a GPU kind without graphs), the scheduler's CPU time per
+    step and per sequence, the DP ranks' synchronisation and EPLB's rearrangements amortised over their interval.
+    ``docs/performance-model.md`` §3 "Overheads"."""
+    p = R.p
     graphs = (P <= 0.0) & R.graphable
-    overhead = (p.step_latency_s + R.layer_floor + np.where(graphs, 0.0, R.eager) + p.cpu_step_s
-                + p.cpu_per_seq_s * (b + pf_seqs) + R.dp_sync + R.eplb_amort)
-    gpu = core + overhead
-    front = (b * R.acc + pf_seqs) * R.dp * occ * p.frontend_per_token_s
-    total = np.where(gpu > front, gpu, front)
-    return Step(total, t_dense, t_attn, t_exp, comm, exposed, overhead, front, imb, imb_e, T)
+    return (p.step_latency_s + R.layer_floor + np.where(graphs, 0.0, R.eager) + p.cpu_step_s
+            + p.cpu_per_seq_s * (b + pf_seqs) + R.dp_sync + R.eplb_amort)
+
+
+def _frontend_time(R: _Roles, b: Arr, pf_seqs: Arr, occ: Arr) -> Arr:
+    """Seconds the instance's API server spends on the tokens streamed in one step (accepted decode tokens and a
+    first token per prefill sequence, over the busy DP ranks): vLLM runs one API server per instance in its own
+    process, so this bounds the step rather than adding to it. ``docs/performance-model.md`` §3 "API server"."""
+    return (b * R.acc + pf_seqs) * R.dp * occ * R.p.frontend_per_token_s
 
 
 def _decode_cv(R: _Roles, b: Arr) -> Arr:
@@ -157,7 +247,7 @@ def _prefill_cv(R: _Roles, P: Arr, q: Arr) -> Arr:
     wd = R.wd
     # share of the step that is attention, to first order
     a = wd.ctx_pf * R.fa_pf / (R.rate_attn * R.p.attn_eff_prefill)
-    exp = R.k * R.f_pair_g * R.group / R.tp
+    exp = R.k * R.pair_flops_per_gpu * R.group / R.tp
     lin = np.where(R.rate_exp == R.rate_lin, (R.f_body + exp) / (R.rate_lin * R.p.mfu_prefill),
                    R.f_body / (R.rate_lin * R.p.mfu_prefill) + exp / (R.rate_exp * R.p.mfu_prefill))
     f_att = a / (a + lin)
