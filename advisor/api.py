@@ -28,7 +28,6 @@ from advisor.exports import (
 from advisor.job import ObjectiveMode, TuningJob, check_study_name, job_from_dict
 from advisor.objectives import objective_names, operating_point, served_unit
 from advisor.optuna_note import write_answer_note
-from advisor.proposers.names import found_by
 from advisor.study import storage_for
 from advisor.study_counts import Counts, budget_of
 from advisor.tune import TrialReport, TuneSummary, tune
@@ -338,8 +337,6 @@ def best_report(url: str, study: str, top: int = 10) -> BestReport:
         if not rep.rows:
             rep.empty_reason = f"no measured load level of {study} meets {slo_text} yet"
         rep.notes = study_verdict(database, study, job).lines()
-        if ans is not None:  # which proposer found the answer: the model, the sampler, the search around the best …
-            rep.notes.append(found_by(ans.first.proposer))
         if ans is not None and ans.equal_load is not None:
             line = ans.equal_load.text(ans.trial, objective_names(job)[0])
             rep.notes += [f"vs vLLM's defaults {line}"] if line else []

@@ -18,23 +18,30 @@ from advisor.answer import rank
 from advisor.executor_factory import is_simulated
 from advisor.job import Per, Scope, TuningJob
 from advisor.objectives import cluster_served, copies, objective_names, served_unit
-from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR  # the guide owns the window and the limit
+from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR, REENTRY_TRIALS  # the guide owns these
+from advisor.proposers.names import AROUND_BEST, found_by
 from db import Trial
 from db.queries import Runs
 from search_spaces import TrialState
 
 
-def model_error(trials: list[Trial], job: TuningJob) -> tuple[float | None, int]:
-    """Mean |predicted / measured − 1| of the first objective over the last ``JUDGE_WINDOW`` trials whose
-    prediction was stored before they ran (the guide's out-of-sample error), and how many it covers."""
-    name = objective_names(job)[0]
-    errs = []
+def _errors(trials: list[Trial], name: str) -> list[tuple[int, float]]:
+    """(trial, |predicted / measured − 1|) of the first objective, in trial order, for each complete trial that
+    met the SLOs and whose prediction was stored before it ran."""
+    out = []
     for t in sorted(trials, key=lambda t: t.number):
         if t.state is TrialState.COMPLETE and t.predicted and t.objectives and (t.violation or 0.0) <= 0:
             p, m = t.predicted.get(name), t.objectives.get(name)
             if p is not None and m:
-                errs.append(abs(p / m - 1.0))
-    recent = errs[-JUDGE_WINDOW:]
+                out.append((t.number, abs(p / m - 1.0)))
+    return out
+
+
+def model_error(trials: list[Trial], job: TuningJob, since: int = 0) -> tuple[float | None, int]:
+    """Mean |predicted / measured − 1| of the first objective over the last ``JUDGE_WINDOW`` trials whose
+    prediction was stored before they ran (the guide's out-of-sample error), from trial ``since`` on, and how
+    many it covers."""
+    recent = [e for n, e in _errors(trials, objective_names(job)[0]) if n >= since][-JUDGE_WINDOW:]
     return (sum(recent) / len(recent) if recent else None), len(recent)
 
 
@@ -163,10 +170,38 @@ class Verdict:
     defaults_alone: str = ""
     cluster: str = ""
     model: str = ""
+    #: Which proposer found the answer (``advisor.proposers.names.found_by``).
+    found: str = ""
 
     def lines(self) -> list[str]:
         return [line for line in (self.spread, self.tie, self.no_gain, self.gain.text() if self.gain else "",
-                                  self.defaults_alone, self.cluster, self.model) if line]
+                                  self.defaults_alone, self.cluster, self.model, self.found) if line]
+
+
+def _guide_phase(trials: list[Trial], name: str) -> tuple[str, int]:
+    """Where the model guide stands after the study's last trial, as the trials it placed tell: ``yielded`` (the
+    last of them is the search around the measured best's: the model missed vLLM's defaults and has not
+    re-entered), ``re-entered`` (it yielded, then its held-out predictions came within the limit), or ``leads``;
+    and the first trial its error is judged from (the guide's own window: since it re-entered)."""
+    placed = [t for t in sorted(trials, key=lambda t: t.number) if t.proposer in ("model", AROUND_BEST)]
+    around = [t.number for t in placed if t.proposer == AROUND_BEST]
+    if not around:
+        return "leads", 0
+    if placed[-1].proposer == AROUND_BEST:
+        return "yielded", 0
+    held = [n for n, _ in _errors(trials, name) if n <= around[-1]][-REENTRY_TRIALS:]
+    return "re-entered", held[0] if held else 0
+
+
+def _yield_text(trials: list[Trial], name: str) -> str:
+    """The model line's state while the guide has yielded, with the miss on vLLM's defaults that made it yield."""
+    base = next((t for t in sorted(trials, key=lambda t: t.number) if t.baseline and t.predicted and t.objectives),
+                None)
+    p = (base.predicted or {}).get(name) if base is not None else None
+    m = (base.objectives or {}).get(name) if base is not None else None
+    miss = f" by {abs(p / m - 1.0):.0%}" if p is not None and m else ""
+    return (f"model turns yielded to the search around the measured best: the model missed vLLM's defaults{miss}, "
+            "more than it is held to, and has not re-entered")
 
 
 def verdict(job: TuningJob, trials: list[Trial], at: Mapping[int, int] | None = None) -> Verdict:
@@ -210,15 +245,22 @@ def verdict(job: TuningJob, trials: list[Trial], at: Mapping[int, int] | None = 
         if best.gpus:
             other = rank(job, trials, _OTHER[job.objective.per]) if job.objective.scope is Scope.DEPLOYMENT else []
             out["cluster"] = _cluster_line(job, name, best, other)
-    err, n = model_error(trials, job)
+    phase, since = _guide_phase(trials, name)
+    err, n = model_error(trials, job, since)
     if err is not None:
         state = "model turns yield to the sampler" if err > MAX_CV_ERROR and n >= 2 else "model turns go on"
+        if phase == "yielded":
+            state = _yield_text(trials, name)
+        elif phase == "re-entered":
+            state += f" (the model re-entered after the search around the measured best; judged from trial {since})"
         first = by_number.get(best.trial) if best is not None else None
         own = (first.predicted or {}).get(name) if first is not None else None
         mine = (f"; trial {best.trial} was predicted at {own:,.1f}, measured {(first.objectives or {})[name]:,.1f}"
                 if own is not None and best is not None and first is not None else "")
         out["model"] = (f"performance model: {err:.0%} mean error on the last {n} trial(s), predicted before each "
                         f"ran ({state}; the limit is {MAX_CV_ERROR:.0%}){mine}")
+    if best is not None and (found := by_number.get(best.trial)) is not None:
+        out["found"] = found_by(found.proposer)
     return Verdict(**out)
 
 

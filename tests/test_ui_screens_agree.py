@@ -75,6 +75,9 @@ def test_the_study_page_says_advisor_best_s_sentences(env: Path, url: str) -> No
     assert f"**1.08× vLLM's defaults** — {common.plain(said.gain.text())}" in text
     assert common.plain(said.spread) in text and common.plain(said.cluster) in text
     assert "in all" not in text and "19,117 tok/s/GPU" not in text  # no first-run-only figure of the defaults
+    # who found the answer: the line `advisor best` prints, in the answer's own list (not a caption further down)
+    assert said.found == "found by: the study's sampler" and said.found in api.best_report(url, STUDY).notes
+    assert f"- {common.plain(said.found)}" in [ln for m in at.markdown for ln in str(m.value).splitlines()]
     # counts: the progress panel's sentence is `advisor studies`'s, and each number is labelled
     cli = _cli_studies(url)[STUDY]
     assert cli["trials"] == ("5 of 5 search trials run, plus 2 runs of vLLM's defaults and 1 repeat of a searched "

@@ -92,16 +92,16 @@ def equal_load(rec: advice.Recommendation) -> None:
 
 def headline(rec: advice.Recommendation, said: api.Verdict, is_answer: bool) -> None:
     """What to run and how sure the numbers are: the operating point, its knee, its interval, the run-to-run
-    spread, the whole cluster and the comparison with vLLM's defaults — before anything else on the page. The
-    spread, the gain and the cluster are the sentences `advisor best` prints (``said``), word for word, while
-    the recommendation is the study's answer (``is_answer``)."""
+    spread, the whole cluster, who found it and the comparison with vLLM's defaults — before anything else on the
+    page. The spread, the gain, the cluster and the proposer are the sentences `advisor best` prints (``said``),
+    word for word, while the recommendation is the study's answer (``is_answer``)."""
     b = rec.best
     st.markdown(f"#### Run trial {b.trial}{' (vLLM’s defaults)' if rec.defaults_best else ''}: {b.deployment}")
     st.markdown(f"**{b.text()}** on **{advice.plural(b.gpus, 'GPU') if b.gpus else '? GPUs'}**"
                 + (" (its first run)" if is_answer and len(rec.runs) > 1 else ""), help=b.config)
     facts = [advice.knee_text(b, levels), advice.interval_text(b)]
     if is_answer:
-        facts += [common.plain(said.spread), common.plain(said.cluster)]
+        facts += [common.plain(said.spread), common.plain(said.cluster), common.plain(said.found)]
     st.markdown("\n".join(f"- {f}" for f in facts if f))
     if rec.equal_answer is not None and rec.equal_defaults is not None:
         equal_load(rec)
@@ -173,8 +173,8 @@ c_note.caption("What `advisor best` answers: the deployment whose runs give the 
                           f"{advice.short(y).split(' ', 1)[-1]}: then the measured level with the most "
                           f"{advice.short(x)} that does" if op_y else "") + ". Numbers are operating points: "
                f"{advice.short(x)} @ concurrency, {advice.short(y)} at that same level.")
-shown_above = {said.spread, said.cluster, said.gain.text() if said.gain else "", said.defaults_alone,
-               said.no_gain} if is_answer else set()
+shown_above = {said.spread, said.cluster, said.found, said.gain.text() if said.gain else "",
+               said.defaults_alone, said.no_gain} if is_answer else set()
 for line in said.lines():
     if line not in shown_above:
         st.caption(common.plain(line))
