@@ -14,6 +14,7 @@ vLLM's ``custom`` dataset.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,29 +68,68 @@ def _environment_failed(reason: str, tail: str) -> BenchFailed:
 
 
 # ---------------------------------------------------------------------------------------------- arguments
+#: A steady level sends at this many times the rate its estimated request lifetime sustains at c: its first c
+#: requests go out over 1 / 1.25 of a lifetime, and every later one is ready before a slot frees, so it waits for
+#: the slot (``--max-concurrency``) and the level stays a closed loop at c even where the estimate is 25% long.
+STEADY_HEADROOM = 1.25
+#: ``--burstiness`` of a steady level: gaps between sends drawn from a gamma of this shape (1 is Poisson; 100 puts
+#: them within about ±10% of even), so that the first c requests do not bunch by chance.
+STEADY_BURSTINESS = 100
+
+
+def steady_rate(concurrency: int, lifetimes: Sequence[tuple[float, float]]) -> float | None:
+    """The sending rate (req/s) of a steady level at ``concurrency``: ``STEADY_HEADROOM × c / L``, where L
+    estimates a request's lifetime at c from ``lifetimes``, the (concurrency, mean E2E latency in s) of runs on
+    the deployment before it (its warm-up, its levels). L is a lower bound, so that the rate is rather high than
+    low (a rate below what c sustains would leave the level open-loop, under c): the nearest run at or below c
+    bounds it by its own lifetime (latency does not fall as load grows), the nearest run above c by its lifetime
+    × c / its concurrency (Little's law, throughput not falling as load grows); the larger of the two. None —
+    the level starts in a burst — below c = 2 or with no run to estimate from."""
+    runs = [(c, life) for c, life in lifetimes if c >= 1 and life > 0 and math.isfinite(life)]
+    if concurrency < 2 or not runs:
+        return None
+    below = max((r for r in runs if r[0] <= concurrency), default=None, key=lambda r: r[0])
+    above = min((r for r in runs if r[0] > concurrency), default=None, key=lambda r: r[0])
+    bounds = [below[1]] if below else []
+    if above:
+        bounds.append(above[1] * concurrency / above[0])
+    return STEADY_HEADROOM * concurrency / max(bounds)
+
+
+def mean_lifetime_s(result: Mapping[str, Any]) -> float | None:
+    """A run's mean request lifetime in seconds (its JSON's ``mean_e2el_ms``), None when it has none."""
+    ms = result.get("mean_e2el_ms")
+    return ms / 1000.0 if isinstance(ms, (int, float)) and ms > 0 and math.isfinite(ms) else None
+
+
 @dataclass(frozen=True)
 class LevelSpec:
-    """One ``vllm bench serve`` run: its load, how many requests, the dataset seed, and its files' stem."""
+    """One ``vllm bench serve`` run: its load, how many requests, the dataset seed, and its files' stem.
+    ``pace_rps``: a steady concurrency level's sending rate (``steady_rate``); None: its first c start at once."""
 
     concurrency: int
     num_prompts: int
     seed: int
     name: str
     request_rate: float | None = None
+    pace_rps: float | None = None
 
     @classmethod
     def for_load(cls, workload: Workload, load: float, *, attempt: int = 0, warmup: bool = False,
-                 requests_per_s: float | None = None, short: bool = False) -> LevelSpec:
+                 requests_per_s: float | None = None, short: bool = False,
+                 lifetimes: Sequence[tuple[float, float]] = ()) -> LevelSpec:
         """The run for ``load`` (a concurrency, or req/s with ``load_by: rate``): attempt 1 is a close call's
         second measurement, ``warmup`` the discarded run before a deployment's first level, ``short`` a level
-        that only brackets the knee (``Workload.bracket_prompts_per_concurrency``)."""
+        that only brackets the knee (``Workload.bracket_prompts_per_concurrency``). ``lifetimes``: the runs
+        before it, which pace a steady level (``Workload.level_start``, ``steady_rate``)."""
         rate = float(load) if workload.load_by == "rate" else None
         conc = workload.max_load_concurrency if rate is not None else int(load)
         n = workload.num_warmups(load) if warmup else workload.num_prompts(load, requests_per_s, short)
         stem = f"r{load:g}" if rate is not None else f"c{int(load)}"
         name = (f"warmup-{stem}" if warmup
                 else stem + ("-short" if short else "") + (f"-{attempt + 1}" if attempt else ""))
-        return cls(conc, n, workload.level_seed(load, attempt, warmup, short), name, rate)
+        pace = steady_rate(conc, lifetimes) if rate is None and workload.level_start == "steady" else None
+        return cls(conc, n, workload.level_seed(load, attempt, warmup, short), name, rate, pace)
 
 
 def bench_args(
@@ -125,6 +165,8 @@ def bench_args(
     ]
     if spec.request_rate is not None:
         args += ["--request-rate", f"{spec.request_rate:g}"]
+    elif spec.pace_rps is not None:  # a steady level: paced sends, still at most c in flight
+        args += ["--request-rate", f"{spec.pace_rps:.4g}", "--burstiness", str(STEADY_BURSTINESS)]
     if workload.dataset in (Dataset.RANDOM, Dataset.PREFIX):
         isl = workload.isl.mean
         prefix = int(round(workload.prefix_reuse * isl)) if workload.dataset is Dataset.PREFIX else 0
@@ -260,9 +302,9 @@ def free_stem(out_dir: Path, name: str) -> str:
 
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
-    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION",
-    "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile", "free_stem",
-    "first_wave", "intervals", "latency_summary", "load_result", "parse_result", "per_request_tpot_ms", "percentile",
-    "pool_results", "prepare_dataset", "request_latencies", "run_bench", "run_level", "summarize_raw",
-    "without_first_wave",
+    "BOOTSTRAP_SAMPLES", "BOOTSTRAP_SEED", "COALESCED_WARN", "DETAILED_KEYS", "SATURATION", "STEADY_BURSTINESS",
+    "STEADY_HEADROOM", "BenchFailed", "BenchRun", "LevelSpec", "bench_args", "coalesced_share", "concurrency_profile",
+    "free_stem", "first_wave", "intervals", "latency_summary", "load_result", "mean_lifetime_s", "parse_result",
+    "per_request_tpot_ms", "percentile", "pool_results", "prepare_dataset", "request_latencies", "run_bench",
+    "run_level", "steady_rate", "summarize_raw", "without_first_wave",
 ]

@@ -3,7 +3,8 @@
 A trial answers "how much can this deployment serve while every SLO holds?". On one running deployment:
 
 1. **Warm-up.** Before the first measured level, one discarded run at that level's load (its own prompts),
-   so cold kernels and allocator growth are not measured as the deployment.
+   so cold kernels and allocator growth are not measured as the deployment. Its requests' lifetime paces the
+   first steady level (``workload.level_start: steady``, ``bench.steady_rate``); each level's paces the next.
 2. **Knee search** (``workload.knee_search`` and at least one SLO besides the error rate): start at the
    predicted knee (``MeasurePlan.start``, from the calibrated performance model), step up while every SLO
    holds and down while one fails — each step wider than the last (factors (1 + tol), (1 + tol)², (1 + tol)⁴,
@@ -506,7 +507,9 @@ class LevelProbe:
     disaggregated: bool
     timings: Timings = field(default_factory=Timings)
     warm: bool = False
-    requests_per_s: float | None = None  # the last level's, to size the next one (``min_level_s``)
+    requests_per_s: float | None = None  # the last run's, to size the next level (``min_level_s``)
+    # (concurrency, mean request lifetime in s) of every closed-loop run so far: what paces a steady level
+    lifetimes: list[tuple[float, float]] = field(default_factory=list)
     expert_routing: str | None = None  # what the servers route with (``ExpertRouting`` text), stored per level
     # the first KV blocks this deployment's random prompts have sent (``prompt_seeds``), across its levels
     starts: prompt_seeds.PromptStarts | None = None
@@ -523,7 +526,7 @@ class LevelProbe:
 
     def _spec(self, load: float, **kw: Any) -> bench.LevelSpec:
         """The level's run, its seed one whose random prompts are new to the deployment."""
-        spec = bench.LevelSpec.for_load(self.workload, load, **kw)
+        spec = bench.LevelSpec.for_load(self.workload, load, lifetimes=self.lifetimes, **kw)
         return prompt_seeds.fresh_spec(self.starts, self.workload, spec)
 
     def __call__(self, load: float, short: bool = False) -> Measurement:
@@ -601,12 +604,25 @@ class LevelProbe:
         t0 = time.monotonic()
         self.runner.check_alive()
         try:
-            self.runner.run_level(spec)
+            data, _ = self.runner.run_level(spec)
         except bench.BenchFailed as e:
             self.runner.check_alive()
             raise _bench_failure(f"warm-up at {spec.name}", e) from None
         finally:
             self.timings.warmup_s += time.monotonic() - t0
+        self._learn(spec, data)  # the first level's pace and length come from its warm-up
+
+    def _learn(self, spec: bench.LevelSpec, data: dict[str, Any]) -> None:
+        """What a closed-loop run says of the next levels: its requests' lifetime (``bench.steady_rate``) and,
+        until a level has said it, its request rate (``Workload.min_level_s``)."""
+        if spec.request_rate is not None:
+            return
+        life = bench.mean_lifetime_s(data)
+        if life is not None:
+            self.lifetimes.append((float(spec.concurrency), life))
+        rps = data.get("request_throughput")
+        if self.requests_per_s is None and isinstance(rps, (int, float)) and rps > 0:
+            self.requests_per_s = float(rps)
 
     def _run(self, spec: bench.LevelSpec) -> _Run:
         r = self.runner
@@ -619,6 +635,7 @@ class LevelProbe:
             r.check_alive()  # a server that died explains the failed benchmark better
             raise _bench_failure(spec.name, e) from None
         r.check_alive()
+        self._learn(spec, data)
         after = {s.name: metrics.scrape(s.url) for s in r.servers}
         known = all(before[s.name] is not None and after[s.name] is not None for s in r.servers)
         deltas = [metrics.InstanceDelta(s.name, s.role, metrics.delta(before[s.name], after[s.name]))
@@ -647,6 +664,8 @@ class LevelProbe:
         stats["expert_routing"] = self.expert_routing
         raw["bench_wall_s"] = run.wall_s
         raw["seed"] = spec.seed
+        if spec.pace_rps is not None:
+            raw["pace_rps"] = spec.pace_rps
         return m.model_copy(update={**stats, "flags": flags, "raw": raw})
 
 

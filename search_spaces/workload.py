@@ -161,6 +161,12 @@ class Workload(BaseModel):
         3.0, ge=0, description="Knee search on a real deployment: levels that only bracket the knee send this × "
         "concurrency prompts (≥ half of min_prompts); the knee and the level above it are then measured at full "
         "length. 0: every level at full length; else at least 2 (a level of 1 × concurrency is all ramp-up).")
+    level_start: Literal["burst", "steady"] = Field(
+        "burst", description="How a concurrency level's first c requests start: 'burst' (all at once, as vllm "
+        "bench serve's closed loop sends them: their prefills queue behind each other and the next waves stay "
+        "bunched) or 'steady' (sent over about one request's lifetime, estimated from the runs before the level, "
+        "through a request rate beside the concurrency cap: the level holds c in steady state from its start). "
+        "Rate levels are paced by their rate either way.")
     max_load_concurrency: int = Field(4096, ge=1, le=MAX_LOAD,
                                       description="Rate levels: at most this many requests in flight.")
     prompts_per_concurrency: float = Field(10.0, gt=0, description="Prompts per level ≥ this × concurrency "
