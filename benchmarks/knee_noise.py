@@ -118,6 +118,9 @@ def main() -> int:
             print(f"deployed in {deploy_s:.0f} s; probe {args.metric}: c=1 {probe[1]:.1f}, c={args.max_load} "
                   f"{probe[args.max_load]:.1f}; SLO {slos[0]}", flush=True)
             plan = MeasurePlan(slos=slos, start=args.start)
+            meta = {"command": " ".join(["python", *sys.argv]), "max_num_seqs": args.max_seqs,
+                    "max_load": args.max_load, "start": args.start, "slo": str(slos[0]), "probe": probe,
+                    "base_workload": BASE_WORKLOAD, "deploy_s": round(deploy_s, 1), "t0": t_all}
             for rep in range(args.repeats):
                 for name in names:
                     wl = Workload.model_validate({**BASE_WORKLOAD, **SETTINGS[name], "max_load": args.max_load,
@@ -137,34 +140,46 @@ def main() -> int:
                     path = " ".join(f"{lv['c']}{'+' if lv['met'] else '-'}" for lv in row["levels"])
                     print(f"{name:<10} repeat {rep}: knee {row['knee']}  {row['knee_throughput_per_gpu']} tok/s  "
                           f"{wall:5.0f} s  {prompts:4d} prompts  levels {path}", flush=True)
+                    summarize(names, knees, meta, args.out)
         finally:
             if dep is not None:
                 ex.teardown(dep)
             ex.close()
+    out = summarize(names, knees, meta, args.out, show=True)
+    print(f"wrote {args.out} ({out['total_s']:.0f} s in all)")
+    return 0
+
+
+def summarize(names: list[str], knees: list[dict[str, Any]], meta: dict[str, Any], path: Path,
+              show: bool = False) -> dict[str, Any]:
+    """The per-setting summary of the knees so far, written to ``path`` (after every knee: a run cut short keeps
+    what it measured); ``show`` prints it as a table."""
     summary = []
-    print(f"\n{'setting':<10} {'knees':<12} {'spread':>7} {'tok/s at each knee':<24} {'spread':>7} "
-          f"{'s/knee':>7} {'prompts/knee':>13}")
+    if show:
+        print(f"\n{'setting':<10} {'knees':<12} {'spread':>7} {'tok/s at each knee':<24} {'spread':>7} "
+              f"{'s/knee':>7} {'prompts/knee':>13}")
     for name in names:
         rs = [r for r in knees if r["setting"] == name]
+        if not rs:
+            continue
         ks, tps = [r["knee"] for r in rs], [r["knee_throughput_per_gpu"] for r in rs]
         s = {"setting": name, **SETTINGS[name], "knees": ks, "knee_spread": spread([float(k or 0) for k in ks]),
              "knee_throughput_per_gpu": tps, "throughput_spread": spread([float(t or 0) for t in tps]),
              "wall_s_per_knee": round(statistics.mean(r["wall_s"] for r in rs), 1),
              "prompts_per_knee": round(statistics.mean(r["prompts"] for r in rs), 1)}
         summary.append(s)
-        pct = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
-        print(f"{name:<10} {' '.join(str(k) for k in ks):<12} {pct(s['knee_spread']):>7} "
-              f"{' '.join(str(t) for t in tps):<24} {pct(s['throughput_spread']):>7} "
-              f"{s['wall_s_per_knee']:>7} {s['prompts_per_knee']:>13}")
-    out = {"command": " ".join(["python", *sys.argv]), "max_num_seqs": args.max_seqs, "max_load": args.max_load,
-           "start": args.start, "slo": str(slos[0]), "probe": probe, "base_workload": BASE_WORKLOAD,
-           "deploy_s": round(deploy_s, 1), "total_s": round(time.monotonic() - t_all, 1),
+        if show:
+            pct = lambda v: f"{v:.0%}" if v is not None else "-"  # noqa: E731
+            print(f"{name:<10} {' '.join(str(k) for k in ks):<12} {pct(s['knee_spread']):>7} "
+                  f"{' '.join(str(t) for t in tps):<24} {pct(s['throughput_spread']):>7} "
+                  f"{s['wall_s_per_knee']:>7} {s['prompts_per_knee']:>13}")
+    out = {**meta, "total_s": round(time.monotonic() - meta["t0"], 1),
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                        "load_average_1_5_15_at_end": os.getloadavg()}, "summary": summary, "knees": knees}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {args.out}")
-    return 0
+    out.pop("t0")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    return out
 
 
 if __name__ == "__main__":
