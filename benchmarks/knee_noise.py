@@ -13,6 +13,7 @@ of the whole search with its warm-up, prompts sent). Prints a table and writes
 ``benchmarks/results/knee_noise.json``.
 
     python benchmarks/knee_noise.py [--repeats 3] [--settings burst-2c,steady-4c]
+    python benchmarks/knee_noise.py --model DIR --gpu H100 --metric p90_ttft_ms ...   (one GPU, dummy weights)
 """
 
 from __future__ import annotations
@@ -51,11 +52,27 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-def job(run_dir: Path, max_load: int) -> Any:
+def job(run_dir: Path, max_load: int, model: str | None = None, gpu: str = "H100") -> Any:
+    """The CPU build's tiny MoE; or, with ``model`` (a folder of config and tokenizer), that model with dummy
+    weights on one GPU of kind ``gpu``, vLLM launched as ``$ENGINE_CMD`` and the router as ``$ROUTER_CMD``
+    where they are set (``.gpu/s/run.sh env`` on the lent machine)."""
+    if model is None:
+        return job_from_dict({
+            "name": "knee-noise", "preset": "cpu-tiny-moe",
+            "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+            "workload": {**BASE_WORKLOAD, "max_load": max_load},
+            "executor": {"kind": "local", "run_dir": str(run_dir), "timeouts": {"health_s": 240}},
+        })
+    cmds = {k: os.environ[v].split() for k, v in (("engine_cmd", "ENGINE_CMD"), ("router_cmd", "ROUTER_CMD"))
+            if os.environ.get(v)}
     return job_from_dict({
-        "name": "knee-noise", "preset": "cpu-tiny-moe", "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1},
+        "name": "knee-noise", "model": {"path": str(Path(model).resolve())},
+        "cluster": {"gpu": gpu, "nodes": 1, "gpus_per_node": 1},
         "workload": {**BASE_WORKLOAD, "max_load": max_load},
-        "executor": {"kind": "local", "run_dir": str(run_dir), "timeouts": {"health_s": 240}},
+        "slos": [{"metric": "p90_ttft_ms", "op": "<=", "value": 60000}],  # the job's; each search gets its own
+        "executor": {"kind": "local", "platform": "gpu", "profile": "off", "run_dir": str(run_dir), **cmds,
+                     "extra_serve_args": ["--load-format", "dummy"], "env": {"VLLM_USE_FLASHINFER_SAMPLER": "0"},
+                     "timeouts": {"health_s": 600, "benchmark_s": 300}},
     })
 
 
@@ -86,8 +103,16 @@ def main() -> int:
     ap.add_argument("--start", type=float, default=4, help="where every search starts")
     ap.add_argument("--metric", default="p90_e2el_ms", help="the SLO's metric (a latency, bound ≤)")
     ap.add_argument("--bound", type=float, default=None, help="the SLO's bound (default: from the probe)")
+    ap.add_argument("--isl", type=int, default=256, help="mean prompt tokens (±20%%)")
+    ap.add_argument("--osl", type=int, default=32, help="mean output tokens (±20%%)")
+    ap.add_argument("--batched-tokens", type=int, default=4096, help="the deployment's max-num-batched-tokens")
+    ap.add_argument("--model", default=None, help="a model folder (config + tokenizer) to serve on one GPU with "
+                    "dummy weights; default: the CPU build's tiny MoE")
+    ap.add_argument("--gpu", default="H100", help="with --model: the GPU kind")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    BASE_WORKLOAD["isl"] = {"mean": args.isl, "range_ratio": 0.2}
+    BASE_WORKLOAD["osl"] = {"mean": args.osl, "range_ratio": 0.2}
     names = [s.strip() for s in args.settings.split(",") if s.strip()]
     unknown = [n for n in names if n not in SETTINGS]
     if unknown or args.repeats < 1 or args.max_load < 2:
@@ -96,11 +121,11 @@ def main() -> int:
         return 2
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` tears the deployment down like Ctrl-C
     cfg = DeploymentConfig.model_validate({"mode": "aggregated", "decode": {
-        "role": "mixed", "max_num_seqs": args.max_seqs, "max_num_batched_tokens": 4096}})
+        "role": "mixed", "max_num_seqs": args.max_seqs, "max_num_batched_tokens": args.batched_tokens}})
     t_all = time.monotonic()
     knees: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="knee-noise-") as tmp:
-        j = job(Path(tmp) / "runs", args.max_load)
+        j = job(Path(tmp) / "runs", args.max_load, args.model, args.gpu)
         ex = make_executor(j)
         dep = None
         try:
@@ -120,7 +145,8 @@ def main() -> int:
             plan = MeasurePlan(slos=slos, start=args.start)
             meta = {"command": " ".join(["python", *sys.argv]), "max_num_seqs": args.max_seqs,
                     "max_load": args.max_load, "start": args.start, "slo": str(slos[0]), "probe": probe,
-                    "base_workload": BASE_WORKLOAD, "deploy_s": round(deploy_s, 1), "t0": t_all}
+                    "base_workload": BASE_WORKLOAD, "deploy_s": round(deploy_s, 1), "t0": t_all,
+                    "model": args.model or "tiny-moe (CPU build)", "gpu": args.gpu if args.model else "CPU"}
             for rep in range(args.repeats):
                 for name in names:
                     wl = Workload.model_validate({**BASE_WORKLOAD, **SETTINGS[name], "max_load": args.max_load,
