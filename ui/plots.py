@@ -25,6 +25,24 @@ from ui import advice
 WEBGL_POINTS = 2500
 MEETS, MISSES, FRONT = "#1F77B4", "#BBBBBB", "#D62728"
 
+#: Room between an axis title and its tick labels (px).
+TITLE_STANDOFF = 10
+
+
+def readable(fig: go.Figure) -> go.Figure:
+    """Room for every axis title and the legend, whatever the width of the tick labels: each axis pushes the
+    figure's margin out to fit its ticks and title (``automargin``), its title ``TITLE_STANDOFF`` px off the
+    numbers, so a title never lies on the tick labels, a second axis's title or the figure's edge; a legend laid
+    out below the plot sits at the figure's bottom edge (container coordinates), under the x-axis title, not a
+    share of the plot's height down, where the title met it. Every chart builder ends with it."""
+    fig.update_xaxes(automargin=True, title_standoff=TITLE_STANDOFF)
+    fig.update_yaxes(automargin=True, title_standoff=TITLE_STANDOFF)
+    legend = fig.layout.legend
+    if legend.orientation == "h" and legend.y is not None and legend.y < 0:
+        fig.update_layout(legend={"yref": "container", "y": 0, "yanchor": "bottom"})
+    return fig
+
+
 def label(name: str) -> str:
     """An axis title for a metric: its declared label (``search_spaces.metrics``), else ``advice.short``."""
     m = declared(name)
@@ -161,13 +179,16 @@ def pareto_figure(levels: pd.DataFrame, x: str, y: str, slos: Sequence[Any] = ()
                           annotation_position="bottom right")
         else:
             others.append(advice.slo_text(slo))
-    title = f"{len(pts)} trial × load-level points"
-    if others:
-        title += f" — also required: {', '.join(others)} (grey points miss one)"
-    fig.update_layout(meta="pareto", title={"text": title, "font": {"size": 13}}, xaxis_title=label(x),
+    title: dict[str, Any] = {"text": f"{len(pts)} trial × load-level points", "font": {"size": 13},
+                             "automargin": True, "x": 0, "xanchor": "left"}
+    if others:  # a subtitle, wrapped: a narrow column would cut one long line
+        title["subtitle"] = {"text": _wrap(f"also required: {', '.join(others)} (grey points miss one)"),
+                             "font": {"size": 12}}
+    fig.update_layout(meta="pareto", title=title,
+                      xaxis_title=label(x),
                       yaxis_title=label(y), height=480, legend={"orientation": "h", "y": -0.18},
                       margin={"t": 50, "l": 60, "r": 20, "b": 40})
-    return fig
+    return readable(fig)
 
 
 def external_trace(points: pd.DataFrame | None, x: str, y: str) -> go.Scatter | None:
@@ -239,7 +260,7 @@ def curves_figure(levels: pd.DataFrame, x: str, y: str, highlight: Iterable[int]
         ))
     fig.update_layout(meta="curves", xaxis_title=label(x), yaxis_title=label(y), height=420,
                       margin={"t": 30, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.2})
-    return fig
+    return readable(fig)
 
 
 #: How convergence draws each kind of trial: vLLM's defaults and repeats on fresh deploys are measured outside
@@ -277,7 +298,7 @@ def history_figure(history: pd.DataFrame, objective: str, kinds: Mapping[int, st
                                          "line": {"color": ANSWER, "width": 3}}))
     fig.update_layout(meta="history", xaxis=trial_axis(history["trial"]), yaxis_title=label(objective), height=320,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
-    return fig
+    return readable(fig)
 
 
 def _encode(values: pd.Series) -> tuple[np.ndarray, list[float], list[str]]:
@@ -314,7 +335,7 @@ def parcoords_figure(params: pd.DataFrame, objective: pd.Series, objective_name:
     fig = go.Figure(go.Parcoords(dimensions=dims, line={"color": obj, "colorscale": "Viridis", "showscale": True}))
     fig.update_layout(meta="parcoords", height=440, margin={"t": 70, "l": 50, "r": 50, "b": 30},
                       font={"size": 11})
-    return fig
+    return readable(fig)
 
 
 def importance_figure(values: Mapping[str, float], top: int = 15) -> go.Figure:
@@ -323,7 +344,7 @@ def importance_figure(values: Mapping[str, float], top: int = 15) -> go.Figure:
                            marker={"color": MEETS}))
     fig.update_layout(meta="importance", xaxis_title="importance", height=max(240, 24 * len(items) + 80),
                       margin={"t": 20, "l": 10, "r": 20, "b": 40})
-    return fig
+    return readable(fig)
 
 
 # ---------------------------------------------------------------------------------------------- compare page
@@ -361,7 +382,7 @@ def studies_front_figure(fronts: Mapping[str, pd.DataFrame], x: str, y: str) -> 
                           f"%{{x:,.1f}}<br>{label(y)} %{{y:,.1f}}<extra></extra>"))
     fig.update_layout(meta="studies_front", xaxis_title=label(x), yaxis_title=label(y), height=440,
                       margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.2})
-    return fig
+    return readable(fig)
 
 
 def studies_history_figure(histories: Mapping[str, pd.DataFrame], objective: str) -> go.Figure:
@@ -374,4 +395,4 @@ def studies_history_figure(histories: Mapping[str, pd.DataFrame], objective: str
     trials = pd.concat([h["trial"] for h in histories.values()]) if histories else pd.Series(dtype=float)
     fig.update_layout(meta="studies_history", xaxis=trial_axis(trials), yaxis_title=f"best {label(objective)} so far",
                       height=340, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.25})
-    return fig
+    return readable(fig)

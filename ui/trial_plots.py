@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ui import advice
-from ui.plots import FRONT, MEETS, error_bars, label
+from ui.plots import FRONT, MEETS, error_bars, label, readable
 
 ROLE_COLORS = {"prefill": "#4C78A8", "decode": "#F58518", "mixed": "#54A24B"}
 #: Alternating shades so that two neighbouring instances of one role stay apart.
@@ -135,7 +135,7 @@ def topology_figure(topology: Mapping[str, Any], router_label: str = "router") -
         margin={"t": 10, "l": 10, "r": 10, "b": 10}, legend={"orientation": "h", "y": -0.02},
         plot_bgcolor="rgba(0,0,0,0)", paper_bgcolor="rgba(0,0,0,0)",
     )
-    return fig
+    return readable(fig)
 
 
 def _index(instance: str) -> int:
@@ -175,7 +175,7 @@ def levels_figure(measurements: Sequence[Any], slos: Sequence[Any] = ()) -> go.F
                       yaxis2={"title": label("p90_tokens_per_s_per_user"), "overlaying": "y", "side": "right",
                               **({"range": ranges["y2"]} if "y2" in ranges else {})},
                       height=360, margin={"t": 20, "l": 70, "r": 70, "b": 40}, legend={"orientation": "h", "y": -0.3})
-    return fig
+    return readable(fig)
 
 
 def timings_figure(timings: Mapping[str, float]) -> go.Figure:
@@ -187,7 +187,7 @@ def timings_figure(timings: Mapping[str, float]) -> go.Figure:
     fig.update_layout(meta="timings", barmode="stack", height=160, xaxis_title="seconds",
                       yaxis={"visible": False}, margin={"t": 10, "l": 10, "r": 10, "b": 40},
                       legend={"orientation": "h", "y": -0.6})
-    return fig
+    return readable(fig)
 
 
 def rank_loads(measurements: Sequence[Any]) -> pd.DataFrame:
@@ -211,7 +211,7 @@ def imbalance_figure(measurements: Sequence[Any]) -> go.Figure | None:
             fig.add_trace(go.Bar(x=[f"{inst} r{r}" for r in g["rank"]], y=g["tokens"].tolist(),
                                  name=f"{inst} @ c{conc}"))
         fig.update_layout(meta="imbalance", barmode="group", yaxis_title="tokens per DP rank", height=320)
-        return fig
+        return readable(fig)
     series: dict[str, list[float | None]] = {}
     conc = [str(m.concurrency) for m in measurements]
     for i, m in enumerate(measurements):
@@ -229,7 +229,7 @@ def imbalance_figure(measurements: Sequence[Any]) -> go.Figure | None:
     fig.update_layout(meta="imbalance", barmode="group", xaxis={"title": "concurrency", "type": "category"},
                       yaxis_title="max / mean load",
                       height=320, margin={"t": 20, "l": 60, "r": 20, "b": 40}, legend={"orientation": "h", "y": -0.3})
-    return fig
+    return readable(fig)
 
 
 def topology_svg(fig: go.Figure) -> str:
