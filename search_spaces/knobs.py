@@ -41,7 +41,8 @@ class All2AllBackend(StrEnum):
     @property
     def supports_dbo(self) -> bool:
         """vLLM allows dual-batch overlap only with these kernels (they split dispatch from compute)."""
-        return self in (All2AllBackend.DEEPEP_HIGH_THROUGHPUT, All2AllBackend.DEEPEP_LOW_LATENCY, All2AllBackend.NIXL_EP)
+        return self in (All2AllBackend.DEEPEP_HIGH_THROUGHPUT, All2AllBackend.DEEPEP_LOW_LATENCY,
+                        All2AllBackend.NIXL_EP)
 
 
 def _always(chosen: Mapping[str, Any]) -> bool:
@@ -52,10 +53,13 @@ def _none(value: Any, chosen: Mapping[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Knob:
-    """One serving setting of a role.
+    """One serving setting of a role, declared by keyword with its name given once.
 
+    ``name`` is the RoleConfig field and vLLM's engine-argument name; the flag (``--`` and the name with dashes),
+    the RoleSpace field, the study's parameter and the label are derived from it unless given (an older knob
+    keeps the field and parameter its stored studies hold).
     ``when``: given the role's choices so far (the layout's fields, the knobs before this one), whether the
     knob is searched; otherwise it keeps its default. ``cell`` / ``words``: its text in a table cell and in
     ``describe()`` (``None``: nothing), given its value and the choices. ``after_eplb``: shown after EPLB's text
@@ -65,13 +69,13 @@ class Knob:
     """
 
     name: str  # the RoleConfig field, vLLM's engine-argument name
-    flag: str
     default: Any
     kind: Any  # the type of one value
-    space: str  # the RoleSpace field holding the choices
-    param: str  # the study's parameter: {role}_{param}
-    label: str  # a column or axis title
     help: str
+    flag: str = ""  # vLLM's flag; default ``--`` + the name with dashes
+    space: str = ""  # the RoleSpace field holding the choices; default the name
+    param: str = ""  # the study's parameter, {role}_{param}; default the name
+    label: str = ""  # a column or axis title; default the name with dashes
     cell: Callable[[Any, Mapping[str, Any]], str | None] = _none
     words: Callable[[Any, Mapping[str, Any]], str | None] = _none
     when: Callable[[Mapping[str, Any]], bool] = _always
@@ -86,6 +90,12 @@ class Knob:
     gpu_only: bool = False
     model_term: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        dashed = self.name.replace("_", "-")
+        for attr, derived in (("flag", f"--{dashed}"), ("space", self.name), ("param", self.name), ("label", dashed)):
+            if not getattr(self, attr):
+                object.__setattr__(self, attr, derived)
 
     def encode(self, value: Any) -> Any:
         """A value as the study's parameter holds it (an enum by its value)."""
@@ -105,44 +115,45 @@ PerformanceMode = Literal["balanced", "interactivity", "throughput"]
 KVCacheDType = Literal["auto", "fp8"]
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("max_num_seqs", "--max-num-seqs", 256, int, "max_num_seqs", "max_num_seqs", "max-num-seqs",
-         "Most sequences a DP rank schedules in one step.", ge=1, le=1 << 20, after_eplb=False, stored=True,
+    Knob(name="max_num_seqs", default=256, kind=int, help="Most sequences a DP rank schedules in one step.",
+         ge=1, le=1 << 20, after_eplb=False, stored=True,
          cell=lambda v, c: f"s{v}", words=lambda v, c: f"max-num-seqs {v}",
          model_term="the decode batch (perf.levels: a level's concurrency is capped at it per rank)"),
-    Knob("max_num_batched_tokens", "--max-num-batched-tokens", 8192, int, "max_num_batched_tokens",
-         "max_num_batched_tokens", "max-num-batched-tokens", "Token budget of one step (the prefill chunk).",
+    Knob(name="max_num_batched_tokens", default=8192, kind=int, help="Token budget of one step (the prefill chunk).",
          ge=1, le=1 << 26, after_eplb=False, stored=True, cell=lambda v, c: f"b{v // 1024}k",
          words=lambda v, c: f"batched tokens {v}",
          model_term="the prefill chunk and the activation memory (perf.step, rules.kv_capacity_tokens)"),
-    Knob("all2all_backend", "--all2all-backend", All2AllBackend.ALLGATHER_REDUCESCATTER, All2AllBackend,
-         "all2all_backends", "all2all", "all-to-all backend", "The MoE dispatch/combine kernels (expert "
-         "parallelism only).", requires="enable_expert_parallel", after_eplb=False, stored=True,
+    Knob(name="all2all_backend", default=All2AllBackend.ALLGATHER_REDUCESCATTER, kind=All2AllBackend,
+         space="all2all_backends", param="all2all", label="all-to-all backend",
+         help="The MoE dispatch/combine kernels (expert parallelism only).",
+         requires="enable_expert_parallel", after_eplb=False, stored=True,
          when=lambda c: bool(c["enable_expert_parallel"]),
          words=lambda v, c: v.value if c["enable_expert_parallel"] else None,
          model_term="the all-to-all cost (perf.derived: latency, chunking, DeepEP low-latency limits)"),
-    Knob("enable_dbo", "--enable-dbo", False, bool, "dbo", "dbo", "DBO", "Dual-batch overlap: one micro-batch's "
-         "all-to-all hides behind the other's compute.", stored=True,
+    Knob(name="enable_dbo", default=False, kind=bool, space="dbo", param="dbo", label="DBO",
+         help="Dual-batch overlap: one micro-batch's all-to-all hides behind the other's compute.", stored=True,
          when=lambda c: bool(c["enable_expert_parallel"]) and c["all2all_backend"].supports_dbo,
          cell=lambda v, c: "DBO" if v else None, words=lambda v, c: "DBO" if v else None,
          model_term="the all-to-all overlap (perf.step: split steps above the DBO thresholds)"),
     # ---- one-GPU serving settings; in a space only where it names them (docs/jobs.md)
-    Knob("async_scheduling", "--async-scheduling", None, bool | None, "async_scheduling", "async_scheduling",
-         "async scheduling", "Schedule step n+1 while step n runs on the GPU; null: vLLM decides (on where "
-         "supported).", omit_default=True, negated_flag="--no-async-scheduling", roles=frozenset({"mixed"}),
+    Knob(name="async_scheduling", default=None, kind=bool | None, label="async scheduling",
+         help="Schedule step n+1 while step n runs on the GPU; null: vLLM decides (on where supported).",
+         omit_default=True, negated_flag="--no-async-scheduling", roles=frozenset({"mixed"}),
          cell=lambda v, c: None if v is None else ("async" if v else "sync"),
          words=lambda v, c: None if v is None else f"async scheduling {'on' if v else 'off'}"),
-    Knob("performance_mode", "--performance-mode", "balanced", PerformanceMode, "performance_mode",
-         "performance_mode", "performance mode", "vLLM's preset of CUDA-graph sizes and kernels: interactivity "
-         "favours small batches, throughput large ones.", omit_default=True, roles=frozenset({"mixed"}),
+    Knob(name="performance_mode", default="balanced", kind=PerformanceMode, label="performance mode",
+         help="vLLM's preset of CUDA-graph sizes and kernels: interactivity favours small batches, throughput "
+              "large ones.", omit_default=True, roles=frozenset({"mixed"}),
          cell=lambda v, c: None if v == "balanced" else v, words=lambda v, c: None if v == "balanced" else f"{v} mode"),
-    Knob("long_prefill_token_threshold", "--long-prefill-token-threshold", 0, int, "long_prefill_token_threshold",
-         "long_prefill", "long-prefill threshold", "Tokens of one long prompt scheduled per step (0: no cap): "
-         "decodes beside a long prefill keep their pace, its TTFT grows.", ge=0, le=1 << 26, omit_default=True,
+    Knob(name="long_prefill_token_threshold", default=0, kind=int, param="long_prefill",
+         label="long-prefill threshold",
+         help="Tokens of one long prompt scheduled per step (0: no cap): decodes beside a long prefill keep their "
+              "pace, its TTFT grows.", ge=0, le=1 << 26, omit_default=True,
          roles=frozenset({"mixed"}), cell=lambda v, c: f"lp{v}" if v else None,
          words=lambda v, c: f"long prefills {v} tokens/step" if v else None),
-    Knob("kv_cache_dtype", "--kv-cache-dtype", "auto", KVCacheDType, "kv_cache_dtype", "kv_cache_dtype",
-         "KV-cache dtype", "fp8 halves the KV cache of a bf16 model (more sequences fit); GQA models on GPUs, "
-         "aggregated serving only (both sides of a P/D transfer must agree).", omit_default=True,
+    Knob(name="kv_cache_dtype", default="auto", kind=KVCacheDType, label="KV-cache dtype",
+         help="fp8 halves the KV cache of a bf16 model (more sequences fit); GQA models on GPUs, aggregated "
+              "serving only (both sides of a P/D transfer must agree).", omit_default=True,
          roles=frozenset({"mixed"}), gpu_only=True, cell=lambda v, c: None if v == "auto" else f"kv-{v}",
          words=lambda v, c: None if v == "auto" else f"{v} KV cache",
          model_term="KV capacity per rank (rules.kv_bytes_per_token_per_gpu), hence memory fit and the "

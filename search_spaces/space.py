@@ -13,10 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, create_model, field_validator
-from pydantic import ValidationInfo, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
-from search_spaces.deployment import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
+from search_spaces.deployment import DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
 from search_spaces.knobs import KNOBS, Knob
 
 if TYPE_CHECKING:
@@ -84,14 +93,10 @@ class _RoleLayoutSpace(BaseModel):
                                         "[true, false] searches both.")
 
 
+# One list of choices per knob, generated from the table: the fields exist only at run time, so the type checker
+# sees the layout alone and a knob's list is read through ``RoleSpace.choices`` (typed, by the knob's name).
 if TYPE_CHECKING:
-    class _RoleKnobSpace(_RoleLayoutSpace):
-        """The knobs' lists as the type checker sees them (the table declares them)."""
-
-        max_num_seqs: list[int]
-        max_num_batched_tokens: list[int]
-        all2all_backends: list[All2AllBackend]
-        dbo: list[bool]
+    _RoleKnobSpace = _RoleLayoutSpace
 else:
     _RoleKnobSpace = create_model("_RoleKnobSpace", __base__=_RoleLayoutSpace, **{
         k.space: (list[k.kind], Field(default=[k.default], description=f"{k.label}: {k.help} "
@@ -128,6 +133,14 @@ class RoleSpace(_RoleKnobSpace):
     def _bounded(cls, v: list[int], info: ValidationInfo) -> list[int]:
         le = next((k.le for k in KNOBS if k.space == info.field_name and k.le is not None), MAX_SIZE)
         return _at_most(v, le)
+
+    def choices(self, knob: str) -> list[Any]:
+        """The choices listed for the knob named ``knob`` (its ``RoleConfig`` field name, ``Knob.name``)."""
+        for k in KNOBS:
+            if k.name == knob:
+                lists: list[Any] = getattr(self, k.space)
+                return lists
+        raise KeyError(f"no knob named {knob!r}")
 
     @property
     def knob_choices(self) -> tuple[tuple[Knob, list[Any], list[Any] | None], ...]:

@@ -37,8 +37,8 @@ knobs = importlib.util.module_from_spec(spec)
 sys.modules["search_spaces.knobs"] = knobs
 spec.loader.exec_module(knobs)
 knobs.KNOBS += (knobs.Knob(
-    "stream_interval", "--stream-interval", 1, int, "stream_interval", "stream_interval", "stream interval",
-    "Tokens per streamed chunk.", ge=1, omit_default=True, roles=frozenset({"mixed"}),
+    name="stream_interval", default=1, kind=int, label="stream interval",
+    help="Tokens per streamed chunk.", ge=1, omit_default=True, roles=frozenset({"mixed"}),
     cell=lambda v, c: f"si{v}" if v != 1 else None, words=lambda v, c: f"stream interval {v}" if v != 1 else None),)
 
 import db
