@@ -8,6 +8,7 @@ tuner killed between the two wrote (``advisor.recovery``); telling again what wa
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import optuna
 
@@ -94,7 +95,7 @@ def _timings(run: RunResult) -> dict[str, float]:
     return {k: getattr(run.timings, k) for k in ("deploy_s", "warmup_s", "measure_s", "teardown_s")}
 
 
-def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome,
+def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None, outcome: Outcome | None,
           state: TrialState, *, executed: bool = True) -> None:
     """Every outcome of a deployment reaches Optuna as COMPLETE with a constraint, so samplers learn from failures
     too. An invalid candidate (a rule removed it; the valid-space sampler steers around those) is told FAIL: it
@@ -107,7 +108,7 @@ def tell(study: optuna.Study, trial: optuna.Trial, cfg: DeploymentConfig | None,
         trial.set_user_attr(EXECUTED_ATTR, executed and state in (TrialState.COMPLETE, TrialState.FAILED))
         if cfg is not None:
             trial.set_user_attr(CONFIG_KEY_ATTR, cfg.key())
-        if state is TrialState.INVALID:
+        if state is TrialState.INVALID or outcome is None:  # no result, or none to tell (``told_outcome``)
             study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
         _set_constraint(study, trial, outcome.violation)  # the same value again after a killed tuner: harmless
@@ -165,15 +166,29 @@ def tell_row(job: TuningJob, study: optuna.Study, trial: optuna.Trial, row: db.T
         if row.state is TrialState.INTERRUPTED:
             study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
             return
-        if row.state is TrialState.COMPLETE and row.objectives:
-            names = objective_names(job)
-            values = [float(v) if (v := row.objectives.get(n)) is not None else 0.0 for n in names]
-            outcome = Outcome(values, row.violation if row.violation is not None else 0.0, None)
-        else:  # FAILED or INVALID: what ``record``/``record_invalid`` were told with
-            outcome = worst(job)
+        outcome = told_outcome(job, row.state, row.objectives, row.violation)
         tell(study, trial, row.config, outcome, row.state, executed=row.executed)
     except optuna.exceptions.UpdateFinishedTrialError:
         log.info("trial %d was told by its own tuner meanwhile", trial.number)
+
+
+def told_outcome(job: TuningJob, state: TrialState, objectives: Mapping[str, float | None] | None,
+                 violation: float | None) -> Outcome | None:
+    """What Optuna is told for a finished row (its state, objectives and violation): its recorded objectives in the
+    job's order and its violation; a failed or invalid row, the job's worst outcome (what ``record`` and
+    ``record_invalid`` stored it as).
+
+    None — told FAIL — for a complete row that lacks an objective the job asks for (a study continued with another
+    metric): no number is invented for it. A made-up value is a measurement to the samplers, and no fixed one is
+    safe (0.0 is the worst throughput but the best latency); FAIL is the state samplers skip. The tuner's ledger
+    reads the same outcomes (``advisor.proposers.ledger``), so what is told and what the loop decides from agree."""
+    if state is TrialState.COMPLETE and objectives:
+        values = [objectives.get(n) for n in objective_names(job)]
+        if any(v is None for v in values):
+            return None
+        return Outcome([float(v) for v in values if v is not None], violation if violation is not None else 0.0,
+                       None)
+    return worst(job)
 
 
 def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:

@@ -16,7 +16,6 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 import optuna
 
@@ -25,11 +24,14 @@ from advisor.errors import BadInput
 from advisor.baseline import baseline_config
 from advisor.executor_factory import make_executor
 from advisor.profile import ModelParams
-from advisor.proposers.grid import grid_points
+from advisor.proposers.grid import Grid
 from advisor.proposers.guide import DECLINED_ATTR, PROPOSER_ATTR, ModelGuide
-from advisor.proposers.guide_turns import enqueue_turn, resume_guide, study_taken, study_turns
-from advisor.proposers.progress import PROGRESS_DRAWS, STALE_PROPOSALS, enqueue_progress
-from advisor.proposers.valid_sampler import taken_keys
+from advisor.proposers.guide_turns import ModelTurns, resume_guide
+from advisor.proposers.ledger import Ledger, Measured, Row
+from advisor.proposers.names import MODEL_DECLINED, PROGRESS, SAMPLER
+from advisor.proposers.progress import Progress
+from advisor.proposers.protocol import Exhausted, Proposal, Proposer, Sampler, next_proposal
+from advisor.proposers.valid_sampler import SpaceUsedUp
 from advisor.job import ExecutorKind, SamplerKind, TuningJob, check_study_name
 from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
@@ -40,12 +42,12 @@ from executors.perf import PerfParams
 from executors.perf.burst import AS_SENT, STEADY
 from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
 from search_spaces import DeploymentConfig, IllegalTransition, TrialState, check
+from search_spaces.valid_space import params_key
 from advisor.tune_summary import TrialReport, TuneSummary
 from advisor.recovery import Heartbeat, ask, close_stale
 from advisor.trial_record import (
-    CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXECUTED_ATTR, EXTRA_ATTR, REPEAT_OF_ATTR, STATE_ATTR, best_value,
-    constraint_of, PICKED_ATTR, extras, one_line, record, record_interrupted, tell, tell_repeat_again, tell_row,
-    tell_taken,
+    CONFIG_KEY_ATTR, ENVIRONMENT_RETRY_ATTR, EXECUTED_ATTR, EXTRA_ATTR, PICKED_ATTR, REPEAT_OF_ATTR, STATE_ATTR,
+    one_line, record, record_interrupted, tell, tell_repeat_again, tell_row, tell_taken,
 )
 
 #: Seconds between an environment failure and the retry on a fresh placement: long enough for a port in
@@ -95,7 +97,7 @@ def tune(
         real = not executor.simulated  # the model (reserving GPUs or not) needs no baseline
         model = _model_params(job, database, executor, summary, real)
         ctx = _Context(job, study, database, executor, name, summary, on_trial,
-                       resume_guide(job, study, database, name, model.params), model)
+                       resume_guide(job, database, name, model.params), model)
         ctx.started = started  # the wall time counts from the command's start, a profile made first included
         try:
             if real and job.baseline.enabled:
@@ -111,18 +113,6 @@ def tune(
         database.close()
         if own_executor:
             executor.close()
-
-
-class _Measured(NamedTuple):
-    """A configuration measured in this study: the trial that ran it and what Optuna was told."""
-
-    number: int
-    values: list[float]
-    violation: float
-
-    @classmethod
-    def of(cls, t: optuna.trial.FrozenTrial) -> _Measured:
-        return cls(t.number, list(t.values), constraint_of(t))
 
 
 @dataclass
@@ -193,148 +183,169 @@ def _model_params(job: TuningJob, database: db.Database, executor: Executor, sum
     return model
 
 
+@dataclass
+class _Streaks:
+    """What the loop counts from one proposal to the next."""
+
+    asks: int = 0
+    stale: int = 0  # proposals in a row that measured nothing new (invalid, reused, or taken elsewhere)
+    failures: int = 0  # trials in a row that failed
+    environment_failures: int = 0  # trials in a row the environment failed (each after its retry)
+    told_again: set[str] = field(default_factory=set)  # reused configurations told once with their values
+
+
 def _loop(ctx: _Context, budget: int) -> None:
-    job, study, database, name, summary = ctx.job, ctx.study, ctx.database, ctx.name, ctx.summary
-    model, cluster, wl = job.model_profile(), job.cluster, job.workload
-    seen = {
-        t.user_attrs[CONFIG_KEY_ATTR]: _Measured.of(t)
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if CONFIG_KEY_ATTR in t.user_attrs and t.user_attrs.get(EXECUTED_ATTR)
-    }
-    told_again: set[str] = set()  # measured configurations proposed again and told once with their values
-    grid = grid_points(job, study) if job.sampler.kind is SamplerKind.GRID else None
-    guide = ctx.guide
-    turn: bool | None = False
-    valid = job.valid_space() if grid is None else None
-    rng = random.Random(f"{job.sampler.seed}:progress")
-    asks, max_asks = 0, 50 * budget
-    stale = 0  # proposals in a row that were invalid or already measured
-    consecutive_failures = environment_failures = 0
+    """Until the budget is spent or a stop says why: read the ledger, take the first proposal of the chain, and
+    run it as one trial. Every decision reads our rows (the ledger); Optuna is only told."""
+    streaks = _Streaks()
+    chain = _proposers(ctx, streaks)
     while True:
-        trials = study.get_trials(deepcopy=False)
-        if (executed := database.budget_used(name, in_flight=True)) >= budget:  # several workers: stop together
+        ledger = Ledger.read(ctx.job, ctx.database, ctx.name)
+        if ledger.budget_used >= budget:  # several workers: stop together
             return
-        if why := ctx.out_of_time():
-            summary.stopped_because = f"{why}: no further trial started"
+        if why := _why_stop(ctx, streaks, budget):
+            ctx.summary.stopped_because = why
             return
-        if asks >= max_asks:
-            summary.stopped_because = f"{asks} proposals without reaching the budget (space mostly invalid?)"
+        try:
+            proposal = next_proposal(chain, ledger)
+        except Exhausted as e:
+            ctx.summary.stopped_because, ctx.summary.exhausted = str(e), e.exhausted
             return
-        if grid is not None:
-            point = next(grid, None)
-            if point is None:
-                summary.stopped_because = "grid exhausted"
-                return
-            # not skip_if_exists: Optuna would skip a point whose only trial the environment failed
-            study.enqueue_trial(point)
-        else:
-            taken = taken_keys(trials)
-            if valid is not None and not valid.feasible({}, taken):
-                summary.stopped_because = (f"space exhausted: each of its {valid.valid:,} valid candidates is "
-                                           "measured (or being measured by another worker)")
-                summary.exhausted = True
-                return
-            if guide is not None:  # turns are the study's, not this worker's (several workers share a study)
-                guide.turns = study_turns(trials)
-            turn = enqueue_turn(guide, study, executed, lambda: study_taken(guide, study), best_value(trials))
-            if not turn and stale >= STALE_PROPOSALS:
-                if not enqueue_progress(job, study, guide, valid, taken, rng):
-                    summary.stopped_because = ("space exhausted: no unmeasured valid candidate in "
-                                               f"{PROGRESS_DRAWS} random draws after {stale} proposals in a row "
-                                               "that measured nothing new")
-                    summary.exhausted = True
-                    return
-                stale = 0
-        asks += 1
-        t0 = time.monotonic()
-        trial = ask(study, ctx.worker)
-        proposer = trial.user_attrs.get(PROPOSER_ATTR) or ("grid" if grid is not None else "sampler")
-        if turn is None:
-            trial.set_user_attr(DECLINED_ATTR, True)
-        cfg = job.space.suggest(trial)
-        violations = check(cfg, model, cluster, wl.max_model_len)
-        if violations:
-            reason = "; ".join(map(str, violations))
-            database.record_invalid(name, trial.number, params=trial.params, config=cfg, reason=reason,
-                                    proposer=proposer)
-            tell(study, trial, cfg, worst(job), TrialState.INVALID)
-            summary.invalid += 1
-            stale += 1
-            _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
-                                                       wall_s=time.monotonic() - t0))
-            continue
-        key = cfg.key()
-        other = _taken_elsewhere(study, trial, key, seen)
-        if other is not None and key not in seen:  # another worker is measuring it right now
-            tell_taken(study, trial, other)
-            summary.taken_elsewhere += 1
-            stale += 1
-            continue
-        if key in seen:
-            prev = seen[key]
-            outcome = Outcome(list(prev.values), prev.violation, None)
-            reason = f"same configuration as trial {prev.number}; its measurements stand"
-            tid = database.start_trial(name, trial.number, params=trial.params, config=cfg, topology=None,
-                                       worker=ctx.worker, proposer=proposer, reused_from=prev.number)
-            row = database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
-                                        violation=outcome.violation, reason=reason)
-            if key in told_again:  # told once already: the sampler must not learn the same point twice more
-                tell_repeat_again(study, trial, cfg)
-            else:
-                tell_row(job, study, trial, row)
-                told_again.add(key)
-            summary.repeats += 1
-            stale += 1
-            _report(summary, ctx.on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
-                                                       wall_s=time.monotonic() - t0))
-            continue
-        state, outcome, run = _run_trial(ctx, trial, cfg, proposer)
-        if _is_environment_failure(state, run):  # not a configuration measured: no budget, no failure streak
-            environment_failures += 1
-            summary.environment_failed += 1
-            if environment_failures >= ENVIRONMENT_FAILURES_TO_STOP:
-                summary.stopped_because = f"the environment keeps failing: {one_line(run.reason)} " \
-                    f"({environment_failures} trials in a row, each retried once; fix the cluster, then run the " \
-                    "same command again)"
-                summary.environment_broken = True
-                return
-            continue
-        environment_failures = 0
-        stale = 0
-        summary.executed += 1
-        if state is TrialState.COMPLETE:
-            seen[key] = _Measured(trial.number, list(outcome.values), outcome.violation)
-            consecutive_failures = 0
-        else:
-            summary.failed += 1
-            consecutive_failures += 1
-        if consecutive_failures >= job.budget.max_consecutive_failures:
-            summary.stopped_because = (
-                f"{consecutive_failures} trials failed in a row (budget.max_consecutive_failures); "
-                f"last: {run.reason}"
-            )
+        if proposal.proposer == PROGRESS:
+            streaks.stale = 0
+        streaks.asks += 1
+        if why := _trial(ctx, streaks, proposal):
+            ctx.summary.stopped_because = why
             return
 
 
-def _taken_elsewhere(study: optuna.Study, trial: optuna.Trial, key: str,
-                     seen: dict[str, _Measured]) -> int | None:
-    """Re-check a pick against every worker's trials right before running it: several workers share a study and
-    two of them can take the same configuration (both model turns picking it, or the sampler's draw racing
-    another worker's). Our key is written first, then the study read: of two workers holding one
-    configuration, the later reader sees the other and yields (both may yield; neither runs it twice).
-    A configuration another worker has measured joins ``seen`` (its measurements stand); one another worker is
-    running returns that trial's number."""
+def _proposers(ctx: _Context, streaks: _Streaks) -> list[Proposer]:
+    """The chain the loop asks, in order: the grid alone for ``sampler.kind: grid``; else a stop once the valid
+    space is used up, the model's turns, the tuner's own draw when the sampler stalls, and the sampler."""
+    job = ctx.job
+    if job.sampler.kind is SamplerKind.GRID:
+        return [Grid(job)]
+    valid = job.valid_space()
+    rng = random.Random(f"{job.sampler.seed}:progress")
+    return [*([SpaceUsedUp(valid)] if valid is not None else []),
+            *([ModelTurns(ctx.guide)] if ctx.guide is not None else []),
+            Progress(job, ctx.guide, valid, rng, lambda: streaks.stale), Sampler()]
+
+
+def _why_stop(ctx: _Context, streaks: _Streaks, budget: int) -> str | None:
+    """Why no further trial may start, besides the budget: the wall time, or proposals without end."""
+    if why := ctx.out_of_time():
+        return f"{why}: no further trial started"
+    if streaks.asks >= 50 * budget:
+        return f"{streaks.asks} proposals without reaching the budget (space mostly invalid?)"
+    return None
+
+
+def _trial(ctx: _Context, streaks: _Streaks, proposal: Proposal) -> str | None:
+    """One proposal as one trial: invalid (recorded, never run), taken by another worker, a configuration measured
+    already (its measurements reused), or run. Returns why the study stops, if it must."""
+    t0 = time.monotonic()
+    trial, proposer = _ask(ctx, proposal)
+    cfg = ctx.job.space.suggest(trial)
+    if proposal.params is not None and params_key(trial.params) != params_key(proposal.params):
+        proposer = SAMPLER if proposer != "grid" else proposer  # another worker's queued proposal (they race)
+    violations = check(cfg, ctx.job.model_profile(), ctx.job.cluster, ctx.job.workload.max_model_len)
+    if violations:
+        _invalid(ctx, trial, cfg, proposer, "; ".join(map(str, violations)), t0)
+        streaks.stale += 1
+        return None
+    key = cfg.key()
+    running = _claim(ctx.study, trial, key)
+    measured = Ledger.read(ctx.job, ctx.database, ctx.name).measured  # after the claim: another worker's too
+    if key in measured:
+        _reuse(ctx, streaks, trial, cfg, proposer, measured[key], t0)
+        streaks.stale += 1
+        return None
+    if running is not None:  # another worker is measuring it right now
+        tell_taken(ctx.study, trial, running)
+        ctx.summary.taken_elsewhere += 1
+        streaks.stale += 1
+        return None
+    state, _, run = _run_trial(ctx, trial, cfg, proposer)
+    return _count(ctx, streaks, state, run)
+
+
+def _ask(ctx: _Context, proposal: Proposal) -> tuple[optuna.Trial, str]:
+    """Ask Optuna for the trial of ``proposal``: its parameters enqueued first (the proposer written on the trial
+    for Optuna's own views), or the sampler's draw."""
+    if proposal.params is not None:  # not skip_if_exists: Optuna would skip a point the environment failed
+        ctx.study.enqueue_trial(proposal.params, user_attrs={PROPOSER_ATTR: proposal.proposer})
+    trial = ask(ctx.study, ctx.worker)
+    if proposal.proposer == MODEL_DECLINED:
+        trial.set_user_attr(DECLINED_ATTR, True)
+    return trial, proposal.proposer
+
+
+def _invalid(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str, reason: str,
+             t0: float) -> None:
+    """A candidate a rule removes: recorded with the reason, told FAIL, never run."""
+    ctx.database.record_invalid(ctx.name, trial.number, params=trial.params, config=cfg, reason=reason,
+                                proposer=proposer)
+    tell(ctx.study, trial, cfg, worst(ctx.job), TrialState.INVALID)
+    ctx.summary.invalid += 1
+    _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, TrialState.INVALID, cfg, None, reason,
+                                                   wall_s=time.monotonic() - t0))
+
+
+def _reuse(ctx: _Context, streaks: _Streaks, trial: optuna.Trial, cfg: DeploymentConfig, proposer: str,
+           prev: Measured, t0: float) -> None:
+    """A configuration measured already: its measurements stand (a row that reuses them); Optuna is told its
+    values once, and FAIL for every later proposal of it (the sampler must not learn one point thrice)."""
+    job, key = ctx.job, cfg.key()
+    outcome = Outcome(list(prev.values), prev.violation, None)
+    reason = f"same configuration as trial {prev.number}; its measurements stand"
+    tid = ctx.database.start_trial(ctx.name, trial.number, params=trial.params, config=cfg, topology=None,
+                                   worker=ctx.worker, proposer=proposer, reused_from=prev.number)
+    row = ctx.database.finish_trial(tid, TrialState.COMPLETE, objectives=outcome.as_dict(job),
+                                    violation=outcome.violation, reason=reason)
+    if key in streaks.told_again:
+        tell_repeat_again(ctx.study, trial, cfg)
+    else:
+        tell_row(job, ctx.study, trial, row)
+        streaks.told_again.add(key)
+    ctx.summary.repeats += 1
+    _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, TrialState.COMPLETE, cfg, outcome, reason,
+                                                   wall_s=time.monotonic() - t0))
+
+
+def _count(ctx: _Context, streaks: _Streaks, state: TrialState, run: RunResult) -> str | None:
+    """Count a trial that ran: a failure streak or an environment one may stop the study (said why)."""
+    summary = ctx.summary
+    if _is_environment_failure(state, run):  # not a configuration measured: no budget, no failure streak
+        streaks.environment_failures += 1
+        summary.environment_failed += 1
+        if streaks.environment_failures >= ENVIRONMENT_FAILURES_TO_STOP:
+            summary.environment_broken = True
+            return (f"the environment keeps failing: {one_line(run.reason)} ({streaks.environment_failures} trials "
+                    "in a row, each retried once; fix the cluster, then run the same command again)")
+        return None
+    streaks.environment_failures = streaks.stale = 0
+    summary.executed += 1
+    streaks.failures = 0 if state is TrialState.COMPLETE else streaks.failures + 1
+    if state is not TrialState.COMPLETE:
+        summary.failed += 1
+    if streaks.failures >= ctx.job.budget.max_consecutive_failures:
+        return (f"{streaks.failures} trials failed in a row (budget.max_consecutive_failures); last: {run.reason}")
+    return None
+
+
+def _claim(study: optuna.Study, trial: optuna.Trial, key: str) -> int | None:
+    """Claim a configuration right before running it, against the other workers of the study: our key is written on
+    the trial first, then the running trials' claims read; of two workers holding one configuration, the later
+    reader sees the other and yields (both may yield; neither runs it twice). Returns the number of another
+    worker's running trial that claimed it. The one read of Optuna's side: a claim must be visible before the
+    trial's row exists (the row is written once the trial is placed and predicted), and the claims are a lock
+    between workers, not results — what the study measured is read from our rows."""
     trial.set_user_attr(PICKED_ATTR, key)
-    running = None
-    for t in study.get_trials(deepcopy=False):
-        if t.number == trial.number:
-            continue
-        if (t.state is optuna.trial.TrialState.COMPLETE and t.user_attrs.get(CONFIG_KEY_ATTR) == key
-                and t.user_attrs.get(EXECUTED_ATTR) and key not in seen):
-            seen[key] = _Measured.of(t)
-        elif t.state is optuna.trial.TrialState.RUNNING and t.user_attrs.get(PICKED_ATTR) == key:
-            running = t.number
-    return running
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.number != trial.number and t.user_attrs.get(PICKED_ATTR) == key:
+            return t.number
+    return None
 
 
 def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, float] | None]:
@@ -499,7 +510,7 @@ def _notify(ctx: _Context, r: TrialReport) -> None:
 
 def _baseline(ctx: _Context) -> None:
     """Measure vLLM's defaults on the deployment a user would start with, once per study, before the search."""
-    if extras(ctx.study, "baseline") or ctx.out_of_time():
+    if _measured_extras(ctx, baseline=True) or ctx.out_of_time():
         return
     cfg = baseline_config(ctx.job)
     if cfg is None:
@@ -509,16 +520,22 @@ def _baseline(ctx: _Context) -> None:
     _run_trial(ctx, trial, cfg, "baseline", extra="baseline")
 
 
+def _measured_extras(ctx: _Context, *, baseline: bool) -> list[Row]:
+    """The measured baseline trials (``baseline``), else the measured repeats, from the ledger."""
+    rows = Ledger.read(ctx.job, ctx.database, ctx.name).measured_rows()
+    return [r for r in rows if (r.baseline and r.repeat_of is None if baseline else r.repeat_of is not None)]
+
+
 def _repeats(ctx: _Context) -> None:
     """Deploy the best ``budget.repeat_top`` deployments and the baseline again (fresh deploys, fresh prompts):
     ``advisor best`` reports the run-to-run spread from these. Each is repeated once per study."""
     study, job = ctx.study, ctx.job
-    done = {t.user_attrs.get(REPEAT_OF_ATTR) for t in extras(study, "repeat")}
-    search = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-              if t.user_attrs.get(EXECUTED_ATTR) and not t.user_attrs.get(EXTRA_ATTR)
-              and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value and constraint_of(t) <= 0]
-    top = sorted(search, key=lambda t: t.values[0], reverse=True)[: job.budget.repeat_top]
-    todo = [t for t in [*top, *extras(study, "baseline")] if t.number not in done]
+    done = {r.repeat_of for r in _measured_extras(ctx, baseline=False)}
+    search = [r for r in Ledger.read(job, ctx.database, ctx.name).measured_rows()
+              if not r.baseline and r.repeat_of is None and r.state is TrialState.COMPLETE
+              and r.told is not None and r.told.feasible]
+    top = sorted(search, key=lambda r: r.told.values[0] if r.told else 0.0, reverse=True)[: job.budget.repeat_top]
+    todo = [r for r in [*top, *_measured_extras(ctx, baseline=True)] if r.number not in done]
     for original in todo:
         if why := ctx.out_of_time():  # a later run repeats what is left
             ctx.summary.stopped_because = f"budget reached; {why}: not every repeat ran (run the same command " \
@@ -528,7 +545,7 @@ def _repeats(ctx: _Context) -> None:
         if row is None or row.config is None:
             continue
         if original.params:
-            study.enqueue_trial(original.params, user_attrs={PROPOSER_ATTR: "repeat"})
+            study.enqueue_trial(dict(original.params), user_attrs={PROPOSER_ATTR: "repeat"})
         trial = ask(study, ctx.worker)
         cfg = job.space.suggest(trial) if original.params else row.config
         if cfg.key() != row.config.key():  # the space changed since: measure what was measured

@@ -92,10 +92,10 @@ def test_a_model_that_misses_the_defaults_yields_to_the_search_around_the_measur
     assert best >= base.objectives["throughput_per_gpu"]
     # a continued study picks the yield up from what it measured
     job = _job()
-    study = open_study(job, url, "y")
+    open_study(job, url, "y")
     database = db.connect(url)
     try:
-        guide = resume_guide(job, study, database, "y", default_params("H100"))
+        guide = resume_guide(job, database, "y", default_params("H100"))
     finally:
         database.close()
     assert guide is not None and guide.baseline_error == _miss(base)

@@ -25,55 +25,52 @@ from optuna.distributions import CategoricalDistribution
 from optuna.study._constrained_optimization import _CONSTRAINTS_KEY
 
 from advisor.job import TuningJob
+from advisor.objectives import objective_names
+from advisor.proposers.ledger import Ledger, Row
 from advisor.proposers.names import AROUND_BEST
 from advisor.proposers.valid_sampler import ValidSpaceSampler
-from advisor.trial_record import CONFIG_KEY_ATTR, EXECUTED_ATTR
-from search_spaces import DeploymentConfig
+from search_spaces import DeploymentConfig, TrialState, higher_is_better
 from search_spaces.valid_space import Params, ValidSpace
 
 __all__ = ["AROUND_BEST", "AroundBest"]
 
 
 class AroundBest:
-    """TPE on a study's measured trials, asked afresh for each proposal (``propose``)."""
+    """TPE on a study's measured trials (its ledger), asked afresh for each proposal (``propose``)."""
 
     def __init__(self, job: TuningJob, valid: ValidSpace) -> None:
         self.job = job
         self.valid = valid
         self._params_of: dict[str, Params | None] = {}  # config key → its parameters in the space (None: not in it)
 
-    def propose(self, study: optuna.Study) -> Params | None:
+    def propose(self, ledger: Ledger) -> Params | None:
         """The parameters of the next candidate, or None when nothing is measured yet (nothing to search around)."""
-        trials = study.get_trials(deepcopy=False)
-        measured = [t for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-                    and t.user_attrs.get(EXECUTED_ATTR) and t.values]
-        seen = [ft for t in measured if (ft := self._frozen(t)) is not None]
+        seen = [ft for r in ledger.measured_rows() if (ft := self._frozen(r)) is not None]
         if not seen:
             return None
-        seed = self.job.sampler.seed * 1_000_003 + len(trials)
+        seed = self.job.sampler.seed * 1_000_003 + len(ledger.rows)
+        directions = ["maximize" if higher_is_better(n) else "minimize" for n in objective_names(self.job)]
         tpe = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True, group=True)
-        local = optuna.create_study(directions=study.directions,
+        local = optuna.create_study(directions=directions,
                                     sampler=ValidSpaceSampler(tpe, self.valid, seed))
         local.add_trials(seen)
-        for t in trials:  # what is running or waiting elsewhere is taken too
-            if (t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params
-                    and (dists := self._distributions(t.params)) is not None):
-                local.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING, params=t.params,
-                                                          distributions=dists))
+        for r in ledger.rows:  # what is running elsewhere is taken too
+            if r.state is TrialState.RUNNING and r.params and (dists := self._distributions(dict(r.params))):
+                local.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.RUNNING,
+                                                          params=dict(r.params), distributions=dists))
         trial = local.ask()
         self.job.space.suggest(trial)
         return dict(trial.params)
 
-    def _frozen(self, t: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
-        params = t.params or self._lookup(t.user_attrs.get(CONFIG_KEY_ATTR))
-        if not params:
+    def _frozen(self, r: Row) -> optuna.trial.FrozenTrial | None:
+        params = dict(r.params) or self._lookup(r.config)
+        if not params or r.told is None:
             return None
         dists = self._distributions(params)
         if dists is None:
             return None
-        constraints = t.system_attrs.get(_CONSTRAINTS_KEY)
-        return optuna.trial.create_trial(params=params, distributions=dists, values=t.values,
-                                         system_attrs={_CONSTRAINTS_KEY: constraints} if constraints else None)
+        return optuna.trial.create_trial(params=params, distributions=dists, values=r.told.values,
+                                         system_attrs={_CONSTRAINTS_KEY: [float(r.told.violation)]})
 
     def _distributions(self, params: Params) -> dict[str, CategoricalDistribution] | None:
         """Each parameter's choices, as ``SearchSpace.build`` asks for them on this candidate's path; None for
@@ -89,11 +86,11 @@ class AroundBest:
             return None
         return out
 
-    def _lookup(self, key: str | None) -> Params | None:
+    def _lookup(self, cfg: DeploymentConfig | None) -> Params | None:
         """The parameters of a configuration measured without them (the baseline), where it lies in the space."""
-        if key is None:
+        if cfg is None:
             return None
+        key = cfg.key()
         if key not in self._params_of:
-            cfg = DeploymentConfig.model_validate_json(key)
             self._params_of[key] = next((p for p, c in self.valid.iter_valid_configs() if c == cfg), None)
         return self._params_of[key]

@@ -7,25 +7,16 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-import optuna
-
 from advisor.job import TuningJob
+from advisor.proposers.ledger import Ledger
+from advisor.proposers.names import GRID
+from advisor.proposers.protocol import Exhausted, Proposal
 from search_spaces import check
 from search_spaces.valid_space import params_key
 
 
-def _grid_held(study: optuna.Study) -> set[str]:
-    """Grid points the study holds (asked, enqueued or told), except those told FAIL: a configuration's own
-    failure is told COMPLETE-infeasible, so FAIL means it was never judged (the environment failed it, or its
-    tuner was interrupted) and the grid measures it again."""
-    return {params_key(t.system_attrs.get("fixed_params", t.params)) for t in study.get_trials(deepcopy=False)
-            if t.state is not optuna.trial.TrialState.FAIL}
-
-
-def grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]:
-    """Valid grid points in a seeded shuffled order (the 'shuffled grid' baseline), minus those the study
-    already holds — so a continued grid study picks up where it stopped. After a pass, points the environment
-    failed come round again (the loop's stop on repeated environment failures bounds this)."""
+def grid_order(job: TuningJob) -> list[dict[str, Any]]:
+    """Every valid grid point in the seeded shuffled order (the 'shuffled grid' baseline)."""
     valid = job.valid_space()
     if valid is not None:
         pts = list(valid.iter_valid())
@@ -33,11 +24,27 @@ def grid_points(job: TuningJob, study: optuna.Study) -> Iterator[dict[str, Any]]
         model, wl = job.model_profile(), job.workload
         pts = [p for p, cfg in job.space.enumerate() if not check(cfg, model, job.cluster, wl.max_model_len)]
     random.Random(job.sampler.seed).shuffle(pts)
-    while True:
-        held = _grid_held(study)
-        todo = [p for p in pts if params_key(p) not in held]
-        if not todo:
-            return
-        for p in todo:
-            if params_key(p) not in _grid_held(study):  # another worker may have taken it meanwhile
-                yield p
+    return pts
+
+
+class Grid:
+    """The points the study does not hold yet (``Ledger.taken``: a point told FAIL — its environment failed, its
+    tuner was interrupted — was never judged and comes round again), pass after pass: a pass lists what is left,
+    then proposes each point another worker has not taken meanwhile. The loop's stop on repeated environment
+    failures bounds the passes."""
+
+    name = GRID
+
+    def __init__(self, job: TuningJob) -> None:
+        self.points = grid_order(job)
+        self._pass: Iterator[dict[str, Any]] | None = None
+
+    def propose(self, ledger: Ledger) -> Proposal:
+        taken = ledger.taken
+        point = next((p for p in self._pass if params_key(p) not in taken), None) if self._pass else None
+        if point is None:  # a new pass, over what is left
+            self._pass = iter([p for p in self.points if params_key(p) not in taken])
+            point = next(self._pass, None)
+        if point is None:
+            raise Exhausted("grid exhausted", exhausted=False)
+        return Proposal(point, self.name)

@@ -1,20 +1,22 @@
-"""The model guide inside a study: who gets a turn, the model's pick enqueued for the next ask (or, while the guide
-yields, the search around the measured best's), the turns and the measured trials a study already has (a resumed
-study, or another worker's) — what ``advisor.tune`` asks of ``advisor.proposers.guide.ModelGuide``."""
+"""The model guide inside a study: who gets a turn (``ModelTurns``, a ``Proposer``): the model's pick, or — while the
+guide yields — the search around the measured best's; and the guide a continued study resumes with, re-fitted to
+what it measured (``resume_guide``). Everything is read from the study's ledger (our rows), so the turns and the
+measured trials are the study's, whichever worker made them."""
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import optuna
 
 import db
 from advisor.executor_factory import model_params
 from advisor.job import SamplerKind, TuningJob
-from advisor.proposers.around_best import AROUND_BEST, AroundBest
-from advisor.proposers.guide import DECLINED_ATTR, MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
-from advisor.trial_record import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
+from advisor.proposers.around_best import AroundBest
+from advisor.proposers.guide import MAX_FIT_TRIALS, PROPOSER_ATTR, ModelGuide
+from advisor.proposers.ledger import Ledger
+from advisor.proposers.names import AROUND_BEST, MODEL, MODEL_DECLINED
+from advisor.proposers.protocol import Proposal
 from executors.perf import PerfParams
 from search_spaces import TrialState
 
@@ -26,48 +28,53 @@ def make_guide(job: TuningJob, start: PerfParams) -> ModelGuide | None:
     return ModelGuide(job, start)
 
 
-#: Each guide's search around the measured best, made the first time the guide yields.
-_AROUND: weakref.WeakKeyDictionary[ModelGuide, AroundBest | None] = weakref.WeakKeyDictionary()
+class ModelTurns:
+    """The guide's turns: on a model turn the model's pick (``model``), or the sampler's draw where the model
+    declines (``model-declined``: it predicts nothing better than the measured best; the turn still counts); while
+    the guide yields, the search around the measured best (where the space can be listed and something is
+    measured). Passes otherwise."""
+
+    name = MODEL
+
+    def __init__(self, guide: ModelGuide) -> None:
+        self.guide = guide
+        self._around: AroundBest | None | bool = False  # made the first time the guide yields
+
+    def propose(self, ledger: Ledger) -> Proposal | None:
+        guide = self.guide
+        guide.turns = ledger.turns  # the study's turns, not this worker's (several workers share a study)
+        if guide.yielding:
+            around = self._around_best()
+            params = around.propose(ledger) if around is not None else None
+            return Proposal(params, AROUND_BEST) if params is not None else None
+        if not guide.wants_turn(ledger.budget_used):
+            return None
+        params = guide.propose(ledger.config_keys, ledger.best_value)
+        return Proposal(params, MODEL) if params is not None else Proposal(None, MODEL_DECLINED)
+
+    def _around_best(self) -> AroundBest | None:
+        if self._around is False:
+            valid = self.guide.job.valid_space()
+            self._around = AroundBest(self.guide.job, valid) if valid is not None else None
+        assert not isinstance(self._around, bool)
+        return self._around
 
 
 def enqueue_turn(guide: ModelGuide | None, study: optuna.Study, executed: int,
                  taken: Callable[[], set[str]], best_measured: float | None = None) -> bool | None:
-    """On a model turn, enqueue the model's pick so that the next ``study.ask()`` returns it: True if it did,
-    None if the model declined its turn (the caller marks the sampler's trial with ``DECLINED_ATTR``, so the
-    study counts the turn), False when it was not a model turn. ``taken`` (the config keys not to propose) is
-    asked for only on a model turn. While the guide yields (the model missed the baseline), every trial is the
-    search around the measured best's (True), where the space can be listed; else the sampler's (False)."""
-    if guide is not None and guide.yielding:
-        return enqueue_around_best(guide, study)
-    if guide is None or not guide.wants_turn(executed):
+    """For a study driven outside the tune loop (``benchmarks/search_efficiency.py``): on a model turn, enqueue the
+    model's pick so that the next ``study.ask()`` returns it (True), None where the model declined, False when it
+    was not a model turn."""
+    if guide is None or guide.yielding or not guide.wants_turn(executed):
         return False
     params = guide.propose(taken(), best_measured)
     if params is None:
         return None
-    study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: "model"})
+    study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: MODEL})
     return True
 
 
-def enqueue_around_best(guide: ModelGuide, study: optuna.Study) -> bool:
-    """Enqueue the search around the measured best's next candidate (``advisor.proposers.around_best``); False
-    where the valid space cannot be listed or nothing is measured yet."""
-    if guide not in _AROUND:
-        valid = guide.job.valid_space()
-        _AROUND[guide] = AroundBest(guide.job, valid) if valid is not None else None
-    around = _AROUND[guide]
-    params = around.propose(study) if around is not None else None
-    if params is None:
-        return False
-    study.enqueue_trial(params, user_attrs={PROPOSER_ATTR: AROUND_BEST})
-    return True
-
-
-def study_turns(trials: Iterable[optuna.trial.FrozenTrial]) -> int:
-    """Model turns a study has had, in any worker: picks enqueued plus turns the model declined."""
-    return sum(1 for t in trials if t.user_attrs.get(PROPOSER_ATTR) == "model" or t.user_attrs.get(DECLINED_ATTR))
-
-
-def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, name: str,
+def resume_guide(job: TuningJob, database: db.Database, name: str,
                  start: PerfParams | None = None) -> ModelGuide | None:
     """The model guide of a guided study, re-fitted to what the study has measured so far (a continued study
     picks up its calibration and its count of model turns). ``start``: what the model starts from (a hardware
@@ -75,10 +82,9 @@ def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, nam
     guide = make_guide(job, start if start is not None else model_params(job))
     if guide is None:
         return None
-    trials = study.get_trials(deepcopy=False)
-    guide.turns = study_turns(trials)
-    done = [t.number for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get(EXECUTED_ATTR) and t.user_attrs.get(STATE_ATTR) == TrialState.COMPLETE.value]
+    ledger = Ledger.read(job, database, name)
+    guide.turns = ledger.turns
+    done = [r.number for r in ledger.measured_rows() if r.state is TrialState.COMPLETE]
     for number in done[-MAX_FIT_TRIALS:]:
         t = db.queries.get_trial(database, name, number)
         if t is not None and t.config is not None:
@@ -87,17 +93,3 @@ def resume_guide(job: TuningJob, study: optuna.Study, database: db.Database, nam
                 guide.judge(t.predicted, t.objectives, baseline=t.baseline and t.repeat_of is None)
     guide.refit()
     return guide
-
-
-def study_taken(guide: ModelGuide, study: optuna.Study) -> set[str]:
-    """Config keys the model must not propose: measured, failed, or asked by a worker and not yet told."""
-    taken = set()
-    for t in study.get_trials(deepcopy=False):
-        if CONFIG_KEY_ATTR in t.user_attrs:
-            taken.add(t.user_attrs[CONFIG_KEY_ATTR])
-        elif t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING) and t.params:
-            try:
-                taken.add(guide.config_of(t.params).key())
-            except ValueError:
-                continue
-    return taken

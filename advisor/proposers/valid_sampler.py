@@ -21,6 +21,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from advisor.proposers.ledger import Ledger
+from advisor.proposers.protocol import Exhausted
 from search_spaces.valid_space import Params, ValidSpace, params_key
 
 
@@ -142,3 +144,19 @@ class ValidSpaceSampler(optuna.samplers.BaseSampler):
         at = next((i for i, c in enumerate(choices) if c == value and type(c) is type(value)), 0)
         best = min(abs(i - at) for i in ok)
         return choices[random.Random(f"{self._seed}:{number}:{name}").choice([i for i in ok if abs(i - at) == best])]
+
+
+class SpaceUsedUp:
+    """The chain's guard (a ``Proposer`` that never proposes): ``Exhausted`` once every valid candidate of an
+    enumerable space is measured or being measured; passes otherwise."""
+
+    name = "space-used-up"
+
+    def __init__(self, valid: ValidSpace) -> None:
+        self.valid = valid
+
+    def propose(self, ledger: Ledger) -> None:
+        if not self.valid.feasible({}, ledger.taken):
+            raise Exhausted(f"space exhausted: each of its {self.valid.valid:,} valid candidates is measured (or "
+                            "being measured by another worker)")
+        return None
