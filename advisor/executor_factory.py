@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,7 +103,7 @@ def model_params(job: TuningJob) -> PerfParams:
     """The performance model's parameters for this job: ``executor.perf_params`` (a calibrated profile) or the
     defaults of the cluster's GPU kind. The simulated executor predicts with them; a guided study starts
     its model from them."""
-    from executors.perf import PerfParams, default_params
+    from executors.perf import default_params
     from executors.perf.params import REFERENCE, reference_missing, reference_params
 
     spec = job.executor
@@ -115,11 +114,10 @@ def model_params(job: TuningJob) -> PerfParams:
         if ref is None:
             raise BadInput(reference_missing(job.cluster.gpu))
         return ref
-    path = job.resolve_path(spec.perf_params)
     try:
-        return PerfParams.model_validate(json.loads(path.read_text()))
+        return job.params_file()  # read once per job (``load_job`` read it first)
     except (OSError, ValueError) as e:
-        raise BadInput(f"executor.perf_params: cannot load {path}: {e}") from None
+        raise BadInput(f"executor.perf_params: cannot load {job.resolve_path(spec.perf_params)}: {e}") from None
 
 
 def executor_class(spec: ExecutorSpec) -> type[Executor]:

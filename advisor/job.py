@@ -274,6 +274,8 @@ class TuningJob(BaseModel):
     _base_dir: str | None = PrivateAttr(None)  # where relative paths in the job file are anchored
     _valid: list[ValidSpace | None] = PrivateAttr(default_factory=list)  # computed once, on first use
     _space_derived: bool = PrivateAttr(False)  # the job named no space: ``with_default_space`` derived it
+    _profile: tuple[Any, str | None, ModelProfile] | None = PrivateAttr(None)  # ``model_profile``'s, built once
+    _params_file: tuple[str, Any] | None = PrivateAttr(None)  # ``params_file``'s, read once
 
     @model_validator(mode="before")
     @classmethod
@@ -318,7 +320,23 @@ class TuningJob(BaseModel):
         return self
 
     def model_profile(self) -> ModelProfile:
-        return self.model.profile(Path(self._base_dir) if self._base_dir else None)
+        """The model's profile, built once per job (a copy of the job with another model builds its own)."""
+        cached = self._profile
+        if cached is None or cached[0] is not self.model or cached[1] != self._base_dir:
+            cached = self._profile = (self.model, self._base_dir,
+                                      self.model.profile(Path(self._base_dir) if self._base_dir else None))
+        return cached[2]
+
+    def params_file(self) -> Any:
+        """``executor.perf_params`` (a parameter file ``advisor calibrate`` wrote), read once per job: ``load_job``
+        reads it to report a broken one, and the model's parameters come from the same read. ``OSError`` or
+        ``ValueError`` (``executors.perf.params.ParamsFileInvalid``) for a file that cannot serve."""
+        from executors.perf import PerfParams
+
+        path = str(self.resolve_path(self.executor.perf_params or ""))
+        if self._params_file is None or self._params_file[0] != path:
+            self._params_file = (path, PerfParams.load(path))
+        return self._params_file[1]
 
     @property
     def space_derived(self) -> bool:
@@ -454,14 +472,16 @@ def load_job(path: str | Path) -> TuningJob:
         if (missing := reference_missing(job.cluster.gpu)) is not None:
             raise BadInput(f"{p}: {missing}")
     elif job.executor.perf_params:
-        from executors.perf import PerfParams
+        from executors.perf.params import ParamsFileInvalid
 
         params = job.resolve_path(job.executor.perf_params)
         try:
-            PerfParams.load(params)
+            job.params_file()  # read once, here: the job carries it (``model_params``)
         except OSError as e:
             raise BadInput(f"{p}: executor.perf_params: cannot read {params} ({e.strerror or e}); give a file "
                            "advisor calibrate wrote") from None
+        except ParamsFileInvalid as e:
+            raise BadInput(f"{p}: executor.perf_params: {describe_validation_error(e.error, e.path)}") from None
         except ValueError as e:
             raise BadInput(f"{p}: executor.perf_params: {_one_line(e)}") from None
     from advisor.workload_inputs import with_checked_inputs

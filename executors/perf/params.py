@@ -176,7 +176,6 @@ class PerfParams(BaseModel):
         ``ValueError`` naming the file, and the parameter and its range where one is wrong."""
         from pydantic import ValidationError
 
-        from advisor.errors import describe_validation_error
         from search_spaces.json_file import read_json_file
 
         p = Path(path)  # a parameter file is a kilobyte, never /dev/zero
@@ -189,7 +188,17 @@ class PerfParams(BaseModel):
             return cls.model_validate(data)
         except ValidationError as e:
             e._advisor_model = cls  # type: ignore[attr-defined]
-            raise ValueError(describe_validation_error(e, str(p))) from None
+            raise ParamsFileInvalid(str(p), e) from None
+
+
+class ParamsFileInvalid(ValueError):
+    """A parameter file whose values the model rejects; ``error`` holds pydantic's account, which the caller says
+    in the user's words (``advisor.errors.describe_validation_error``): the model knows nothing of the advisor."""
+
+    def __init__(self, path: str, error: Any) -> None:
+        super().__init__(f"{path}: {error.errors(include_url=False)[0].get('msg', 'invalid parameters')}")
+        self.path = path
+        self.error = error
 
 
 #: Every field of PerfParams is calibratable; the order is the vector order.
