@@ -47,19 +47,21 @@ LEVELS = [2]
 WORKLOAD = {"dataset": "random", "isl": {"mean": 64, "range_ratio": 0.2}, "osl": {"mean": 16, "range_ratio": 0.2},
             "load_levels": LEVELS, "prompts_per_concurrency": 2, "min_prompts": 4, "warmups_per_concurrency": 0,
             "knee_search": False}
-#: The level the stop tests interrupt: long enough (c=1, 256 output tokens a request) that the stop lands while
-#: it runs; it is never measured to the end.
-LONG = {**WORKLOAD, "osl": {"mean": 256, "range_ratio": 0.1}, "load_levels": [1], "min_prompts": 4}
+#: The level the stop tests interrupt: the same requests (the servers' context length is the module's), one at a
+#: time and many, so that the stop lands while it runs; it is never measured to the end.
+LONG = {**WORKLOAD, "load_levels": [1], "min_prompts": 200}
 CONFIG = DeploymentConfig.model_validate(
     {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": 4, "max_num_batched_tokens": 1024}})
 BROKEN_FLAG = ["--max-num-seqs", "notanumber"]
 
 
 def _job(kind: str, work: Path, workload: dict[str, Any] = WORKLOAD) -> TuningJob:
+    """The job every executor is built from. ``health_s`` is only a ceiling: Ray's first deploy starts the private
+    cluster inside it, and vLLM starts slowly on a machine other tests load too."""
     return job_from_dict({"name": "conformance", "preset": "cpu-tiny-moe",
                           "cluster": {"gpu": "CPU", "nodes": 1, "gpus_per_node": 1}, "workload": workload,
                           "objective": {"mode": "pareto"},
-                          "executor": {"kind": kind, "run_dir": str(work / "runs"), "timeouts": {"health_s": 240}}})
+                          "executor": {"kind": kind, "run_dir": str(work / "runs"), "timeouts": {"health_s": 420}}})
 
 
 @pytest.fixture(scope="module", params=[
@@ -252,19 +254,23 @@ def test_evaluate_reports_its_resources_and_leaves_nothing_running(run, executor
     assert _left_behind(ex, res) == []
 
 
-def test_a_deployment_that_cannot_start_fails_at_start_and_leaves_nothing(executor) -> None:
+def test_a_deployment_that_cannot_start_fails_at_start_and_leaves_nothing(executor, monkeypatch) -> None:
     ex, job = executor
     if ex.simulated:
         pytest.skip("the simulated executor starts nothing: no deployment of it can fail to start")
+    monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # local: the levels' client starts with the servers
     seen: list[dict[str, Any]] = []
     with _serve_args(ex, BROKEN_FLAG):
         r = ex.evaluate(place(CONFIG, job.cluster), job.workload, on_started=seen.append)
     assert r.failure is FailureKind.START and not r.ok and r.measurements == [], _why(r)
-    assert "notanumber" in (r.reason or "") and "notanumber" in (r.log_tail or "")
+    assert "invalid int value: 'notanumber'" in (r.reason or "") and "notanumber" in (r.log_tail or "")
+    assert (r.reason or "").startswith(f"{place(CONFIG, job.cluster).instances[0].name}")  # which server said it
     # deploy tears a half-started deployment down itself; its record on disk says so
     assert seen, "the failed deployment never told what it started"
     record = seen[-1]
-    assert record["pgids"]
+    assert record["pgids"] and record["stopped"]
+    if ex.kind == "local":  # the client started at deploy, stopped with the servers though no level ran
+        assert len(record["bench_pgids"]) == 1 and record["bench_pgids"][0] not in record["pgids"]
     assert _left_behind(ex, record) == []
 
 
@@ -292,3 +298,19 @@ def test_a_measure_stopped_mid_level_still_tears_down(executor, how: str, tmp_pa
     record = seen[-1]  # the record told after teardown
     assert record["pgids"] and all(record["stopped"].values())
     assert _left_behind(ex, record) == []
+
+
+def test_close_releases_what_the_executor_holds(executor) -> None:
+    """The module's last test: ``close`` (what ``advisor tune`` calls once its study ends) leaves nothing running
+    that the executor held across trials — Ray: the private cluster it started."""
+    ex, _ = executor
+    head = getattr(ex, "_head", None)
+    ex.close()
+    if ex.kind == "ray":
+        import ray
+
+        assert head is not None and not ray.is_initialized()
+        with pytest.raises(ProcessLookupError):
+            os.killpg(head.pgid, 0)
+        assert procs.marked_processes([str(Path(head.log_path).resolve())]) == []  # nor any of its workers
+    assert not getattr(ex, "_next", None)  # local: no server left waiting for a next deployment
