@@ -29,7 +29,7 @@ from advisor.job import ExecutorSpec, Objective, TuningJob, job_from_dict
 from advisor.study_counts import Counts
 from db import queries, redact_url
 from search_spaces import DEFAULT_OBJECTIVE, DEFAULT_PARETO_Y, slo_metrics
-from ui import advice
+from ui import advice, trial_plots
 from ui.settings import settings
 
 #: Seconds a cached table may live (the stamp invalidates it sooner when a trial finishes).
@@ -438,6 +438,17 @@ def history(url: str, name: str, stamp: Stamp) -> pd.DataFrame:
 def trial(url: str, name: str, number: int, stamp: Stamp) -> db.Trial | None:
     """One trial with its measurements and exports (``queries.get_trial``)."""
     return queries.get_trial(database(url), name, number)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def topology_picture(url: str, name: str, number: int, stamp: Stamp) -> str | None:
+    """A trial's topology as the static SVG the study page's headline shows (``trial_plots.topology_svg``), or
+    None when the trial recorded none. Kept: building the figure costs a Plotly figure's validation on every
+    load, before the page's first picture."""
+    t = trial(url, name, number, stamp)
+    if t is None or not t.topology:
+        return None
+    return trial_plots.topology_svg(trial_plots.topology_figure(t.topology, "router"))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from advisor import api
-from ui import advice, common, data, downloads, importance, jobs, plots, tables, trial_plots
+from ui import advice, common, data, downloads, importance, jobs, plots, tables
 from ui.settings import settings
 
 started = time.monotonic()
@@ -50,13 +50,15 @@ def point_line(p: advice.OperatingPoint) -> str:
 
 
 def topology(b: advice.OperatingPoint) -> None:
-    t = data.trial(url, name, b.trial, info.stamp)
-    if t is not None and t.topology:
-        policy = t.config.router_policy if t.config else "?"
-        # drawn to the deployment's scale (its own width): one GPU is a small picture, not a page-wide box; a
-        # static SVG (a glance; the trial page has hovers): the page's first picture waits for no Plotly bundle
+    # drawn to the deployment's scale (its own width): one GPU is a small picture, not a page-wide box; a static
+    # SVG (a glance; the trial page has hovers), kept per database state: the page's first picture waits for no
+    # Plotly bundle and no figure built afresh
+    picture = data.topology_picture(url, name, b.trial, info.stamp)
+    if picture is not None:
+        t = data.trial(url, name, b.trial, info.stamp)
+        policy = t.config.router_policy if t is not None and t.config else "?"
         with st.container(key=K("rec_topology")):
-            st.image(trial_plots.topology_svg(trial_plots.topology_figure(t.topology, "router")))
+            st.image(picture)
         st.caption(f"Where each instance runs ({advice.plural(b.gpus, 'GPU') if b.gpus else '?'}): prefill blue, "
                    f"decode orange, mixed green; lines from the router ({policy}).")
 
