@@ -373,6 +373,15 @@ PREFIX_REUSE_LIMIT = 0.05
 DEFAULT_ERROR_SLO = {"metric": "error_rate", "op": "<=", "value": 0.01}
 
 
+def slo_excess(op: str, bound: float, got: Any) -> Any:
+    """How far ``got`` — a value, or a NumPy array of them — is outside the bound ``op bound`` (``<=`` or ``>=``),
+    relative to it: ≤ 0 means met. A bound of 0 is scaled by 1 (an error rate ≤ 0 is violated by the failed share).
+    The one SLO arithmetic: the tuner's scoring (``SLO.excess``), the model's levels (``LevelTable.violations``) and
+    the dashboard's margins all call it."""
+    scale = abs(bound) or 1.0
+    return (bound - got) / scale if op == ">=" else (got - bound) / scale
+
+
 class SLO(BaseModel):
     """A bound on one measured metric, e.g. ``p90_ttft_ms <= 2000``; checked per load level."""
 
@@ -396,10 +405,7 @@ class SLO(BaseModel):
 
     def excess(self, got: float | None) -> float:
         """``violation`` of a value of the metric (None: missing)."""
-        if got is None:
-            return 1.0
-        scale = abs(self.value) or 1.0
-        return (self.value - got) / scale if self.op == ">=" else (got - self.value) / scale
+        return 1.0 if got is None else float(slo_excess(self.op, self.value, got))
 
     def close_call(self, m: Measurement) -> bool:
         """Whether the level's 95% interval of this metric straddles the bound (the decision is a coin toss)."""

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from search_spaces.metrics import metric as declared
-from search_spaces.workload import LEVEL_FLAGS, routing_label
+from search_spaces.workload import LEVEL_FLAGS, routing_label, slo_excess
 
 
 def short(name: str) -> str:
@@ -207,7 +207,7 @@ def margins(point: OperatingPoint, slos: Sequence[Any]) -> list[Margin]:
         measured = None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
         room = None
         if measured is not None and s.value:
-            room = (measured - s.value) / abs(s.value) if s.op == ">=" else (s.value - measured) / abs(s.value)
+            room = -slo_excess(s.op, float(s.value), measured)  # the room left is the excess, negated
         elif measured is not None:
             room = None
         out.append(Margin(str(s), s.metric, s.op, float(s.value), measured, room))

@@ -12,6 +12,7 @@ import numpy as np
 from executors.perf.derived import _WorkloadDerived
 from executors.perf.step import Arr, _pow
 from search_spaces import SLO, Measurement, Workload
+from search_spaces.workload import slo_excess
 
 #: Standard-normal quantiles of P90 and P99 (spreads modelled as normal).
 _Z90 = 1.2815515655446004
@@ -207,9 +208,7 @@ class LevelTable:
         for i, s in enumerate(slos):
             v = self.columns[s.metric]
             if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-                scale = abs(s.value) or 1.0
-                e = np.where(np.isnan(v) | (v < 0.0) | (v == math.inf), 1.0,
-                             (s.value - v) / scale if s.op == ">=" else (v - s.value) / scale)
+                e = np.where(np.isnan(v) | (v < 0.0) | (v == math.inf), 1.0, slo_excess(s.op, s.value, v))
             else:
                 e = np.array([s.excess(x) for x in self.column(s.metric)], dtype=float)
             worst = e if i == 0 else np.maximum(worst, e)
