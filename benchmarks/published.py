@@ -11,7 +11,10 @@ metric by metric:
 * **leave one family out** (vLLM rows of the file, where it holds two or more families) — the reference fit
   (``advisor.reference_fit``) run on the file's vLLM rows of every other model family, starting from the priors,
   then used to predict the family left out;
-* **all families** — the same fit on every vLLM row, in sample.
+* **all families** — the same fit on every vLLM row, in sample;
+* **what carries** (two families: the fit without one is the fit on the other alone) — the family left out predicted
+  with the fit without it, each parameter in turn given the value the family's own fit gives it, then the swaps
+  together in order of gain: which shared parameters the family left out disagrees on.
 
 Summary per view: the median |predicted / measured − 1| of each published metric (throughput per GPU, median and
 P90 TTFT and TPOT) by family, GPU and mode, over vLLM rows; within each group of layouts of one (model, GPU,
@@ -48,7 +51,13 @@ from advisor.operating_point import (  # noqa: E402
     columns_of,
     read_published_csv,
 )
-from advisor.reference_fit import REFERENCE_PATH, fit_reference, params_for, write_reference  # noqa: E402
+from advisor.reference_fit import (  # noqa: E402
+    REFERENCE_PATH,
+    ReferenceFit,
+    fit_reference,
+    params_for,
+    write_reference,
+)
 from executors import place  # noqa: E402
 from executors.perf import MODEL_VERSION, PerfParams, default_params, predict  # noqa: E402
 from executors.perf.burst import predict_as_sent  # noqa: E402
@@ -61,6 +70,8 @@ DEFAULT_ROWS = ROOT.parent / "shared" / "published" / "visible.csv"
 SCORED = ("tput_per_gpu", "output_tput_per_gpu", "median_ttft_ms", "p90_ttft_ms", "median_tpot_ms", "p90_tpot_ms")
 #: What a group of layouts is compared on.
 ORDER_METRIC = "tput_per_gpu"
+#: The metrics the what-carries diagnostic reports.
+CARRY_METRICS = ("tput_per_gpu", "median_ttft_ms", "median_tpot_ms")
 
 
 def predict_point(point: OperatingPoint, jobs: Jobs, params_of: Callable[[str], PerfParams]
@@ -171,6 +182,48 @@ def layout_order(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
             "groups_of_2": len(pairs), "pairs_in_order": sum(pairs), "detail": detail}
 
 
+def swapped(left_out: ReferenceFit, own: ReferenceFit, names: Iterable[str]) -> Callable[[str], PerfParams]:
+    """The parameters of the fit ``left_out`` with ``names`` at the values of the fit ``own`` (over each GPU kind's
+    priors, as ``params_for``; the CPU slot keeps its own priors)."""
+    vals = {n: getattr(left_out.params, n) for n in left_out.fitted} | {n: getattr(own.params, n) for n in names}
+
+    def of(kind: str) -> PerfParams:
+        base = prior_params(kind)
+        if kind == "CPU" or not vals:
+            return base
+        return PerfParams.from_vector(list(vals.values()), base=base, names=list(vals))
+    return of
+
+
+def family_errors(points: Sequence[OperatingPoint], jobs: Jobs, params_of: Callable[[str], PerfParams]
+                  ) -> dict[str, float | None]:
+    """Median |predicted / measured − 1| of ``CARRY_METRICS`` over ``points``."""
+    errs: dict[str, list[float]] = {m: [] for m in CARRY_METRICS}
+    for p in points:
+        pred, _ = predict_point(p, jobs, params_of)
+        if pred is None:
+            continue
+        for m in CARRY_METRICS:
+            e = rel_err(pred.get(m), p.measured.get(m))
+            if e is not None:
+                errs[m].append(e)
+    return {m: _median(v) for m, v in errs.items()}
+
+
+def what_carries(family: str, points: Sequence[OperatingPoint], left_out: ReferenceFit, own: ReferenceFit,
+                 jobs: Jobs) -> dict[str, Any]:
+    """``family``'s rows (``points``) predicted by the fit without it (``left_out``), then with each parameter its
+    own fit (``own``) moved swapped in alone, then swapped in together in order of the gain alone: a parameter
+    whose swap removes most of the error is one the two families disagree on, not one the model lacks."""
+    base = family_errors(points, jobs, params_for(left_out))
+    single = {n: {"left_out": getattr(left_out.params, n), "own": getattr(own.params, n),
+                  **family_errors(points, jobs, swapped(left_out, own, [n]))} for n in own.fitted}
+    order = sorted(single, key=lambda n: single[n][ORDER_METRIC] if single[n][ORDER_METRIC] is not None else math.inf)
+    together = [{"swapped": order[:i], **family_errors(points, jobs, swapped(left_out, own, order[:i]))}
+                for i in range(2, len(order) + 1)]
+    return {"rows": len(points), "left_out_fit": base, "one_at_a_time": single, "together": together}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", nargs="?", type=Path, default=DEFAULT_ROWS, help="a CSV of published operating points")
@@ -189,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "priors": default_params}
     families = sorted({p.family for p in points if p.is_vllm})
     fits: dict[str, Any] = {}
+    carries: dict[str, Any] = {}
     if not args.no_lofo:
         vllm = [p for p in points if p.is_vllm]
         fits["all"] = fit_reference(vllm, jobs=jobs)
@@ -198,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
                 fits[f"without:{fam}"] = fit_reference([p for p in vllm if p.family != fam], jobs=jobs)
         if args.write_reference:
             write_reference(fits["all"], args.rows)
+        if len(families) == 2:  # the fit without one family is the fit on the other alone
+            for fam, other in (families, families[::-1]):
+                carries[fam] = what_carries(fam, [p for p in vllm if p.family == fam], fits[f"without:{fam}"],
+                                            fits[f"without:{other}"], jobs)
 
     rows: list[dict[str, Any]] = []
     for p in points:
@@ -224,12 +282,16 @@ def main(argv: list[str] | None = None) -> int:
         if any(r.get(view) for r in rows):
             summary[view.removeprefix("predicted_") if view != "predicted" else "reference"] = score(rows, view)
     summary["fits"] = {k: v.summary() for k, v in fits.items()}
+    if carries:
+        summary["what_carries"] = carries
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out = {"summary": summary, "rows": rows,
            "skipped": [{"line": s.line, "source": s.source, "reason": s.reason} for s in skipped]}
     args.out.write_text(json.dumps(out, indent=1, default=str) + "\n")
     print(table(summary))
+    if carries:
+        print(carries_table(carries))
     print(f"wrote {args.out} ({len(rows)} rows, {summary['seconds']} s)")
     return 0
 
@@ -249,6 +311,23 @@ def table(summary: dict[str, Any]) -> str:
         lines.append(f"| {view} | {s['rows_predicted']} | {cell('tput_per_gpu')} | {cell('median_ttft_ms')} | "
                      f"{cell('p90_ttft_ms')} | {cell('median_tpot_ms')} | {cell('p90_tpot_ms')} | "
                      f"{rho}; {o['pairs_in_order']}/{o['groups_of_2']} |")
+    return "\n".join(lines)
+
+
+def carries_table(carries: dict[str, Any]) -> str:
+    """The what-carries diagnostic as a Markdown table: median |error| of the family left out, fitted without it and
+    with its own value of each parameter swapped in."""
+    def cells(e: dict[str, Any]) -> str:
+        return " | ".join(f"{e[m]:.0%}" if e.get(m) is not None else "–" for m in CARRY_METRICS)
+
+    lines = ["| family left out | swapped in from its own fit | tok/s/GPU | median TTFT | median TPOT |",
+             "|---|---|---|---|---|"]
+    for fam, c in carries.items():
+        lines.append(f"| {fam} | nothing | {cells(c['left_out_fit'])} |")
+        for n, e in c["one_at_a_time"].items():
+            lines.append(f"| {fam} | {n} {e['left_out']:.3g} → {e['own']:.3g} | {cells(e)} |")
+        for e in c["together"]:
+            lines.append(f"| {fam} | {' + '.join(e['swapped'])} | {cells(e)} |")
     return "\n".join(lines)
 
 
