@@ -1,5 +1,6 @@
 """How a trial's end reaches the two stores: our row first (``record``), then Optuna told from it (``tell_row``),
-and how a study is read back from Optuna's side (the attributes the tuner sets, the SLO constraint, the extras).
+and the attributes the tuner writes on Optuna's side (for Optuna's own views; the tuner decides from our rows,
+``advisor.proposers.ledger``).
 
 Recording and telling are two transactions. The row is the truth: ``tell_row`` is the one writer of what Optuna
 holds for a measured trial, run by the tuner right after the row and by a resuming tuner for a trial whose row a
@@ -47,11 +48,6 @@ def one_line(text: str | None, limit: int = 300) -> str:
     """An executor's reason as a progress line can show it (reasons may carry a traceback's lines)."""
     line = " ".join((text or "no reason given").split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def constraint_of(t: optuna.trial.FrozenTrial) -> float:
-    """The trial's SLO violation as Optuna holds it (also from studies that stored it as ``constraints:slo``)."""
-    return max(t.constraints.values(), default=0.0)
 
 
 def record(job: TuningJob, database: db.Database, tid: int, run: RunResult,
@@ -189,15 +185,3 @@ def told_outcome(job: TuningJob, state: TrialState, objectives: Mapping[str, flo
         return Outcome([float(v) for v in values if v is not None], violation if violation is not None else 0.0,
                        None)
     return worst(job)
-
-
-def extras(study: optuna.Study, kind: str) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(EXTRA_ATTR) == kind
-            and t.state is optuna.trial.TrialState.COMPLETE]
-
-
-def best_value(trials: list[optuna.trial.FrozenTrial]) -> float | None:
-    """The best feasible first objective measured so far (a model pick predicted below it yields its turn)."""
-    vals = [t.values[0] for t in trials if t.state is optuna.trial.TrialState.COMPLETE
-            and t.user_attrs.get(EXECUTED_ATTR) and t.values and constraint_of(t) <= 0]
-    return max(vals) if vals else None

@@ -1,9 +1,11 @@
-"""The tune loop: ask → suggest → validate → place → evaluate → record → tell.
+"""The tune loop: read the ledger → ask the proposer chain → ask Optuna → validate → run (or reuse) → record → tell.
 
-Kept short on purpose; what a trial's outcome means for Optuna is in ``objectives``, what is stored is
-in ``db``, and how a deployment runs is the executor's business. Nothing a trial does can stop the loop:
-a failure is a recorded state, not an exception. Recording and telling are ``advisor.trial_record``;
-heartbeats and closing what a dead tuner left are ``advisor.recovery``; the shuffled grid is ``advisor.proposers.grid``.
+Kept short on purpose. Every decision reads the study's ledger — our rows (``advisor.proposers.ledger``); Optuna is
+written from those rows and read only for the workers' claims (``_claim``). Where a candidate comes from is the
+proposers' business (``advisor.proposers.protocol``: one protocol, an ordered chain), what a trial's outcome means
+for Optuna is in ``objectives``, what is stored is in ``db``, and how a deployment runs is the executor's. Nothing
+a trial does can stop the loop: a failure is a recorded state, not an exception. Recording and telling are
+``advisor.trial_record``; heartbeats and closing what a dead tuner left are ``advisor.recovery``.
 """
 
 from __future__ import annotations
