@@ -13,10 +13,11 @@ the interrupted measure. The contracts:
 * a measure stopped in the middle of a level — by an error or by Ctrl-C — still tears everything down: an error
   becomes ``FailureKind.INTERNAL``, Ctrl-C leaves ``evaluate`` with the run marked ``INTERRUPTED``. On the real
   executors the stop is a signal to this process once the server has taken the level's first request (what a
-  user's Ctrl-C is); only the Ctrl-C case runs there, the error case taking the same ``finally`` in ``evaluate``.
+  user's Ctrl-C is); only the Ctrl-C case runs there, the error case taking the same ``finally`` in ``evaluate``;
+* ``close`` leaves nothing the executor held across trials (Ray: the private cluster and its workers).
 
-Run: ``pytest tests/test_executor_conformance.py`` (simulated only without ``-m vllm``; the real ones need the CPU
-build of vLLM and Ray).
+Run: ``pytest tests/test_executor_conformance.py`` (``-m "not vllm"``: the simulated executor alone; the real ones
+need the CPU build of vLLM, and Ray).
 """
 
 from __future__ import annotations
