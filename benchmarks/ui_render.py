@@ -177,10 +177,11 @@ _DRAWN = """m => [...document.querySelectorAll('.js-plotly-plot')].some(el => el
 
 
 #: The first chart either dashboard draws: a Plotly figure with its layout (optuna-dashboard's plots, ours), or our
-#: headline's static topology picture (an image) once loaded.
+#: headline's static topology picture (an image, inline in the headline's Markdown, or an ``st.image``) once loaded.
 _ANY_CHART = ("() => [...document.querySelectorAll('.js-plotly-plot')]"
               ".some(el => el.layout && el.data && el.data.length) || "
-              "[...document.querySelectorAll('[data-testid^=stImage] img')].some(i => i.complete && i.naturalWidth)")
+              "[...document.querySelectorAll('[class*=st-key-rec_topology] img, [data-testid^=stImage] img')]"
+              ".some(i => i.complete && i.naturalWidth)")
 #: The answer's text: our headline ("Run trial N …"), optuna-dashboard's best-trial card.
 _OUR_ANSWER = ("() => [...document.querySelectorAll('h4')].map(e => e.innerText)"
                ".find(t => t.startsWith('Run trial'))")

@@ -95,7 +95,7 @@ def test_each_page_says_what_advisor_best_and_studies_print(r7: tuple[str, str, 
 
 def test_assets_go_compressed_and_plotly_loads_with_the_page(r7: tuple[str, str, Any]) -> None:
     """Asked for gzip, the server compresses its JavaScript (Plotly's 4.7 MB chunk the most) and the page; the
-    page preloads the Plotly chunk, so the first chart does not wait for it to be fetched after the data."""
+    page prefetches the Plotly chunk, so a chart does not wait for it to be fetched after the data."""
     import gzip
     import urllib.request
 
@@ -115,7 +115,7 @@ def test_assets_go_compressed_and_plotly_loads_with_the_page(r7: tuple[str, str,
     headers, body = get(f"/study?study={STUDY}")
     assert headers.get("content-encoding") == "gzip"
     page = gzip.decompress(body).decode()
-    assert f'<link rel="modulepreload" href="{chunk}">' in page and "BACKEND_BASE_URL" in page
+    assert f'<link rel="prefetch" href="{chunk}">' in page and "BACKEND_BASE_URL" in page
 
 
 def test_optuna_dashboard_shows_the_answer_s_note(r7: tuple[str, str, Any],

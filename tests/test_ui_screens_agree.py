@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import db
 from advisor import api
+from db import queries
 from tests import r7_study
 from tests.test_ui_apptest import _run, _texts
 from ui import common, importance, trial_plots
@@ -261,6 +263,24 @@ def test_the_headline_topology_is_a_static_picture_of_every_gpu() -> None:
     assert svg.count("<rect") == len([s for s in fig.layout.shapes if s.type == "rect"]) + 5  # + 5 legend keys
     assert svg.count(">P0<") == 8 and svg.count(">D0<") == 8 and ">node 1<" in svg
     assert "router &lt;rr&gt;" in svg and "<rr>" not in svg  # text is escaped
+
+
+def test_the_headline_topology_is_drawn_with_the_text_beside_it(env: Path, url: str) -> None:
+    """The picture is a Markdown image of the answer's topology (drawn by the code that draws the headline's text,
+    waiting for no chunk of its own), the SVG the trial's topology gives."""
+    at = _run("views/study.py", study=STUDY)
+    pictures = [str(m.value) for m in at.markdown if str(m.value).startswith("![")]
+    assert len(pictures) == 1
+    alt, data = pictures[0].split("](data:image/svg+xml;base64,")
+    assert alt == "![where trial 4's instances run" and data.endswith(")")
+    database = db.connect(url)
+    try:
+        trial = queries.get_trial(database, STUDY, 4)
+    finally:
+        database.close()
+    assert trial is not None and trial.topology
+    svg = trial_plots.topology_svg(trial_plots.topology_figure(trial.topology, "router"))
+    assert base64.b64decode(data[:-1]).decode() == svg
 
 
 def test_a_run_with_fewer_trials_than_the_job_reads_finished(tmp_path: Path) -> None:

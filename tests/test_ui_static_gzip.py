@@ -1,5 +1,5 @@
 """The dashboard's static files go gzipped from a cache, compressed once per server (``ui.server.StaticGzip``), and its
-page preloads the chunks its first picture and its first Plotly chart need (``ui.server.head_tags``).
+page fetches the Plotly chunk early, at low priority (``ui.server.head_tags``).
 
 The middleware is driven as the server drives it: an ASGI request to an app that answers as Streamlit's static
 route does (a file's bytes, its content type, a cache header); the page check reads Streamlit's own files.
@@ -94,9 +94,8 @@ def test_warm_compresses_the_page_s_own_files_from_disk() -> None:
     assert gzip.decompress(server.GZIPPED[chunk]) == (server.STATIC_ROOT / chunk.lstrip("/")).read_bytes()
 
 
-def test_the_page_preloads_its_first_picture_s_and_plotly_s_chunks() -> None:
+def test_the_page_fetches_plotly_s_chunk_early_without_compiling_it() -> None:
     head = server.head_tags().decode()
-    for name in (*server.IMAGE_CHUNKS, "PlotlyChart"):
-        path = server.chunk(name)
-        assert path is not None and (server.STATIC_ROOT / path.lstrip("/")).is_file(), name
-        assert f'<link rel="modulepreload" href="{path}">' in head
+    path = server.plotly_chunk()
+    assert path is not None and (server.STATIC_ROOT / path.lstrip("/")).is_file()
+    assert f'<link rel="prefetch" href="{path}">' in head and "modulepreload" not in head

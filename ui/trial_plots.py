@@ -3,6 +3,7 @@ each load level measured, per-rank imbalance and where the time went. Pure funct
 
 from __future__ import annotations
 
+import base64
 import html
 import math
 from collections.abc import Mapping, Sequence
@@ -281,3 +282,13 @@ def topology_svg(fig: go.Figure) -> str:
             legend_x += 22 + 6.5 * len(trace.name)
     out.append("</svg>")
     return "".join(out)
+
+
+def svg_markdown(svg: str, alt: str) -> str:
+    """An SVG picture as a Markdown image (a ``data:`` URL): drawn with the text around it by the Markdown code
+    the page has loaded already. ``st.image`` waits for a chunk of its own, and an ``<img>`` in raw HTML for the
+    Markdown's raw-HTML plugin, each fetched and run only when the picture arrives — on a busy machine up to
+    seconds after the text beside it."""
+    data = base64.b64encode(svg.encode()).decode()
+    words = alt.replace("[", "").replace("]", "")
+    return f"![{words}](data:image/svg+xml;base64,{data})"

@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from advisor import api
-from ui import advice, common, data, downloads, importance, jobs, plots, tables
+from ui import advice, common, data, downloads, importance, jobs, plots, tables, trial_plots
 from ui.settings import settings
 
 started = time.monotonic()
@@ -58,7 +58,7 @@ def topology(b: advice.OperatingPoint) -> None:
         t = data.trial(url, name, b.trial, info.stamp)
         policy = t.config.router_policy if t is not None and t.config else "?"
         with st.container(key=K("rec_topology")):
-            st.image(picture)
+            st.markdown(trial_plots.svg_markdown(picture, f"where trial {b.trial}'s instances run"))
         st.caption(f"Where each instance runs ({advice.plural(b.gpus, 'GPU') if b.gpus else '?'}): prefill blue, "
                    f"decode orange, mixed green; lines from the router ({policy}).")
 
