@@ -19,7 +19,7 @@ from advisor.executor_factory import is_simulated
 from advisor.job import Per, Scope, TuningJob
 from advisor.objectives import cluster_served, copies, objective_names, served_unit
 from advisor.proposers.guide import JUDGE_WINDOW, MAX_CV_ERROR, REENTRY_TRIALS  # the guide owns these
-from advisor.proposers.names import AROUND_BEST, found_by
+from advisor.proposers.names import AROUND_BEST, MODEL, MODEL_DECLINED, found_by
 from db import Trial
 from db.queries import Runs
 from search_spaces import TrialState
@@ -179,11 +179,12 @@ class Verdict:
 
 
 def _guide_phase(trials: list[Trial], name: str) -> tuple[str, int]:
-    """Where the model guide stands after the study's last trial, as the trials it placed tell: ``yielded`` (the
-    last of them is the search around the measured best's: the model missed vLLM's defaults and has not
-    re-entered), ``re-entered`` (it yielded, then its held-out predictions came within the limit), or ``leads``;
-    and the first trial its error is judged from (the guide's own window: since it re-entered)."""
-    placed = [t for t in sorted(trials, key=lambda t: t.number) if t.proposer in ("model", AROUND_BEST)]
+    """Where the model guide stands after the study's last trial, as the trials of its turns tell (the model's
+    picks, the turns it declined, the search around the measured best's): ``yielded`` (the last of them is the
+    search around the measured best's: the model missed vLLM's defaults and has not re-entered), ``re-entered``
+    (it yielded, then its held-out predictions came within the limit), or ``leads``; and the first trial its error
+    is judged from (the guide's own window: since it re-entered)."""
+    placed = [t for t in sorted(trials, key=lambda t: t.number) if t.proposer in (MODEL, MODEL_DECLINED, AROUND_BEST)]
     around = [t.number for t in placed if t.proposer == AROUND_BEST]
     if not around:
         return "leads", 0

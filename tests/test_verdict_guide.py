@@ -19,7 +19,7 @@ from advisor import api
 from advisor.baseline import baseline_config
 from advisor.cli import app
 from advisor.objectives import score
-from advisor.proposers.names import AROUND_BEST, found_by
+from advisor.proposers.names import AROUND_BEST, MODEL_DECLINED, found_by
 from executors import place
 from search_spaces import TrialState
 from tests.test_answer import X, _job, _levels, _search_config
@@ -33,6 +33,9 @@ YIELDED_TRIALS = [("baseline", 30_000.0, 15_000.0), (AROUND_BEST, 16_000.0, 16_5
                   (AROUND_BEST, 17_000.0, 17_500.0)]
 #: The same, then the model re-enters (its last two held-out predictions within 30%) and picks trial 3.
 REENTERED_TRIALS = [*YIELDED_TRIALS, ("model", 18_000.0, 18_500.0)]
+DECLINED = "declined"
+#: The same, but the re-entered model's turn found nothing better: the sampler's trial holds its turn.
+DECLINED_TRIALS = [*YIELDED_TRIALS, (MODEL_DECLINED, 18_000.0, 18_500.0)]
 
 
 def _study(url: str, name: str, trials: list[tuple[str, float, float]]) -> None:
@@ -59,6 +62,7 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> str:
     u = f"sqlite:///{tmp_path_factory.mktemp('guide') / 'advisor.db'}"
     _study(u, YIELDED, YIELDED_TRIALS)
     _study(u, REENTERED, REENTERED_TRIALS)
+    _study(u, DECLINED, DECLINED_TRIALS)
     return u
 
 
@@ -85,6 +89,9 @@ def test_a_re_entered_guide_is_judged_from_where_it_re_entered(url: str) -> None
            "trial 1); the limit is 30%)" in said.model, said.model
     assert said.model.startswith("performance model: 3% mean error on the last 3 trial(s)"), said.model
     assert said.found == found_by("model")
+    declined = api.verdict_of(url, DECLINED)  # a declined turn is the model's turn too: it has re-entered
+    assert "(model turns go on (the model re-entered" in declined.model, declined.model
+    assert declined.found == found_by(MODEL_DECLINED)
 
 
 def test_the_dashboard_s_answer_says_who_found_it_as_advisor_best_does(url: str, tmp_path: Path,
