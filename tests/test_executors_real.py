@@ -5,6 +5,8 @@ run the process groups the executor recorded must be gone (``os.killpg(pgid, 0)`
 The local aggregated deployment is the session's shared probe (``tiny_local_probe``, tests/shared_runs.py: the SLO
 probe of tests/test_knee_real.py too): ``evaluate`` measures its two levels, and on the same deployment, after them
 and before the teardown, the agentic and prefix workloads run (cold starts less).
+A deployment that cannot start, and the Ray executor's deploy/measure/teardown and ``close``, are the executor
+conformance suite's (tests/test_executor_conformance.py).
 Run: ``pytest -m vllm tests/test_executors_real.py`` (about 4–6 minutes on 2 cores).
 """
 
@@ -18,7 +20,6 @@ import pytest
 
 from executors import cpu_platform, place
 from executors import server_standby
-from executors.base import FailureKind
 from executors.tiny_model import make_tiny_moe
 from search_spaces import (
     ClusterSpec,
@@ -185,26 +186,6 @@ def test_local_next_server_is_started_while_this_one_is_measured(tiny_model, tmp
 
 
 @pytest.mark.vllm
-def test_local_broken_flag_fails_at_start_with_vllms_reason(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # started with the servers: stopped with them too
-    ex = _executor("local", tiny_model, tmp_path, extra_serve_args=["--max-num-seqs", "notanumber"])
-    t0 = time.monotonic()
-    r = ex.evaluate(place(AGGREGATED, CLUSTER), WORKLOAD)
-    wall = time.monotonic() - t0
-    assert r.failure is FailureKind.START and not r.measurements
-    assert "invalid int value: 'notanumber'" in r.reason and r.reason.startswith("mixed-0:")
-    assert "notanumber" in r.log_tail
-    assert wall < ex.health_timeout_s
-    # the failed deploy's record on disk: the zygote started at deploy, no level ran, torn down with the servers
-    (record,) = (tmp_path / "runs").rglob("resources.json")
-    res = json.loads(record.read_text())
-    (zygote,) = res["bench_pgids"]
-    assert zygote not in res["pgids"] and res["stopped"]
-    _assert_gone([zygote, *res["pgids"]])
-    print(f"\nbroken flag: {r.reason!r} after {wall:.1f} s")
-
-
-@pytest.mark.vllm
 def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_local_probe):
     # the deployment of test_local_aggregated_two_levels, measured with both workloads after its own levels
     side, runs = tiny_local_probe["side"], tiny_local_probe["runs"]
@@ -222,28 +203,3 @@ def test_local_agentic_and_prefix_workloads_hit_the_prefix_cache(tiny_local_prob
     assert len(lines) == 12 and lines[2]["prompt"].startswith(lines[0]["prompt"])  # turn 2 extends turn 1
     _assert_gone(side["pgids"])
     print(f"\nagentic hit rate {a.prefix_cache_hit_rate:.2f}, prefix hit rate {p.prefix_cache_hit_rate:.2f}")
-
-
-@pytest.mark.vllm
-@pytest.mark.ray
-def test_ray_aggregated_and_close_leaves_nothing(tiny_model, tmp_path):
-    import ray
-    from ray.util import placement_group_table
-
-    ex = _executor("ray", tiny_model, tmp_path)
-    try:
-        t0 = time.monotonic()
-        r = ex.evaluate(place(AGGREGATED, CLUSTER), WORKLOAD)
-        wall = time.monotonic() - t0
-        assert r.ok, f"{r.failure}: {r.reason}\n{r.log_tail}"
-        _assert_sane(r.measurements, [1, 4])
-        res = r.resources
-        assert len(res["placement_groups"]) == 1 and res["nodes"]["mixed-0-node0"]["gpu_ids"]
-        assert all(res["stopped"].values())
-        table = placement_group_table()
-        assert table and all(v["state"] == "REMOVED" for v in table.values()), table
-        _assert_gone(res["pgids"])
-    finally:
-        ex.close()
-    assert not ray.is_initialized()
-    print(f"\nray aggregated: wall {wall:.1f} s, {r.timings}")
