@@ -265,6 +265,24 @@ def test_the_headline_topology_is_a_static_picture_of_every_gpu() -> None:
     assert "router &lt;rr&gt;" in svg and "<rr>" not in svg  # text is escaped
 
 
+def test_a_one_gpu_pictures_legend_stays_inside_it() -> None:
+    """A 1-GPU deployment is a narrow picture: its five legend names wrap into rows inside its width (none cut off
+    at the right edge) and the picture grows to hold them."""
+    import re
+
+    topo = {"cluster": {"nodes": 1, "gpus_per_node": 1}, "instances": [
+        {"name": "mixed-0", "role": "mixed", "gpus": 1,
+         "shards": [{"node": 0, "gpus": [0], "start_rank": 0, "local_ranks": 1}]}]}
+    svg = trial_plots.topology_svg(trial_plots.topology_figure(topo, "router"))
+    width, height = (float(v) for v in re.search(r'width="([0-9.]+)" height="([0-9.]+)"', svg).groups())
+    keys = re.findall(r'<rect x="([0-9.]+)" y="([0-9.]+)" width="11" height="11" fill="[^"]+"/><text x="[0-9.]+" '
+                      r'y="[0-9.]+" font-size="11" fill="#888" dominant-baseline="central">([^<]+)</text>', svg)
+    assert [name for _, _, name in keys] == ["prefill", "decode", "mixed (prefill + decode)", "idle GPU", "router"]
+    for x, y, name in keys:  # the names' width as the layout reckons it (6.5 px a character at 11 px)
+        assert float(x) + 15 + 6.5 * len(name) <= width + 6 and float(y) + 11 <= height, (name, x, width)
+    assert len({y for _, y, _ in keys}) > 1  # wrapped: one row would not fit
+
+
 def test_the_headline_topology_is_drawn_with_the_text_beside_it(env: Path, url: str) -> None:
     """The picture is a Markdown image of the answer's topology (drawn by the code that draws the headline's text,
     waiting for no chunk of its own), the SVG the trial's topology gives."""

@@ -248,8 +248,19 @@ def topology_svg(fig: go.Figure) -> str:
     def py(y: float) -> float:
         return round(10 + (y1 - y) * s, 1)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" '
-           f'viewBox="0 0 {width} {height + 30}" font-family="sans-serif">']
+    # the legend in rows that fit the picture's width (a 1-GPU picture is narrower than one row of five names)
+    legend: list[tuple[float, int, Any]] = []
+    lx, row = 10.0, 0
+    for trace in fig.data:
+        if trace.name and trace.x is not None and list(trace.x) == [None] and trace.mode != "text":
+            step = 22 + 6.5 * len(trace.name)
+            if lx > 10.0 and lx + step - 6 > width:
+                lx, row = 10.0, row + 1
+            legend.append((lx, row, trace))
+            lx += step
+    tall = height + 30 + 18 * row
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{tall}" '
+           f'viewBox="0 0 {width} {tall}" font-family="sans-serif">']
     for sh in sorted(lay.get("shapes", []), key=lambda sh: sh.get("layer") != "below"):  # Plotly's order
         line = sh.get("line") or {}
         stroke = f'stroke="{line.get("color", "#444")}" stroke-width="{line.get("width", 1)}"'
@@ -269,17 +280,16 @@ def topology_svg(fig: go.Figure) -> str:
         out.append(f'<text x="{px(a["x"])}" y="{py(a["y"])}" font-size="{font.get("size", 12)}" '
                    f'fill="{font.get("color", "#888")}" text-anchor="{anchor}" dominant-baseline="{base}">'
                    f'{html.escape(str(a["text"]))}</text>')
-    legend_x = 10.0
     for trace in fig.data:
         if trace.mode == "text" and trace.text is not None:
             for x, y, t in zip(trace.x, trace.y, trace.text, strict=True):
                 out.append(f'<text x="{px(x)}" y="{py(y)}" font-size="9" fill="#222" text-anchor="middle" '
                            f'dominant-baseline="central">{html.escape(str(t))}</text>')
-        elif trace.name and trace.x is not None and list(trace.x) == [None]:  # a legend entry
-            out.append(f'<rect x="{legend_x}" y="{height + 10}" width="11" height="11" fill="{trace.marker.color}"/>'
-                       f'<text x="{legend_x + 15}" y="{height + 16}" font-size="11" fill="#888" '
-                       f'dominant-baseline="central">{html.escape(trace.name)}</text>')
-            legend_x += 22 + 6.5 * len(trace.name)
+    for x, row, trace in legend:
+        y = height + 10 + 18 * row
+        out.append(f'<rect x="{x}" y="{y}" width="11" height="11" fill="{trace.marker.color}"/>'
+                   f'<text x="{x + 15}" y="{y + 6}" font-size="11" fill="#888" '
+                   f'dominant-baseline="central">{html.escape(trace.name)}</text>')
     out.append("</svg>")
     return "".join(out)
 
