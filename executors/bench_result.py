@@ -73,12 +73,14 @@ def per_request_tpot_ms(data: Mapping[str, Any]) -> list[float]:
     return tpots
 
 
-def concurrency_profile(data: Mapping[str, Any]) -> tuple[float | None, int | None]:
+def concurrency_profile(data: Mapping[str, Any], ramp: int = 1) -> tuple[float | None, int | None]:
     """(sustained, peak) requests in flight, from each successful request's start time and latency.
 
-    Sustained = time-averaged in-flight count while the client was still starting requests (first start
-    → last start); after the last start the run only drains, which says nothing about the client. When
-    that window is empty (every request started at once) the peak is returned as sustained.
+    Sustained = time-averaged in-flight count while the client was still starting requests (the ``ramp``-th
+    start → last start); after the last start the run only drains, which says nothing about the client, and
+    before the ``ramp``-th start (a steady level's first c, sent over a request's lifetime on purpose) it had not
+    yet been asked for c. When that window is empty (every request started at once) the peak is returned as
+    sustained.
     """
     starts, lats = data.get("start_times") or [], request_latencies(data)
     idx = [i for i in _successes(data) if i < len(starts)]
@@ -86,7 +88,7 @@ def concurrency_profile(data: Mapping[str, Any]) -> tuple[float | None, int | No
         return None, None
     events = sorted([(starts[i], 1) for i in idx] + [(starts[i] + lats[i], -1) for i in idx],
                     key=lambda e: (e[0], e[1]))
-    t_first = min(starts[i] for i in idx)
+    t_first = sorted(starts[i] for i in idx)[min(max(ramp, 1), len(idx)) - 1]
     t_last = max(starts[i] for i in idx)
     level, peak, area, prev = 0, 0, 0.0, t_first
     for t, d in events:
@@ -204,7 +206,9 @@ def parse_result(data: Mapping[str, Any], *, concurrency: int, gpus: int,
     for p in PERCENTILES:
         t = percentile(tpots, p)
         kw[f"p{p}_tokens_per_s_per_user"] = 1000.0 / t if t and t > 0 else None
-    sustained, peak = concurrency_profile(data)
+    rate = data.get("request_rate")  # finite on a closed-loop level: a steady one (``Workload.level_start``)
+    paced = request_rate is None and isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0
+    sustained, peak = concurrency_profile(data, ramp=concurrency if paced else 1)
     if sustained is None and has_data and data.get("max_concurrent_requests"):
         sustained = float(min(data["max_concurrent_requests"], concurrency))  # no per-request data
     target = min(concurrency, num_requests) if num_requests else concurrency

@@ -96,3 +96,20 @@ def test_a_bad_level_start_is_one_line_naming_the_field_and_the_choices(value: A
         job_from_dict({"name": "x", "preset": "cpu-tiny-moe", "workload": {"level_start": value}})
     line = str(e.value)
     assert "\n" not in line and "workload.level_start" in line and "'burst' or 'steady'" in line
+
+
+def _closed_loop(c: int, n: int, life: float, ramp_s: float, rate: float) -> dict[str, Any]:
+    """A closed loop at ``c`` whose first c requests start evenly over ``ramp_s`` and each of which lives ``life``."""
+    starts = [k * ramp_s / c + (i // c) * life for i in range(n) for k in [i % c]]
+    return {"start_times": starts, "latencies": [life] * n, "ttfts": [0.1] * n, "itls": [[0.1] * 9] * n,
+            "output_lens": [10] * n, "input_lens": [100] * n, "errors": [""] * n, "completed": n, "failed": 0,
+            "num_prompts": n, "duration": max(starts) + life, "request_rate": rate}
+
+
+def test_a_steady_levels_ramp_is_not_read_as_a_saturated_client() -> None:
+    """The client is judged from the c-th start: before it, a steady level was not yet asked for c in flight."""
+    steady = bench.parse_result(_closed_loop(4, 12, 1.0, 0.8, 5.0), concurrency=4, gpus=1)
+    assert steady.achieved_concurrency == pytest.approx(4.0) and not steady.client_saturated
+    # the same starts read as a burst level's (no finite rate): the ramp counts, and is under 90% of c
+    burst = bench.parse_result(_closed_loop(4, 12, 1.0, 0.8, float("inf")), concurrency=4, gpus=1)
+    assert burst.achieved_concurrency < 0.9 * 4 and burst.client_saturated
