@@ -446,7 +446,9 @@ def test_compare_studies_shows_both_fronts(page: Any, dashboard: str, study_url:
     _docs(_screenshot(pg, "compare-studies"), "compare-studies.png")
     pg.goto(dashboard)
     _settle(pg, "Studies")
-    pg.get_by_text("search trials run", exact=False).first.wait_for(timeout=60_000)  # the list redraws while it loads
+    # a card's caption: the table's cells hold the same words in a grid the browser keeps hidden (its canvas shows
+    # them), so the first match may be one that never becomes visible; the list redraws while it loads
+    pg.get_by_text("search trials run", exact=False).filter(visible=True).first.wait_for(timeout=60_000)
     text = " ".join(_main_text(pg).replace("\u2060", "").split())
     cols, rows = api.studies_table(study_url)
     for r in rows:  # each card's best in `advisor studies`' words: the mean of the answer's runs
