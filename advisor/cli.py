@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 import yaml
@@ -25,6 +25,7 @@ from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, ch
 from advisor.space_report import SpaceReport, require_valid_candidates
 from db import DatabaseOutage, redact_url
 from executors import Executor
+from executors.procs import interrupt_of
 from search_spaces import TrialState
 from search_spaces.workload import routing_label
 
@@ -109,13 +110,21 @@ def friendly(fn: F) -> F:
             err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_ENVIRONMENT) from None
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (``terminate_as_interrupt``), after every teardown ran
-            term = "SIGTERM" in str(e)
-            hint = f": {STOP_HINTS[fn.__name__]}" if fn.__name__ in STOP_HINTS else ""
-            err.print(f"error: stopped by {'SIGTERM' if term else 'Ctrl-C'}{hint}", markup=False, highlight=False,
-                      soft_wrap=True)
-            raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
+            _say_stopped(fn.__name__, e)
+        except Exception as e:  # a stop that landed inside a pydantic dump (``interrupt_of``); anything else goes on
+            if (stop := interrupt_of(e)) is None:
+                raise
+            _say_stopped(fn.__name__, stop)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _say_stopped(command: str, e: KeyboardInterrupt) -> NoReturn:
+    term = "SIGTERM" in str(e)
+    hint = f": {STOP_HINTS[command]}" if command in STOP_HINTS else ""
+    err.print(f"error: stopped by {'SIGTERM' if term else 'Ctrl-C'}{hint}", markup=False, highlight=False,
+              soft_wrap=True)
+    raise typer.Exit(EXIT_TERMINATED if term else EXIT_INTERRUPTED) from None
 
 
 # ----------------------------------------------------------------------------------------------- jobs

@@ -41,6 +41,7 @@ from db import redact_url
 from executors import Executor, FailureKind, RunResult, Topology, place
 from executors.measure import MeasurePlan, WallTimeReached, knee_of
 from executors.perf import PerfParams
+from executors.procs import interrupt_of
 from executors.perf.burst import AS_SENT, STEADY
 from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
 from search_spaces import DeploymentConfig, IllegalTransition, TrialState, check
@@ -360,7 +361,9 @@ def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, floa
     as_sent = _view(ctx) == AS_SENT
     try:
         levels = model_levels(topo, job.model_profile(), job.workload, plan, ctx.params, as_sent=as_sent)
-    except Exception:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
+    except Exception as e:  # noqa: BLE001 — a prediction is advice: without it the search starts at the fixed levels
+        if (stop := interrupt_of(e)) is not None:
+            raise stop from None
         return plan, None
     outcome = score(job, levels)
     predicted = outcome.as_dict(job) if outcome.feasible else None
@@ -371,7 +374,9 @@ def _predict(ctx: _Context, topo: Topology) -> tuple[MeasurePlan, dict[str, floa
     try:
         return predicted_plan(topo, job.model_profile(), job.workload, plan.slos, ctx.params, levels,
                               as_sent), predicted
-    except Exception:  # noqa: BLE001 — the curve is advice too: without it the search steps as before
+    except Exception as e:  # noqa: BLE001 — the curve is advice too: without it the search steps as before
+        if (stop := interrupt_of(e)) is not None:
+            raise stop from None
         return steps, predicted
 
 
@@ -452,22 +457,12 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
                          f"placement in {ENVIRONMENT_RETRY_PAUSE_S:g} s"))
                 time.sleep(ENVIRONMENT_RETRY_PAUSE_S)
                 run = evaluate()
+    except Exception as e:  # a stop that landed inside a pydantic dump (``interrupt_of``); anything else goes on
+        if (stop := interrupt_of(e)) is None:
+            raise
+        raise _stopped(ctx, trial, tid, stop) from None
     except KeyboardInterrupt as e:
-        limit = f"wall time of {job.budget.wall_time_s:g} s reached" if isinstance(e, WallTimeReached) else None
-        why = f"interrupted ({'; '.join(filter(None, (limit, str(e))))})" if limit or str(e) else \
-            "interrupted (Ctrl-C or SIGTERM)"
-        stopped = getattr(e, "run", None)
-        try:
-            stopped_row = record_interrupted(database, tid, stopped, why)
-        except IllegalTransition:  # closed meanwhile by `advisor cleanup`: its row stands
-            stopped_row = _closed_meanwhile(ctx, trial)
-        tell_row(job, ctx.study, trial, stopped_row)
-        kept = len(stopped.measurements) if stopped is not None else 0
-        ctx.summary.stopped_because = (
-            f"{limit}: trial {trial.number} {e} ({kept} measured level(s) kept, the trial marked interrupted); run "
-            "the same command again to continue" if limit else "interrupted (Ctrl-C); run the same command again to "
-            "continue")
-        raise
+        raise _stopped(ctx, trial, tid, e) from None
     note = None
     try:
         outcome, row = record(job, database, tid, run, first)
@@ -475,6 +470,14 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
         outcome, row = worst(job), _closed_meanwhile(ctx, trial)
         note = (f"trial {trial.number} was closed while it ran ({one_line(row.reason)}); its result is not "
                 "recorded")
+    except Exception as e:
+        if (stop := interrupt_of(e)) is None:
+            raise
+        stop.run = run  # type: ignore[attr-defined]  # what was measured is kept, as for a stop mid-level
+        raise _stopped(ctx, trial, tid, stop) from None
+    except KeyboardInterrupt as e:
+        e.run = run  # type: ignore[attr-defined]
+        raise _stopped(ctx, trial, tid, e) from None
     state = row.state
     tell_row(job, ctx.study, trial, row)  # our row first, then Optuna told from it
     if state is TrialState.COMPLETE:
@@ -490,6 +493,27 @@ def _run_trial(ctx: _Context, trial: optuna.Trial, cfg: DeploymentConfig, propos
     _report(ctx.summary, ctx.on_trial, TrialReport(trial.number, state, cfg, outcome, run.reason,
                                                    executed=executed, wall_s=time.monotonic() - t0, note=note))
     return state, outcome, run
+
+
+def _stopped(ctx: _Context, trial: optuna.Trial, tid: int, e: KeyboardInterrupt) -> KeyboardInterrupt:
+    """Close the trial a stop (Ctrl-C, SIGTERM, the wall time) cut short as interrupted, the levels it measured
+    kept (``e.run``), and say why the run ended; the stop is returned for the caller to raise on."""
+    job = ctx.job
+    limit = f"wall time of {job.budget.wall_time_s:g} s reached" if isinstance(e, WallTimeReached) else None
+    why = f"interrupted ({'; '.join(filter(None, (limit, str(e))))})" if limit or str(e) else \
+        "interrupted (Ctrl-C or SIGTERM)"
+    stopped = getattr(e, "run", None)
+    try:
+        stopped_row = record_interrupted(ctx.database, tid, stopped, why)
+    except IllegalTransition:  # closed meanwhile by `advisor cleanup`: its row stands
+        stopped_row = _closed_meanwhile(ctx, trial)
+    tell_row(job, ctx.study, trial, stopped_row)
+    kept = len(stopped.measurements) if stopped is not None else 0
+    ctx.summary.stopped_because = (
+        f"{limit}: trial {trial.number} {e} ({kept} measured level(s) kept, the trial marked interrupted); run "
+        "the same command again to continue" if limit else "interrupted (Ctrl-C); run the same command again to "
+        "continue")
+    return e
 
 
 def _closed_meanwhile(ctx: _Context, trial: optuna.Trial) -> db.Trial:

@@ -22,6 +22,7 @@ from pathlib import Path
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from executors.procs import interrupt_of
 from executors.topology import Topology
 from search_spaces import ClusterSpec, Measurement, Workload
 
@@ -158,8 +159,19 @@ class Executor(ABC):
             if on_measured is not None and levels:
                 try:
                     on_measured(list(levels))
-                except Exception:  # noqa: BLE001 — the levels are recorded again when the trial is recorded
-                    pass
+                except Exception as e:  # noqa: BLE001 — the levels are recorded again when the trial is recorded
+                    if (stop := interrupt_of(e)) is not None:
+                        raise stop from None
+
+        def stopped(e: KeyboardInterrupt) -> KeyboardInterrupt:
+            # a stop (Ctrl-C, SIGTERM, a wall-clock limit) still ends the study, but what was measured before it is
+            # the trial's: ``e.run`` carries those levels (their timings complete once teardown below has run)
+            timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
+            res = deployment.resources if deployment else {}
+            e.run = RunResult(list(getattr(e, "measurements", []) or []), timings,  # type: ignore[attr-defined]
+                              FailureKind.INTERRUPTED, "interrupted", resources=res)
+            measured(e.run.measurements)  # type: ignore[attr-defined]
+            return e
 
         deployment: Deployment | None = None
         t0 = time.monotonic()
@@ -180,15 +192,10 @@ class Executor(ABC):
                 measured(kept)
             return RunResult(kept, timings, e.kind, e.reason, e.log_tail, res)
         except KeyboardInterrupt as e:
-            # a stop (Ctrl-C, SIGTERM, a wall-clock limit) still ends the study, but what was measured before it is
-            # the trial's: ``e.run`` carries those levels (their timings complete once teardown below has run)
-            timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
-            res = deployment.resources if deployment else {}
-            e.run = RunResult(list(getattr(e, "measurements", []) or []), timings,  # type: ignore[attr-defined]
-                              FailureKind.INTERRUPTED, "interrupted", resources=res)
-            measured(e.run.measurements)  # type: ignore[attr-defined]
-            raise
+            raise stopped(e) from None
         except Exception as e:  # noqa: BLE001 — as Optuna does: an error in one trial is that trial's FAIL
+            if (stop := interrupt_of(e)) is not None:  # a stop that landed inside a pydantic dump
+                raise stopped(stop) from None
             timings = deployment.timings if deployment else Timings(deploy_s=time.monotonic() - t0)
             res = deployment.resources if deployment else {}
             trace = "".join(traceback.format_exception(e))[-4000:]

@@ -37,6 +37,7 @@ from typing import Any
 from executors import bench, metrics, prompt_seeds
 from executors.base import DeploymentFailed, FailureKind, Timings
 from executors.knee_curve import PredictedCurve
+from executors.procs import interrupt_of
 from search_spaces import PREFIX_REUSE_LIMIT, SLO, Dataset, Measurement, Workload, slo_violation
 
 log = logging.getLogger(__name__)
@@ -410,6 +411,11 @@ def search_levels(probe: Probe, workload: Workload, plan: MeasurePlan, known: li
     except (DeploymentFailed, KeyboardInterrupt) as e:
         e.measurements = list(s.levels.values())  # type: ignore[union-attr]
         raise
+    except Exception as e:  # a stop inside a pydantic dump is a stop too (``interrupt_of``)
+        if (stop := interrupt_of(e)) is None:
+            raise
+        stop.measurements = list(s.levels.values())  # type: ignore[attr-defined]
+        raise stop from None
     return list(s.levels.values())
 
 

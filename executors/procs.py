@@ -341,11 +341,26 @@ def stop_strays(groups: Iterable[int] = (), pids: Iterable[int] = (), term_timeo
 #: What callers reach as ``MODULE.NAME``, the re-exported parts included.
 __all__ = [
     "OWNER_ENV", "SHM_DIR", "SHM_PREFIXES", "HealthTimeout", "Launch", "ManagedProcess", "Marked", "ProcessExited",
-    "error_line", "exit_reason", "free_port", "group_alive", "group_pids", "http_get", "launch_file", "launched_mark",
-    "launched_members", "last_lines", "launches", "live_group_pids", "marked_processes",
+    "error_line", "exit_reason", "free_port", "group_alive", "group_pids", "http_get", "interrupt_of", "launch_file",
+    "launched_mark", "launched_members", "last_lines", "launches", "live_group_pids", "marked_processes",
     "owner_mark", "pid_alive", "read_launch", "read_tail", "remove_shm", "shm_segments", "start", "stop", "stop_all",
     "stop_group", "stop_groups", "stop_strays", "wait_healthy",
 ]
+
+
+def interrupt_of(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM inside ``e``, if any. A signal's handler runs in whatever Python frame is current,
+    and pydantic wraps an exception raised in a Python serializer (a configuration's dump) in a
+    ``PydanticSerializationError`` that keeps it as the cause: a stop landing there must still stop the
+    command, not become one trial's error."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return None
 
 
 def terminate_as_interrupt() -> None:
