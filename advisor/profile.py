@@ -165,12 +165,13 @@ class Probe:
         stalled) and a decode level at 4.9 s P50 TTFT; the fit to those levels was worse than the defaults.
         Its own dataset seed: a level's prompts are seeded by its load, so probes of one deployment at the same
         concurrency would otherwise start with the same tokens and read each other's prefixes from the cache
-        (seen on the H200: 25-50% hits on the prefill probes of one GPU run)."""
+        (seen on the H200: 25-50% hits on the prefill probes of one GPU run). Each level starts as a burst, whatever
+        the study's levels do: the profile is fitted as sent, c requests at once (``tune._view``)."""
         seed = zlib.crc32(f"{self.kind}/{self.isl}/{self.osl}".encode())
         return Workload(isl=LengthDist(mean=self.isl), osl=LengthDist(mean=self.osl),
                         load_levels=list(self.loads) if load is None else [load], knee_search=False,
                         prompts_per_concurrency=2.0, min_prompts=self.min_prompts,
-                        warmups_per_concurrency=1.0, seed=seed)
+                        warmups_per_concurrency=1.0, seed=seed, level_start="burst")
 
 
 @dataclass(frozen=True)

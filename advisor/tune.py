@@ -387,9 +387,11 @@ def _view(ctx: _Context) -> str:
     the stored profile's probes fitted as sent was off the measured one by a median |log ratio| of 0.14,
     the steady fit's steady knee by 0.16 and the as-sent fit's steady knee by 0.40 (``research/level_views.py``;
     its levels under the knees: 7.2–12.5% as sent, 19.4–27.6% for the steady fit). Steady where the executor is the
-    model itself (its levels are the steady state) and once the guide has re-fitted the parameters on the study's
-    own levels (in the steady view)."""
-    if ctx.executor.simulated or (ctx.guide is not None and ctx.guide.samples):
+    model itself (its levels are the steady state), where the levels start steady (``workload.level_start``: their
+    first requests spread over a request's lifetime, so no burst to predict; the parameters still describe the
+    hardware) and once the guide has re-fitted the parameters on the study's own levels (in the steady view)."""
+    if ctx.executor.simulated or ctx.job.workload.level_start == "steady" or \
+            (ctx.guide is not None and ctx.guide.samples):
         return STEADY
     return ctx.model.view
 

@@ -76,7 +76,8 @@ def test_a_profile_fitted_as_sent_says_so_and_older_ones_are_steady(tmp_path):
 
 def test_a_trial_predicts_in_the_view_its_parameters_were_fitted_in():
     """``advisor.tune._view``: as sent for a real executor on a profile fitted so, steady for the simulated executor
-    (its levels are the steady state) and once the guide has re-fitted on the study's own levels."""
+    (its levels are the steady state), for levels that start steady, and once the guide has re-fitted on the
+    study's own levels."""
     from types import SimpleNamespace as NS
 
     from advisor.tune import _view
@@ -84,11 +85,22 @@ def test_a_trial_predicts_in_the_view_its_parameters_were_fitted_in():
     real, sim = NS(simulated=False), NS(simulated=True)
     as_sent, steady = NS(view=AS_SENT), NS(view=STEADY)
     fresh, refitted = NS(samples=[]), NS(samples=["a trial"])
-    assert _view(NS(executor=real, guide=None, model=as_sent)) == AS_SENT
-    assert _view(NS(executor=real, guide=fresh, model=as_sent)) == AS_SENT
-    assert _view(NS(executor=real, guide=refitted, model=as_sent)) == STEADY
-    assert _view(NS(executor=sim, guide=None, model=as_sent)) == STEADY
-    assert _view(NS(executor=real, guide=None, model=steady)) == STEADY
+    burst, paced = (NS(workload=NS(level_start=k)) for k in ("burst", "steady"))
+    assert _view(NS(job=burst, executor=real, guide=None, model=as_sent)) == AS_SENT
+    assert _view(NS(job=burst, executor=real, guide=fresh, model=as_sent)) == AS_SENT
+    assert _view(NS(job=burst, executor=real, guide=refitted, model=as_sent)) == STEADY
+    assert _view(NS(job=burst, executor=sim, guide=None, model=as_sent)) == STEADY
+    assert _view(NS(job=burst, executor=real, guide=None, model=steady)) == STEADY
+    # levels whose first requests are spread out hold the steady state: predicted so, whatever the fit's view
+    assert _view(NS(job=paced, executor=real, guide=None, model=as_sent)) == STEADY
+
+
+def test_the_profiles_probe_levels_start_as_a_burst_whatever_the_job_says():
+    """The profile is fitted as sent (c requests at once): its probe levels are sent that way even in a study whose
+    own levels start steady."""
+    from advisor.profile import Probe
+
+    assert Probe("decode", 128, 64, (1, 4)).workload().level_start == "burst"
 
 
 def test_shape_key_ignores_depth_and_name_only():
