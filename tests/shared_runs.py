@@ -4,7 +4,8 @@ Each CPU vLLM cold start costs tens of seconds on the 2-core CI machine, so a de
 files' questions is started once per session.
 
 ``tiny_local_probe``: the tiny dummy-weight MoE (max-num-seqs 4, one instance) on the local executor, measured by
-``evaluate`` at concurrency 1 and 8 (``evaluate_probe``) — the local-executor checks of tests/test_executors_real.py.
+``evaluate`` at concurrency 1 and 8 (``evaluate_probe``) — the local-executor checks of tests/test_executors_real.py
+and the local executor's ``evaluate`` contracts in tests/test_executor_conformance.py.
 On the same servers, after those two levels and before the teardown, the agentic and prefix workloads run (what
 tests/test_executors_real.py asserts on them), then one level during which the server is paused with SIGSTOP
 (``STALL``, what tests/test_stall_real.py asserts on); they cannot change the probe's numbers, which were taken first.
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from search_spaces import Dataset, LengthDist, Workload
+from search_spaces import Dataset, DeploymentConfig, LengthDist, Workload
 
 #: The knee study's candidate and workload (tests/test_knee_real.py): the probe measures exactly what the study
 #: will deploy, at the two initial levels.
@@ -42,6 +43,9 @@ PROBE_JOB: dict[str, Any] = {
                         "max_num_batched_tokens": [2048]}},
 }
 PROBE_LEVELS = [1, 8]
+#: The probe's deployment: PROBE_JOB's one candidate.
+PROBE_CONFIG = DeploymentConfig.model_validate(
+    {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": PROBE_SEQS, "max_num_batched_tokens": 2048}})
 
 # Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.datasets (multi-turn
 # sessions whose context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens,
@@ -111,25 +115,22 @@ def measure_with_a_stall(measure: Callable[..., Any], dep: Any) -> tuple[Any, di
     return m, out
 
 
-def evaluate_probe(run_dir: Path, measure_hook: Callable[[Any], Callable[..., Any]] | None = None) -> tuple[Any, Any]:
+def evaluate_probe(run_dir: Path, measure_hook: Callable[[Any], Callable[..., Any]] | None = None,
+                   on_started: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, Any]:
     """``evaluate`` of the probe deployment (PROBE_JOB's candidate: deploy, warm-up, c=1 and c=8, tear down) with
-    its folders under ``run_dir``; ``measure_hook(measure)`` may wrap the executor's measure step. Returns (the
-    run, the job)."""
+    its folders under ``run_dir``; ``measure_hook(measure)`` may wrap the executor's measure step, ``on_started``
+    is ``evaluate``'s. Returns (the run, the job)."""
     from advisor.executor_factory import make_executor
     from advisor.job import job_from_dict
     from executors import place
-    from search_spaces import DeploymentConfig
 
     job = job_from_dict({**PROBE_JOB, "executor": {"kind": "local", "run_dir": str(run_dir),
                                                    "timeouts": {"health_s": 240}}})
     ex = make_executor(job)
     if measure_hook is not None:
         ex.measure = measure_hook(ex.measure)
-    cfg = DeploymentConfig.model_validate(
-        {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": PROBE_SEQS,
-                                          "max_num_batched_tokens": 2048}})
     try:
-        return ex.evaluate(place(cfg, job.cluster), job.workload), job
+        return ex.evaluate(place(PROBE_CONFIG, job.cluster), job.workload, on_started=on_started), job
     finally:
         ex.close()
 
@@ -162,7 +163,10 @@ def tiny_local_probe(tmp_path_factory) -> dict[str, Any]:
             return ms
         return measure_then_other_workloads
 
+    started: list[dict[str, Any]] = []
     t0 = time.monotonic()
-    run, job = evaluate_probe(tmp / "runs", then_other_workloads)
-    # ``runs``: where the executor put the deployment's folder (``run_dir`` / the job's name)
-    return {"run": run, "wall": time.monotonic() - t0, "runs": tmp / "runs" / job.name, "side": side, "job": job}
+    run, job = evaluate_probe(tmp / "runs", then_other_workloads, on_started=started.append)
+    # ``runs``: where the executor put the deployment's folder (``run_dir`` / the job's name); ``started``: the
+    # resources as ``evaluate`` told them (tests/test_executor_conformance.py's local run is this one)
+    return {"run": run, "wall": time.monotonic() - t0, "runs": tmp / "runs" / job.name, "side": side, "job": job,
+            "started": started}

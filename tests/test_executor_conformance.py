@@ -1,9 +1,10 @@
 """One contract, three executors: the simulated one, the local one and the Ray one (``executors/base.py``).
 
 Each executor is built from the same job as ``advisor tune`` builds it (``make_executor``; the tiny dummy-weight MoE
-on the CPU build of vLLM for the real ones, a private local Ray cluster for Ray) and held for the module, so each
-real one pays one vLLM start for the success contracts, one for the deployment that cannot start and one for
-the interrupted measure. The contracts:
+on the CPU build of vLLM for the real ones, a private local Ray cluster for Ray) and held for the module. Ray pays
+one vLLM start for the success contracts; the local executor's success contracts read the session's probe
+deployment (``tiny_local_probe``, an ``evaluate`` of a local job built the same way). Each real one then pays a
+start for the deployment that cannot start, and the local one one for the interrupted measure. The contracts:
 
 * ``evaluate`` (deploy → measure → teardown) returns a ``RunResult`` with every load level asked for, each with the
   objectives' values, and its timings; afterwards no process group it recorded runs, no process works in its
@@ -41,6 +42,7 @@ from advisor.objectives import objective_names, score
 from executors import place, procs
 from executors.base import Executor, FailureKind, RunResult
 from search_spaces import DeploymentConfig
+from tests.shared_runs import PROBE_CONFIG
 from tests.trial_processes import trial_processes
 
 #: One level of a few short prompts, no warm-up, no knee search: the least a real level can be.
@@ -81,13 +83,20 @@ def executor(request, tmp_path_factory) -> Iterator[tuple[Executor, TuningJob]]:
 
 
 @pytest.fixture(scope="module")
-def run(executor) -> dict[str, Any]:
-    """One ``evaluate`` of the module's deployment on this executor, with what ran during it."""
+def run(executor, request) -> dict[str, Any]:
+    """One ``evaluate`` on this executor, with what ran during it and the job it ran. The local executor's is the
+    session's probe deployment (``tiny_local_probe``, tests/shared_runs.py: ``evaluate`` through ``make_executor``
+    of a local job, its levels and resources as the contract reads them): one vLLM start spared."""
     ex, job = executor
+    if ex.kind == "local":
+        probe = request.getfixturevalue("tiny_local_probe")
+        r = probe["run"]
+        return {"result": r, "topology": place(PROBE_CONFIG, probe["job"].cluster), "started": probe["started"],
+                "job": probe["job"]}
     seen: dict[str, Any] = {"started": []}
     topo = place(CONFIG, job.cluster)
     r = ex.evaluate(topo, job.workload, on_started=lambda res: seen["started"].append(res))
-    return {"result": r, "topology": topo, **seen}
+    return {"result": r, "topology": topo, "job": job, **seen}
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -217,10 +226,10 @@ def _stopped_mid_level(ex: Executor, how: str) -> Iterator[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------- contracts
 def test_evaluate_measures_every_level_with_the_objectives(run, executor) -> None:
-    ex, job = executor
+    ex, job = executor[0], run["job"]
     r: RunResult = run["result"]
     assert r.ok and r.failure is None and r.reason is None, _why(r)
-    assert [m.concurrency for m in r.measurements] == LEVELS
+    assert [m.concurrency for m in r.measurements] == job.workload.load_levels
     for m in r.measurements:
         assert m.source == ("simulated" if ex.simulated else "measured")
         assert m.gpus == run["topology"].gpus
