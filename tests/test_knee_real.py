@@ -18,6 +18,13 @@ one CI run (2 Dec) the c=1 median TTFT was 9.9 ms in the probe and 78 ms in the 
 from the probe failed every level of the study. Over 13 deployments measured here on 2 Dec, bursty or not,
 the c=1 median E2E latency stayed within 74-86 ms and the c=8 one within 165-203 ms.
 
+Every level's client is forked from one imported vLLM (``executors/bench_zygote.py``, the GPU platforms' client,
+turned on here by ``DEPLOY_ADVISOR_BENCH_ZYGOTE=1``) for the probe and the study alike: a fresh `vllm bench serve`
+per level spends ~7 s of the 2-core machine importing vLLM, and this study measures ~35 levels (426 s for the
+module with it, 610 s without, one run each on the same machine). The CPU build's own client, a fresh command per
+level, is what the other real tests run (tests/test_executors_real.py, tests/test_stop_real.py,
+tests/test_tune_real.py).
+
 The same study is also the crash-safety test with real child processes (it was tests/test_crash.py's own
 2-trial study, two more vLLM cold starts): the first `advisor tune` is killed with SIGKILL once the baseline
 is measured and the search trial is measuring — server, router and load generator running (the tuner only: they
@@ -73,7 +80,12 @@ def advisor(*args: str, cwd: Path, timeout: float = 1500) -> subprocess.Complete
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
-    work = tmp_path_factory.mktemp("knee")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")  # probe and study alike (the module's docstring says why)
+        return _study(tmp_path_factory.mktemp("knee"))
+
+
+def _study(work: Path) -> dict:
     run_dir = str(work / "runs")
     run, _ = evaluate_probe(work / "probe")  # the search's candidate at c=1 and c=8, just before the study
     assert run.ok, (run.reason, run.log_tail)
