@@ -43,7 +43,7 @@ PROBE_JOB: dict[str, Any] = {
 }
 PROBE_LEVELS = [1, 8]
 
-# Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.datasets (multi-turn
+# Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.measuring.datasets (multi-turn
 # sessions whose context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens,
 # so the shared parts are longer than one block.
 AGENTIC = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),

@@ -15,7 +15,7 @@ import pytest
 
 import db
 from db import queries
-from executors import procs
+from executors.processes import procs
 from search_spaces import TrialState
 from tests.cli_run import advisor
 from tests.test_stop_real import LEVELS, _job, _level_results
