@@ -474,7 +474,7 @@ def export_problem(url: str, study: str, *, trial: int, model: str | None = None
 
 
 def simulate(job: TuningJob, cfg: DeploymentConfig) -> tuple[str, list[str], list[list[Any]]]:
-    from executors.simulated import SimulatedExecutor, default_params
+    from executors.simulated.executor import SimulatedExecutor, default_params
 
     violations = check(cfg, job.model_profile(), job.cluster, job.workload.max_model_len)
     if violations:

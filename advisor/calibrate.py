@@ -35,7 +35,7 @@ from advisor.errors import BadInput
 from advisor.job import TuningJob
 from db import queries
 from executors import place
-from executors.bench_result import first_wave_left_out
+from executors.measuring.bench_result import first_wave_left_out
 from executors.perf import CALIBRATABLE, Batch, PerfParams, default_params, predict
 from search_spaces import DeploymentConfig, Measurement, ModelProfile, TrialState
 
@@ -75,7 +75,7 @@ class Sample:
     measured: dict[int, dict[str, float]]
     #: How each level was sent, for a fit that predicts levels as sent (``Problem(as_sent=True)``): its requests
     #: (default: the workload's count), and the levels whose latencies left the first wave out (the bench parser's
-    #: rule: ``executors.bench_result.first_wave``).
+    #: rule: ``executors.measuring.bench_result.first_wave``).
     requests: dict[int, int] = field(default_factory=dict)
     first_wave_out: frozenset[int] = frozenset()
 

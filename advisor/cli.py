@@ -25,7 +25,7 @@ from advisor.job import DEFAULT_STORAGE, MAX_TRIALS, ExecutorKind, TuningJob, ch
 from advisor.space_report import SpaceReport, require_valid_candidates
 from db import DatabaseOutage, redact_url
 from executors import Executor
-from executors.procs import interrupt_of
+from executors.processes.procs import interrupt_of
 from search_spaces import TrialState
 from search_spaces.workload import routing_label
 
@@ -586,7 +586,7 @@ def main() -> None:
     """The console script: Click's usage errors also become one line and exit 2."""
     # Typer vendors Click; its UsageError (BadParameter's base) is not re-exported under a public name.
     usage_error = typer.BadParameter.__mro__[1]
-    from executors.procs import terminate_as_interrupt
+    from executors.processes.procs import terminate_as_interrupt
 
     terminate_as_interrupt()
     try:

@@ -42,7 +42,7 @@ def model_path_for(job: TuningJob) -> Path:
             raise BadInput(f"model.path: {folder} holds no config.json")
         return folder
     if job.model.preset == "tiny-moe":
-        from executors.tiny_model import make_tiny_moe
+        from executors.vllm.tiny_model import make_tiny_moe
 
         return make_tiny_moe(job.resolve_path(job.executor.run_dir) / "models" / "tiny-moe")
     raise BadInput(
@@ -125,17 +125,17 @@ def executor_class(spec: ExecutorSpec) -> type[Executor]:
     is asked of it, never read off a kind string (``simulated`` with ``reserve_gpus`` is still the model)."""
     if spec.kind is ExecutorKind.SIMULATED:
         if spec.reserve_gpus:
-            from executors.simulated_reserved import ReservedSimulatedExecutor
+            from executors.simulated.reserved import ReservedSimulatedExecutor
 
             return ReservedSimulatedExecutor
-        from executors.simulated import SimulatedExecutor
+        from executors.simulated.executor import SimulatedExecutor
 
         return SimulatedExecutor
     if spec.kind is ExecutorKind.LOCAL:
         from executors.local import LocalExecutor
 
         return LocalExecutor
-    from executors.ray_executor import RayExecutor
+    from executors.ray.executor import RayExecutor
 
     return RayExecutor
 
@@ -165,7 +165,7 @@ def make_executor(job: TuningJob, *, ray_address: str | None = None) -> Executor
         _check_ray_address(ray_address or spec.ray_address)
     platform = platform_for(job, resolve_env=True)
     if spec.kind is ExecutorKind.LOCAL and platform.name == "gpu":  # measured here, stored as the job's GPU kind
-        from executors.gpu_kind import GPUKindMismatch, check_local_kind
+        from executors.vllm.gpu_kind import GPUKindMismatch, check_local_kind
 
         try:
             check_local_kind(job.cluster.gpu)

@@ -5,8 +5,8 @@ Two kinds of file hold them. A published table (CSV, the columns of ``shared/pub
 reason. A user's own ``vllm bench serve --save-result`` JSON is one load level of one deployment; the JSON does
 not say which deployment, so the user names it (a ``DeploymentConfig`` file, as ``advisor simulate --config``
 reads) with the model and GPU kind — or a job file that has them — and the level is parsed by the same parser a
-trial's levels go through (``executors.bench_result.parse_result``), then written in the published table's metric
-names. Either way a point keeps its source.
+trial's levels go through (``executors.measuring.bench_result.parse_result``), then written in the published table's
+metric names. Either way a point keeps its source.
 
 Points are stored as external measurements (``db.ExternalPoint``), never as trials: the budget, the baseline and
 the answer never count them. An import is checked whole before anything is written, and written in one
@@ -117,10 +117,10 @@ def _whole(data: dict[str, Any], key: str, path: Path) -> int | None:
 
 def point_of_bench(path: Path, dep: BenchDeployment) -> OperatingPoint:
     """One saved ``vllm bench serve`` level as an operating point of ``dep``'s deployment: parsed as a trial's
-    level is (``executors.bench_result.parse_result``: the steady load, the first wave left out of the latencies),
-    per-GPU figures over the deployment's GPUs, the metrics under the published tables' names. Its source is the
-    file's name and content digest, so the same result imported again, from anywhere, is the same point."""
-    from executors.bench_result import parse_result
+    level is (``executors.measuring.bench_result.parse_result``: the steady load, the first wave left out of the
+    latencies), per-GPU figures over the deployment's GPUs, the metrics under the published tables' names. Its source is
+    the file's name and content digest, so the same result imported again, from anywhere, is the same point."""
+    from executors.measuring.bench_result import parse_result
 
     data, digest = _bench_json(path)
     concurrency = _whole(data, "max_concurrency", path)
@@ -306,8 +306,8 @@ def of_study(points: Iterable[db.ExternalPoint], job: TuningJob) -> list[db.Exte
 def level_values(p: db.ExternalPoint) -> dict[str, float]:
     """A stored point's metrics under the product's metric names (``operating_point.METRIC_COLUMNS``), those
     that have one: what a study's plot can put beside its levels. Tokens/s per user at a percentile is 1000 / TPOT
-    at that percentile (how ``executors.bench_result`` computes a level's), so P90 tok/s/user — the study page's
-    default axis — comes from a published P90 TPOT."""
+    at that percentile (how ``executors.measuring.bench_result`` computes a level's), so P90 tok/s/user — the study
+    page's default axis — comes from a published P90 TPOT."""
     from advisor.operating_point import METRIC_COLUMNS
 
     out = {ours: v for col, ours in METRIC_COLUMNS.items() if ours and (v := p.metrics.get(col)) is not None}

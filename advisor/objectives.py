@@ -1,6 +1,6 @@
 """From a trial's measurements to what Optuna is told: objective values and one constraint value.
 
-A deployment is measured at several load levels (``executors.measure``). A level is *feasible* when it meets
+A deployment is measured at several load levels (``executors.measuring.loop``). A level is *feasible* when it meets
 every SLO (the error-rate SLO included). Every value told to Optuna comes from **one** measured level — the
 trial's *operating point* — so a trial's point on a Pareto chart is a point some level really reached:
 

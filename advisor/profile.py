@@ -48,12 +48,12 @@ from advisor.errors import BadInput, EnvironmentFailed
 from advisor.job import ExecutorKind, ModelRef, TuningJob
 from executors import place
 from executors.base import DeploymentFailed
-from executors.bench_result import first_wave_left_out
-from executors.measure import MeasurePlan
-from executors.model_folder import at_depth, hf_config, write_model_folder
+from executors.measuring.bench_result import first_wave_left_out
+from executors.measuring.loop import MeasurePlan
 from executors.perf import CALIBRATABLE, PerfParams, default_params
 from executors.perf.burst import AS_SENT, STEADY
 from executors.perf.params import REFERENCE, reference_source
+from executors.vllm.model_folder import at_depth, hf_config, write_model_folder
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,

@@ -15,7 +15,7 @@ import db
 from advisor.job import TuningJob
 from advisor.study import trial_by_number
 from advisor.trial_record import tell_row
-from executors.cleanup import cleanup_resources
+from executors.processes.cleanup import cleanup_resources
 from search_spaces import IllegalTransition, TrialState
 
 HEARTBEAT_S = 10.0

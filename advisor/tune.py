@@ -39,11 +39,11 @@ from advisor.objectives import Outcome, score, worst
 from advisor.study import open_study
 from db import redact_url
 from executors import Executor, FailureKind, RunResult, Topology, place
-from executors.measure import MeasurePlan, WallTimeReached, knee_of
+from executors.measuring.loop import MeasurePlan, WallTimeReached, knee_of
 from executors.perf import PerfParams
-from executors.procs import interrupt_of
+from executors.processes.procs import interrupt_of
 from executors.perf.burst import AS_SENT, STEADY
-from executors.simulated import SimulatedExecutor, model_levels, predicted_plan
+from executors.simulated.executor import SimulatedExecutor, model_levels, predicted_plan
 from search_spaces import DeploymentConfig, IllegalTransition, TrialState, check
 from search_spaces.valid_space import params_key
 from advisor.tune_summary import TrialReport, TuneSummary

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from advisor.errors import BadInput
-from executors.datasets import trace_lines
+from executors.measuring.datasets import trace_lines
 from search_spaces import Dataset
 
 if TYPE_CHECKING:  # the job calls this while it loads

@@ -33,8 +33,8 @@ from typing import Any
 
 from executors import cpu_platform, place
 from executors.local import LocalExecutor
-from executors.serving import engine_version
-from executors.tiny_model import make_tiny_moe
+from executors.vllm.serving import engine_version
+from executors.vllm.tiny_model import make_tiny_moe
 from search_spaces import ClusterSpec, DeploymentConfig, Mode, Role, RoleConfig, Workload, load_preset
 
 RESULTS = Path(__file__).parent / "results" / "cpu_trial_overhead.json"
@@ -124,7 +124,7 @@ def main() -> int:
                           run_dir=work / "runs", health_timeout_s=300, bench_timeout_s=900,
                           extra_serve_args=["--distributed-executor-backend", "uni"] if t.get("fast_start") else [])
                 if t["executor"] == "ray":
-                    from executors.ray_executor import RayExecutor
+                    from executors.ray.executor import RayExecutor
 
                     executors[key] = RayExecutor(model, **kw)
                 else:

@@ -24,8 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executors.server_standby import ADOPTED  # noqa: E402
-from executors.vllm_executor import DEPLOYMENT_TIME  # noqa: E402
+from executors.vllm.executor import DEPLOYMENT_TIME  # noqa: E402
+from executors.vllm.server_standby import ADOPTED  # noqa: E402
 
 _TS = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 #: vLLM log line → (field, the number it carries; None: the line's time is what is kept)
@@ -51,7 +51,7 @@ def _when(line: str, year: int) -> datetime | None:
 def phases(log: Path, start: datetime) -> dict[str, float]:
     """One server's phases: seconds from ``start`` to its first line and to the lines in ``_AT``, and the
     durations vLLM reports. Values summed where vLLM logs several (one per compile range or graph mode).
-    A server that was a standby (executors/server_standby.py: it imported vLLM while the last deployment was
+    A server that was a standby (executors/vllm/server_standby.py: it imported vLLM while the last deployment was
     measured) is timed from the moment it was handed its flags; ``standby`` is 1 then."""
     out: dict[str, float] = {}
     lines = log.read_text(errors="replace").splitlines()

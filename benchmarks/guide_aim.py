@@ -1,8 +1,8 @@
 """The guided study of ``tests/test_guide.py`` with its trials' knee searches aimed by the model's curve on every
 trial, never, or as ``advisor.tune._aims`` decides: the share of the truth's optimum each study's best trial reached.
 
-Why: the aim (``executors/knee_curve.py``) finds a knee in fewer levels (``benchmarks/knee_search.py``), but on
-every trial of a guided study from the unmeasured defaults it left truth seed 0 at 0.71 of the optimum; this is
+Why: the aim (``executors/measuring/knee_curve.py``) finds a knee in fewer levels (``benchmarks/knee_search.py``), but
+on every trial of a guided study from the unmeasured defaults it left truth seed 0 at 0.71 of the optimum; this is
 the measurement behind the gate (docs/benchmarks.md, "Knee search"). Truth = the H200 defaults perturbed with
 seed s (spread 2), the h200-qwen3-235b preset, 16 trials; optimum = the truth's exhaustive best knee.
 The arms replace ``advisor.tune._aims`` (always / steps) — a driver's switch, not a setting.
@@ -23,7 +23,7 @@ from advisor.job import job_from_dict
 from advisor.proposers.model_rank import exhaustive
 from benchmarks.truths import perturbed
 from db import queries
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState
 
 

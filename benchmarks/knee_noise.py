@@ -34,7 +34,7 @@ from typing import Any
 from advisor.executor_factory import make_executor
 from advisor.job import job_from_dict
 from executors import place
-from executors.measure import MeasurePlan, knee_of
+from executors.measuring.loop import MeasurePlan, knee_of
 from search_spaces import SLO, DeploymentConfig, Workload
 
 RESULTS = Path(__file__).parent / "results" / "knee_noise.json"

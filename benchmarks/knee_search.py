@@ -1,6 +1,6 @@
 """Knee search accuracy: how close the adaptive knee search lands to the true knee, in how many levels.
 
-A trial's number is its *knee*: the highest load at which every SLO holds. ``executors.measure.search_levels``
+A trial's number is its *knee*: the highest load at which every SLO holds. ``executors.measuring.loop.search_levels``
 finds it by starting at the knee the calibrated performance model predicts, stepping up or down by widening
 factors, then bisecting to ``workload.knee_tolerance`` within ``workload.max_levels`` levels. This script runs
 that search on the simulated executor against a ground truth it does not know, per preset:
@@ -15,7 +15,7 @@ that search on the simulated executor against a ground truth it does not know, p
 - **Start and aim**: where the *default-parameter* model puts the knee, and its SLO metrics over loads
   (``simulated.predicted_plan``), whatever the truth — as a real trial starts from the model it has, not from
   the machine it does not know; the search scales that curve by its measured levels to aim its next level
-  (``executors.knee_curve``; ``--no-curve``: widening steps and bisection only, the search before that).
+  (``executors.measuring.knee_curve``; ``--no-curve``: widening steps and bisection only, the search before that).
 - **Found knee**: ``search_levels`` with the truth as the probe and no fixed levels; ``knee_of`` gives the
   answer, ``len(levels)`` the levels it spent. No knee found counts as a 100% error when the truth has one.
 - **True knee**: the largest integer concurrency in ``[1, max_load]`` whose truth prediction meets every SLO:
@@ -58,9 +58,9 @@ from typing import Any
 
 from advisor.job import job_from_dict
 from executors import place
-from executors.measure import MeasurePlan, knee_of, search_levels
+from executors.measuring.loop import MeasurePlan, knee_of, search_levels
 from executors.perf import MODEL_VERSION, PerfParams, default_params, predict_load
-from executors.simulated import predicted_plan
+from executors.simulated.executor import predicted_plan
 from executors.topology import Topology
 from search_spaces import Measurement, check, slo_violation
 from truths import perturbed  # benchmarks/truths.py (this folder is on the path)

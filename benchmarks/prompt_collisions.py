@@ -1,5 +1,5 @@
 """Prefix-cache hits that vLLM's random prompts cause by themselves, with the levels' own seeds and with the seeds
-``executors.prompt_seeds`` picks — offline, with vLLM's own sampler (``RandomDataset.sample``) and tokenizer.
+``executors.measuring.prompt_seeds`` picks — offline, with vLLM's own sampler (``RandomDataset.sample``) and tokenizer.
 
 For each case (a generated tokenizer, a workload, the loads of one deployment's levels in order, the warm-up first)
 it samples every level's prompts exactly as ``vllm bench serve --dataset-name random --seed S`` does, tokenizes
@@ -29,9 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executors import bench, model_folder  # noqa: E402
-from executors.prompt_seeds import BLOCK_TOKENS, PromptStarts, fresh_spec  # noqa: E402
-from executors.tiny_model import make_tiny_moe  # noqa: E402
+from executors.measuring import bench  # noqa: E402
+from executors.measuring.prompt_seeds import BLOCK_TOKENS, PromptStarts, fresh_spec  # noqa: E402
+from executors.vllm import model_folder  # noqa: E402
+from executors.vllm.tiny_model import make_tiny_moe  # noqa: E402
 from search_spaces import Dataset, LengthDist, Workload  # noqa: E402
 from tests.shared_runs import PROBE_JOB  # noqa: E402
 

@@ -25,7 +25,7 @@ from advisor.executor_factory import model_params
 from advisor.proposers.guide import ModelGuide
 from advisor.proposers.model_rank import predicted_outcome, predicted_outcomes
 from advisor.job import job_from_dict
-from executors.measure import MeasurePlan
+from executors.measuring.loop import MeasurePlan
 from search_spaces import preset_names
 
 RESULTS = Path(__file__).parent / "results" / "rank_speed.json"

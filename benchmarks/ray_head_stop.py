@@ -1,4 +1,4 @@
-"""How long stopping a private Ray head takes (``executors.ray_cluster.start_head`` / ``stop_head``), as the Ray
+"""How long stopping a private Ray head takes (``executors.ray.cluster.start_head`` / ``stop_head``), as the Ray
 executor does at ``close()`` — with the product's environment, and with Ray's own SIGTERM drain (``--drain``).
 
 `ray start` drains its node for up to 30 s on SIGTERM. ``stop_head`` signals the head's whole process group, so
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from executors import ray_cluster
+from executors.ray import cluster as ray_cluster
 
 
 def main() -> None:

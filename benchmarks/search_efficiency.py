@@ -42,7 +42,7 @@ from advisor.objectives import worst
 from advisor.study import make_sampler
 from executors import place
 from executors.perf import PerfParams
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import check, preset_names
 from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
 

@@ -33,7 +33,7 @@ from advisor.job import job_from_dict
 from advisor.space_report import space_report
 from advisor.tune import tune
 from executors.perf import default_params
-from executors.simulated import SimulatedExecutor
+from executors.simulated.executor import SimulatedExecutor
 from search_spaces import preset_names
 from truths import perturbed  # benchmarks/truths.py (this folder is on the path)
 

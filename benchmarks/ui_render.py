@@ -47,7 +47,7 @@ from advisor.job import TuningJob, job_from_dict
 from advisor.objectives import INFEASIBLE, objective_names, score, worst
 from advisor.tune import CONFIG_KEY_ATTR, EXECUTED_ATTR, STATE_ATTR
 from executors import place
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState, check
 
 GOAL_S = 2.0

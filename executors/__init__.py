@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Deployment", "DeploymentFailed", "Executor", "FailureKind", "PreflightFailed", "RunResult",
                      "Timings"], "executors.base"),
-    **dict.fromkeys(["Platform", "cpu_platform", "gpu_platform"], "executors.platform"),
+    **dict.fromkeys(["Platform", "cpu_platform", "gpu_platform"], "executors.vllm.platform"),
     **dict.fromkeys(["Endpoint", "launch_script", "role_flags", "router_args", "serve_args", "serve_command"],
-                    "executors.render"),
+                    "executors.vllm.render"),
     **dict.fromkeys(["Instance", "NodeShard", "Topology", "place"], "executors.topology"),
     "LocalExecutor": "executors.local",
-    "RayExecutor": "executors.ray_executor",
-    "SimulatedExecutor": "executors.simulated",
-    "make_tiny_moe": "executors.tiny_model",
+    "RayExecutor": "executors.ray.executor",
+    "SimulatedExecutor": "executors.simulated.executor",
+    "make_tiny_moe": "executors.vllm.tiny_model",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -50,9 +50,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Timings,
     )
     from executors.local import LocalExecutor  # noqa: F401
-    from executors.platform import Platform, cpu_platform, gpu_platform  # noqa: F401
-    from executors.ray_executor import RayExecutor  # noqa: F401
-    from executors.render import (  # noqa: F401
+    from executors.ray.executor import RayExecutor  # noqa: F401
+    from executors.simulated.executor import SimulatedExecutor  # noqa: F401
+    from executors.topology import Instance, NodeShard, Topology, place  # noqa: F401
+    from executors.vllm.platform import Platform, cpu_platform, gpu_platform  # noqa: F401
+    from executors.vllm.render import (  # noqa: F401
         Endpoint,
         launch_script,
         role_flags,
@@ -60,6 +62,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         serve_args,
         serve_command,
     )
-    from executors.simulated import SimulatedExecutor  # noqa: F401
-    from executors.tiny_model import make_tiny_moe  # noqa: F401
-    from executors.topology import Instance, NodeShard, Topology, place  # noqa: F401
+    from executors.vllm.tiny_model import make_tiny_moe  # noqa: F401

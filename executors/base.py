@@ -22,12 +22,12 @@ from pathlib import Path
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from executors.procs import interrupt_of
+from executors.processes.procs import interrupt_of
 from executors.topology import Topology
 from search_spaces import ClusterSpec, Measurement, Workload
 
 if TYPE_CHECKING:
-    from executors.measure import MeasurePlan
+    from executors.measuring.loop import MeasurePlan
 
 
 class FailureKind(StrEnum):
@@ -78,8 +78,8 @@ class Deployment:
     resources: dict[str, Any] = field(default_factory=dict)  # pgids, placement groups, ports, log paths
     timings: Timings = field(default_factory=Timings)
     handle: Any = None
-    #: The first KV blocks of the random prompts sent to it, by tokenizer folder (``executors.prompt_seeds``), kept
-    #: across ``measure`` calls: a profile measures each probe level in a call of its own, and with a record per
+    #: The first KV blocks of the random prompts sent to it, by tokenizer folder (``executors.measuring.prompt_seeds``),
+    #: kept across ``measure`` calls: a profile measures each probe level in a call of its own, and with a record per
     #: call its later levels repeat the earlier ones' prompts (tiny CPU model: one or two 128-token blocks a
     #: level, 2.1-3.1% prefix-cache hits, once a profile measures 6 levels per deployment).
     prompt_starts: dict[str, Any] = field(default_factory=dict)
@@ -128,7 +128,7 @@ class Executor(ABC):
     @abstractmethod
     def measure(self, deployment: Deployment, workload: Workload,
                 plan: MeasurePlan | None = None) -> list[Measurement]:
-        """Every level of ``executors.measure``'s loop (warm-up, knee search against ``plan``'s SLOs, fixed
+        """Every level of ``executors.measuring.loop``'s loop (warm-up, knee search against ``plan``'s SLOs, fixed
         levels) on the running deployment."""
 
     @abstractmethod

@@ -1,10 +1,10 @@
 """The local executor: the deployment's processes as plain subprocesses of this machine (one node).
 
-``deploy`` starts one ``vllm serve`` per instance (command lines from ``executors.render``, each in its own
+``deploy`` starts one ``vllm serve`` per instance (command lines from ``executors.vllm.render``, each in its own
 process group, logging to a file under the run dir), waits for every ``/health``, then starts
 ``vllm-router`` in front of them and waits for it to answer. ``measure`` runs ``vllm bench serve`` once
-per load level against the router (``executors.bench``) with a ``/metrics`` scrape of every instance
-before and after (``executors.metrics``). ``teardown`` stops every process group (TERM, wait, KILL),
+per load level against the router (``executors.measuring.bench``) with a ``/metrics`` scrape of every instance
+before and after (``executors.measuring.metrics``). ``teardown`` stops every process group (TERM, wait, KILL),
 removes the shared-memory segments its servers mapped and the deployment's KV shared-storage folder;
 it copes with a deployment that only half started.
 
@@ -26,20 +26,22 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from executors import bench, bench_zygote, metrics, procs, server_standby
 from executors.base import Deployment, DeploymentFailed, FailureKind
-from executors.measure import LevelRunner, ServerView
-from executors.platform import Platform
-from executors.render import Endpoint, router_args, slot_env
-from executors.serving import (
+from executors.measuring import bench, bench_zygote, metrics
+from executors.measuring.loop import LevelRunner, ServerView
+from executors.processes import procs
+from executors.topology import Instance, NodeShard, Topology
+from executors.vllm import server_standby
+from executors.vllm.executor import VllmExecutor
+from executors.vllm.platform import Platform
+from executors.vllm.render import Endpoint, router_args, slot_env
+from executors.vllm.serving import (
     compile_cache_env,
     engine_start_env,
     server_unhealthy,
     start_failure,
     wait_router,
 )
-from executors.topology import Instance, NodeShard, Topology
-from executors.vllm_executor import VllmExecutor
 from search_spaces import Workload
 from search_spaces.workload import routing_env
 
@@ -109,7 +111,7 @@ class LocalExecutor(VllmExecutor):
     # ---------------------------------------------------------------- deploy
     @cached_property
     def _next(self) -> list[tuple[tuple[str, Path, Path, Platform], server_standby.Standby]]:
-        """The next deployment's folders and its first server, started early (executors/server_standby.py)."""
+        """The next deployment's folders and its first server, started early (executors/vllm/server_standby.py)."""
         return []
 
     def deploy(self, topology: Topology) -> Deployment:
@@ -170,7 +172,7 @@ class LocalExecutor(VllmExecutor):
 
     def _start_standby(self, topology: Topology) -> None:
         """The next deployment's first server starts importing vLLM now, while this one is measured (a study's
-        next deployment is most often of the same shape: executors/server_standby.py says why and when)."""
+        next deployment is most often of the same shape: executors/vllm/server_standby.py says why and when)."""
         if not server_standby.usable(self.platform):
             return
         dirs = self._deployment_dirs()
@@ -186,8 +188,8 @@ class LocalExecutor(VllmExecutor):
             self._next.pop()[1].close(self.teardown_timeout_s)
 
     def _start_zygote(self, dep: Deployment, h: _LocalHandle) -> None:
-        """The bench zygote (executors/bench_zygote.py) starts with the servers: its ~20 s import of vLLM on a GPU
-        host overlaps their start-up instead of the first level's (without it the H200's warm-ups read 28-34 s for a
+        """The bench zygote (executors/measuring/bench_zygote.py) starts with the servers: its ~20 s import of vLLM on a
+        GPU host overlaps their start-up instead of the first level's (without it the H200's warm-ups read 28-34 s for a
         10 s bench run, the difference being this import)."""
         if not bench_zygote.usable(h.platform):
             return
@@ -260,7 +262,7 @@ class LocalExecutor(VllmExecutor):
             deployment.resources.setdefault("bench_pgids", []).append(pgid)
             self._save(deployment)
 
-        # vLLM imported once per deployment, each level forked from it (executors/bench_zygote.py); started
+        # vLLM imported once per deployment, each level forked from it (executors/measuring/bench_zygote.py); started
         # with the servers where deploy could (``_start_zygote``)
         zygote = h.zygote
         if zygote is None and bench_zygote.usable(h.platform):

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executors.bench_result import (  # noqa: E402
+from executors.measuring.bench_result import (  # noqa: E402
     latency_summary, parse_result, per_request_tpot_ms, percentile, pool_results)
 
 DEFAULT_FOLDER = Path("/tmp/r4/da-runs/h200-study-30b")

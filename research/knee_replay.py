@@ -45,8 +45,8 @@ import db  # noqa: E402
 from advisor.job import load_job  # noqa: E402
 from advisor.profile import resolve_params  # noqa: E402
 from executors import place  # noqa: E402
-from executors.measure import feasible, knee_of, search_levels  # noqa: E402
-from executors.simulated import predicted_plan  # noqa: E402
+from executors.measuring.loop import feasible, knee_of, search_levels  # noqa: E402
+from executors.simulated.executor import predicted_plan  # noqa: E402
 from search_spaces import Measurement  # noqa: E402
 
 METRICS = ("p90_ttft_ms", "p90_tokens_per_s_per_user", "throughput_per_gpu")

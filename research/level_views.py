@@ -53,7 +53,7 @@ from advisor.calibrate import Problem, Sample, fitted_values  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import fit_probes, plan_profile  # noqa: E402
 from executors import place  # noqa: E402
-from executors.bench_result import first_wave_left_out  # noqa: E402
+from executors.measuring.bench_result import first_wave_left_out  # noqa: E402
 from executors.perf import PerfParams, default_params  # noqa: E402
 from research.raw import raw_file  # noqa: E402
 
@@ -174,8 +174,8 @@ def knee_starts(job: TuningJob, database: db.Database, study: str,
                 sets: dict[str, tuple[PerfParams, str]]) -> list[dict[str, Any]]:
     """Each trial's measured knee beside where each parameter set, in each view, puts it (``predicted_knee``:
     where a real knee search starts)."""
-    from executors.measure import MeasurePlan
-    from executors.simulated import predicted_knee
+    from executors.measuring.loop import MeasurePlan
+    from executors.simulated.executor import predicted_knee
 
     plan, model, rows = MeasurePlan(tuple(job.slos)), job.model_profile(), []
     for t in db.queries.list_trials(database, study):

@@ -59,8 +59,8 @@ from advisor.executor_factory import make_executor  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import fit_probes, run_profile  # noqa: E402
 from executors import place  # noqa: E402
-from executors.bench_result import first_wave_left_out  # noqa: E402
-from executors.measure import MeasurePlan  # noqa: E402
+from executors.measuring.bench_result import first_wave_left_out  # noqa: E402
+from executors.measuring.loop import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, LengthDist, Mode, Role, RoleConfig, Workload  # noqa: E402
 

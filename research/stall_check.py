@@ -3,7 +3,7 @@
 For every saved bench JSON under FOLDER (``**/bench/*.json``, with per-request ``start_times``/``ttfts``/``itls``:
 ``--save-detailed``) it prints the level's longest pause with no token delivered while requests were in flight,
 its reference gap (the median of its N longest gaps, N its requests), its 99th-percentile gap, the pause over the
-reference, and whether ``executors.bench_result.stall_of`` calls it stalled (pause ≥ max(``STALL_FLOOR_S``,
+reference, and whether ``executors.measuring.bench_result.stall_of`` calls it stalled (pause ≥ max(``STALL_FLOOR_S``,
 ``STALL_FACTOR`` × reference)); the rows and the constants go to ``--out`` as JSON.
 
 The default folder holds the H200 hardware profiles of 4 Dec (vLLM 0.26.0, one H200: the DeepSeek-V3-width FP8
@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from executors.bench_result import STALL_FACTOR, STALL_FLOOR_S, stall_of  # noqa: E402
+from executors.measuring.bench_result import STALL_FACTOR, STALL_FLOOR_S, stall_of  # noqa: E402
 
 DEFAULT_FOLDER = Path("/tmp/r5/da-runs")
 DEFAULT_OUT = ROOT / "research" / "results" / "h200-profile-dsv3" / "stalls-r5.json"

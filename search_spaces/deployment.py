@@ -2,7 +2,7 @@
 
 Each field that maps to a ``vllm serve`` flag names the flag in its metadata (``vllm_flag``): when it is
 written (``omit_default``, ``requires``) and, for a JSON-valued flag, which method gives its value
-(``value``). ``flags_of`` reads them into an ordered ``{flag: value}`` mapping, which ``executors.render``
+(``value``). ``flags_of`` reads them into an ordered ``{flag: value}`` mapping, which ``executors.vllm.render``
 turns into argv and every export reads, so the flag is written once. Fields without a flag are facts about
 the deployment (how many instances, which role).
 """

@@ -1,8 +1,8 @@
 """Every metric a load level reports, declared once: unit, which way is better, percentile, labels, how it scales.
 
-The bench parser (``executors.bench_result``), the SLO and objective checks, ranking (``db.ranking``), the Optuna
-directions (``advisor.study``), the performance model's outputs and the dashboard's labels all read this table, so
-a metric cannot be "better higher" in one place and "better lower" in another (``error_rate`` once was: the
+The bench parser (``executors.measuring.bench_result``), the SLO and objective checks, ranking (``db.ranking``), the
+Optuna directions (``advisor.study``), the performance model's outputs and the dashboard's labels all read this table,
+so a metric cannot be "better higher" in one place and "better lower" in another (``error_rate`` once was: the
 ranking's suffix rule maximized it while the SLO check minimized it). Adding a metric is one ``register`` call;
 a registered metric that ``Measurement`` has no field for travels as an extra of the level (stored in the level's
 JSON, ``db.mapping.UNMAPPED``), so the database, SLOs, ranking and labels see it without a new column.

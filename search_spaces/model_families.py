@@ -239,9 +239,9 @@ ARCHITECTURES: tuple[str, ...] = tuple(_BY_ARCH)
 
 
 #: Dense architectures whose config.json may still carry a MoE's expert keys, read as their MoE sibling: the
-#: project's own stand-in for MoE with data parallelism on vLLM's CPU build (``executors.tiny_model``, ``dense=True``:
-#: vLLM's dense Qwen3 serves it and ignores the expert keys; the model reads the MoE they describe). A dense config
-#: without expert keys is still refused: its architecture is no family the tuner describes.
+#: project's own stand-in for MoE with data parallelism on vLLM's CPU build (``executors.vllm.tiny_model``,
+#: ``dense=True``: vLLM's dense Qwen3 serves it and ignores the expert keys; the model reads the MoE they describe). A
+#: dense config without expert keys is still refused: its architecture is no family the tuner describes.
 DENSE_STAND_INS: dict[str, str] = {"Qwen3ForCausalLM": "Qwen3MoeForCausalLM"}
 
 

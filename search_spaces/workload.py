@@ -44,7 +44,7 @@ class LengthDist(BaseModel):
 
 #: vLLM's switch for its routing simulator: a strategy name, or empty for the model's own router.
 ROUTING_ENV = "VLLM_MOE_ROUTING_SIMULATION_STRATEGY"
-#: The strategy names vLLM ships, by ``expert_routing`` kind; ``zipf`` is ours (``executors.vllm_routing``).
+#: The strategy names vLLM ships, by ``expert_routing`` kind; ``zipf`` is ours (``executors.vllm.routing``).
 _VLLM_STRATEGIES = {"uniform": "uniform_random", "normal": "normal_routing"}
 ROUTING_KINDS = ("real", "uniform", "normal", "zipf")
 DEFAULT_ZIPF_EXPONENT = 1.1

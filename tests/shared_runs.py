@@ -47,7 +47,7 @@ PROBE_LEVELS = [1, 8]
 PROBE_CONFIG = DeploymentConfig.model_validate(
     {"mode": "aggregated", "decode": {"role": "mixed", "max_num_seqs": PROBE_SEQS, "max_num_batched_tokens": 2048}})
 
-# Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.datasets (multi-turn
+# Two more workloads on the probe's deployment: vLLM's custom dataset fed by executors.measuring.datasets (multi-turn
 # sessions whose context grows) and its random dataset with a shared prefix. vLLM's CPU block size is 128 tokens,
 # so the shared parts are longer than one block.
 AGENTIC = Workload(dataset=Dataset.AGENTIC, isl=LengthDist(mean=48, range_ratio=0.25), osl=LengthDist(mean=8),

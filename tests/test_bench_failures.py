@@ -19,11 +19,13 @@ from advisor import tune as tune_mod
 from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import connect, queries
-from executors import FailureKind, Platform, bench, broken_env
-from executors.bench_zygote import Zygote
-from executors.measure import LevelRunner, MeasurePlan, measure_deployment
-from executors.serving import start_failure
-from executors.simulated import SimulatedExecutor, default_params
+from executors import FailureKind, Platform
+from executors.measuring import bench
+from executors.measuring.bench_zygote import Zygote
+from executors.measuring.loop import LevelRunner, MeasurePlan, measure_deployment
+from executors.processes import broken_env
+from executors.simulated.executor import SimulatedExecutor, default_params
+from executors.vllm.serving import start_failure
 from search_spaces import TrialState
 
 MISSING = "deploy_advisor_no_such_module"

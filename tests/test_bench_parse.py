@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from executors import bench, metrics, procs
-from executors.datasets import _flatten_sessions, trace_lines
+from executors.measuring import bench, metrics
+from executors.measuring.datasets import _flatten_sessions, trace_lines
+from executors.processes import procs
 from search_spaces import Dataset, LengthDist, Workload
 
 DATA = Path(__file__).parent / "data"
@@ -300,8 +301,8 @@ def test_eplb_balancedness_from_log(tmp_path):
 @pytest.mark.parametrize("log, expected", [
     ("(APIServer pid=1) WARNING 12-01 02:32:20 [system_utils.py:255] failed with error current limit\n"
      "usage: vllm serve [model_tag] [options]\n"
-     "vllm_cli.py serve: error: argument --max-num-seqs: invalid int value: 'notanumber'\n",
-     "vllm_cli.py serve: error: argument --max-num-seqs: invalid int value: 'notanumber'"),
+     "cli.py serve: error: argument --max-num-seqs: invalid int value: 'notanumber'\n",
+     "cli.py serve: error: argument --max-num-seqs: invalid int value: 'notanumber'"),
     ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
      "  Value error, User-specified max_model_len (100000) is greater than the derived max_model_len "
      "[type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]\n",

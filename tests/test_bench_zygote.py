@@ -1,5 +1,5 @@
-"""Where a deployment's levels fork from one imported vLLM (``executors.bench_zygote.usable``): GPU platforms whose
-engine is this interpreter's vLLM, never the CPU build (its measured guard against bursty delivery), and the
+"""Where a deployment's levels fork from one imported vLLM (``executors.measuring.bench_zygote.usable``): GPU platforms
+whose engine is this interpreter's vLLM, never the CPU build (its measured guard against bursty delivery), and the
 environment override either way. The fork itself ran on the H200 (docs/benchmarks.md: 0.9-4.4 s per level)."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from executors import bench_zygote, cpu_platform, gpu_platform
+from executors import cpu_platform, gpu_platform
+from executors.measuring import bench_zygote
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from executors import procs
-from executors.cleanup import GONE, cleanup_resources
+from executors.processes import procs
+from executors.processes.cleanup import GONE, cleanup_resources
 
 SERVER = ["bash", "-c", "sleep 300 & echo up; wait"]
 ESCAPED = ["bash", "-c", "setsid sleep 300 & echo up; wait"]  # a child in a session of its own

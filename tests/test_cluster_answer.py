@@ -21,8 +21,8 @@ from advisor.job import TuningJob, job_from_dict
 from advisor.objectives import score
 from db import queries
 from executors import place
-from executors.measure import MeasurePlan
-from executors.simulated import SimulatedExecutor, default_params
+from executors.measuring.loop import MeasurePlan
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import DeploymentConfig, TrialState
 
 STUDY = "rack"

@@ -1,4 +1,4 @@
-"""The CPU plugin that asks Linux for AMX permission in vLLM's processes (executors/vllm_cpu_amx.py): which
+"""The CPU plugin that asks Linux for AMX permission in vLLM's processes (executors/vllm/cpu_amx.py): which
 CPUs it acts on. That every real server of a study ran it (or, without AMX, did not) is checked on the real
 servers' logs in tests/test_tune_real.py."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executors.vllm_cpu_amx import cpu_has_amx
+from executors.vllm.cpu_amx import cpu_has_amx
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 

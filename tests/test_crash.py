@@ -76,7 +76,7 @@ import json, os, signal, sys
 import advisor.tune as t
 from advisor.job import job_from_dict
 from executors import DeploymentFailed, FailureKind
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 
 url, after, kind, job = sys.argv[1], int(sys.argv[2]), sys.argv[3], job_from_dict(json.loads(sys.argv[4]))
 record, calls = t.record, [0]

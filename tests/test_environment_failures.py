@@ -25,7 +25,7 @@ from advisor.objectives import objective_names
 from advisor.tune import tune
 from db import queries
 from executors import DeploymentFailed, FailureKind
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState
 
 PORT_TAKEN = "port 8200 taken on 10.77.77.2"
@@ -189,7 +189,7 @@ import os, sys, time
 from pathlib import Path
 import advisor.tune as t
 from executors import DeploymentFailed, FailureKind
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 
 gate = Path(sys.argv[1])
 

@@ -19,7 +19,7 @@ from advisor.executor_factory import executor_class
 from advisor.job import job_from_dict
 from advisor.objectives import score
 from executors import place
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig, TrialState
 
 APP = str(Path(__file__).resolve().parent.parent / "ui" / "app.py")
@@ -89,7 +89,7 @@ def test_the_ray_executor_is_built_with_the_jobs_cluster_and_placement_timeout(t
     import socket
 
     from advisor.executor_factory import make_executor
-    from executors.ray_executor import RayExecutor
+    from executors.ray.executor import RayExecutor
 
     with socket.socket() as head:
         head.bind(("127.0.0.1", 0))

@@ -39,8 +39,9 @@ import pytest
 from advisor.executor_factory import make_executor
 from advisor.job import TuningJob, job_from_dict
 from advisor.objectives import objective_names, score
-from executors import place, procs
+from executors import place
 from executors.base import Executor, FailureKind, RunResult
+from executors.processes import procs
 from search_spaces import DeploymentConfig
 from tests.shared_runs import PROBE_CONFIG
 from tests.trial_processes import trial_processes

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from executors import cpu_platform, place
-from executors import server_standby
-from executors.tiny_model import make_tiny_moe
+from executors.vllm import server_standby
+from executors.vllm.tiny_model import make_tiny_moe
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,
@@ -54,7 +54,7 @@ def _executor(kind, model, tmp_path, **kw):
         from executors.local import LocalExecutor
 
         return LocalExecutor(model, **common)
-    from executors.ray_executor import RayExecutor
+    from executors.ray.executor import RayExecutor
 
     return RayExecutor(model, **common)
 
@@ -157,7 +157,7 @@ def test_local_pd_transfers_kv_through_the_router(tiny_model, tmp_path, monkeypa
 
 @pytest.mark.vllm
 def test_local_next_server_is_started_while_this_one_is_measured(tiny_model, tmp_path, monkeypatch):
-    """The standby (executors/server_standby.py, on by default only on GPU hosts): after a deploy, the next
+    """The standby (executors/vllm/server_standby.py, on by default only on GPU hosts): after a deploy, the next
     deployment's server imports vLLM and waits; the next deploy of the same shape hands it its flags and it
     serves them; closing the executor stops the one left waiting."""
     monkeypatch.setenv("DEPLOY_ADVISOR_SERVER_STANDBY", "1")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import db
-from executors import metrics
-from executors.render import eplb_config_json, role_flags
-from executors.vllm_routing import zipf_exponent, zipf_shares
+from executors.measuring import metrics
+from executors.vllm.render import eplb_config_json, role_flags
+from executors.vllm.routing import zipf_exponent, zipf_shares
 from search_spaces import Measurement, Workload
 from search_spaces.deployment import EPLBConfig, Role, RoleConfig
 from search_spaces.workload import ROUTING_ENV, ExpertRouting, routing_env, routing_label, server_env
@@ -99,7 +99,7 @@ def test_plugin_registers_zipf_and_vllm_routes_with_it(simulator, monkeypatch: p
                                                        caplog: pytest.LogCaptureFixture) -> None:
     import torch
 
-    from executors import vllm_routing
+    from executors.vllm import routing as vllm_routing
 
     monkeypatch.setenv(ROUTING_ENV, ExpertRouting.model_validate("zipf 1.1").strategy)
     with caplog.at_level(logging.INFO, logger=vllm_routing.log.name):
@@ -126,7 +126,7 @@ def test_plugin_registers_zipf_and_vllm_routes_with_it(simulator, monkeypatch: p
 def test_plugin_makes_vllms_own_strategies_cpu_safe(simulator, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from executors import vllm_routing
+    from executors.vllm import routing as vllm_routing
 
     h, logits = torch.randn(64, 16), torch.randn(64, 8)
     assert simulator.simulate_routing(h, logits, "uniform_random", 2)[1].dtype == torch.long  # as shipped
@@ -140,7 +140,7 @@ def test_plugin_makes_vllms_own_strategies_cpu_safe(simulator, monkeypatch: pyte
 
 
 def test_plugin_is_idle_without_a_simulated_strategy(simulator, monkeypatch: pytest.MonkeyPatch) -> None:
-    from executors import vllm_routing
+    from executors.vllm import routing as vllm_routing
 
     before = list(simulator.get_available_strategies())
     for value in ("", "zipf_0", "something_else"):
@@ -153,7 +153,7 @@ def test_the_entry_point_is_installed() -> None:
     from importlib.metadata import entry_points
 
     eps = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
-    assert eps.get("deploy_advisor_routing") == "executors.vllm_routing:register", (
+    assert eps.get("deploy_advisor_routing") == "executors.vllm.routing:register", (
         "reinstall the project (scripts/setup.sh --force, or pip install -e '.[cpu,test]')")
 
 

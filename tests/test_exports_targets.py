@@ -66,8 +66,8 @@ from advisor.exports import (
 )
 from advisor.job import TuningJob, job_from_dict
 from executors import Topology, cpu_platform, place
-from executors.render import uses_nixl
-from executors.simulated import SimulatedExecutor, default_params
+from executors.vllm.render import uses_nixl
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import (
     All2AllBackend,
     DeploymentConfig,
@@ -735,7 +735,7 @@ def test_folder_exports_replace_their_own_folder_only(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------- (g) the model
 def _local_model_job(tmp_path: Path) -> tuple[TuningJob, Path]:
-    from executors.tiny_model import make_tiny_moe
+    from executors.vllm.tiny_model import make_tiny_moe
 
     folder = make_tiny_moe(tmp_path / "my-model")
     job = job_from_dict({"name": "local-model", "preset": "cpu-tiny-moe",
@@ -804,7 +804,7 @@ def test_cpu_tiny_lws_command_serves_a_completion(tmp_path: Path) -> None:
     """The tiny CPU configuration's LeaderWorkerSet, its ``vllm serve`` line run by hand here: the pod's
     command with the LWS variables and the container's env, the model path and a free port put in for local
     values, ``vllm`` being this machine's engine command (``cpu_platform().engine_cmd``)."""
-    from executors.tiny_model import make_tiny_moe
+    from executors.vllm.tiny_model import make_tiny_moe
 
     case = cases()["cpu-agg"]
     model_dir = make_tiny_moe(tmp_path / "tiny-moe")

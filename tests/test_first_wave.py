@@ -1,5 +1,6 @@
 """A closed-loop level's first wave — the ``concurrency`` requests ``vllm bench serve`` sends at once as it begins —
-is left out of the level's latencies (``executors.bench_result.first_wave``), and kept beside them in ``raw``."""
+is left out of the level's latencies (``executors.measuring.bench_result.first_wave``), and kept beside them in
+``raw``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from executors import bench
+from executors.measuring import bench
 
 #: A real level: the H200 study r4 (4 Dec), trial 5 (max-num-seqs 128 / batched tokens 2048), c = 34, 68 prompts
 #: (per-request gaps rounded to 10 µs to keep the file small; vLLM's summary numbers are the run's own).

@@ -1,5 +1,5 @@
 """Each vLLM flag once: every preset's best deployment, rendered to every export format, carries each flag with
-the value of the one ``{flag: value}`` mapping ``executors.render.serve_flags`` builds for that node shard.
+the value of the one ``{flag: value}`` mapping ``executors.vllm.render.serve_flags`` builds for that node shard.
 
 The best deployment is the performance model's best (``advisor.proposers.model_rank.predicted_outcome``, default
 parameters) among the valid candidates of the preset's space: all of them when there are few, else a seeded sample — the
@@ -31,8 +31,8 @@ from advisor.exports import FORMATS, Evidence, ExportOptions, render_export
 from advisor.proposers.model_rank import predicted_outcome
 from advisor.job import TuningJob, job_from_dict
 from executors import Endpoint, place
-from executors.render import DEFAULT_DP_RPC_PORT, Flags, launch_plan, serve_flags
-from executors.simulated import default_params
+from executors.vllm.render import DEFAULT_DP_RPC_PORT, Flags, launch_plan, serve_flags
+from executors.simulated.executor import default_params
 from search_spaces import All2AllBackend, DeploymentConfig, EPLBConfig, Mode, Role, RoleConfig
 from search_spaces.deployment import flags_of
 from tests.test_exports_targets import run_pod, write_fake_vllm

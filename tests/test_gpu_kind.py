@@ -1,6 +1,6 @@
 """A profile or a study measured on this machine is stored under the job's ``cluster.gpu``: the local executor on the
 GPU platform checks that kind against the cards ``nvidia-smi`` names, and a mismatch is one line and exit 2 before
-anything is deployed or written (``executors.gpu_kind``). On 5 Dec a session whose jobs said H200 was lent an H100.
+anything is deployed or written (``executors.vllm.gpu_kind``). On 5 Dec a session whose jobs said H200 was lent an H100.
 
 ``nvidia-smi`` cannot run here (no GPU): a stand-in script on ``PATH`` answers as the real one does on an H100 and on
 an H200 — the only fake in these tests, labelled as such."""
@@ -19,7 +19,7 @@ import db
 from advisor.errors import BadInput
 from advisor.executor_factory import make_executor
 from advisor.job import job_from_dict
-from executors.gpu_kind import kind_of, local_gpu_names
+from executors.vllm.gpu_kind import kind_of, local_gpu_names
 
 
 @pytest.mark.parametrize(("name", "kind"), [

@@ -23,7 +23,7 @@ from advisor.tune import CONFIG_KEY_ATTR, EXECUTED_ATTR, tune
 from benchmarks.truths import perturbed
 from db import queries
 from executors import place
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState, check
 
 

@@ -21,7 +21,7 @@ from advisor.study import open_study
 from advisor.tune import EXECUTED_ATTR, tune
 from db import queries
 from executors.perf import PerfParams
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState
 from tests.cli_run import advisor
 

@@ -1,4 +1,5 @@
-"""The knee search's aim (executors/knee_curve.py, ``_Search._aim``): the model's curve scaled by measured levels.
+"""The knee search's aim (executors/measuring/knee_curve.py, ``_Search._aim``): the model's curve scaled by
+measured levels.
 
 The deployments here are closed-form stand-ins whose knee is known exactly (TTFT growing with load, tok/s/user
 falling with it); the model's curve is the same shape off by a factor, of another shape, or of the wrong
@@ -15,10 +16,10 @@ import pytest
 
 from advisor.job import job_from_dict
 from executors import place
-from executors.knee_curve import PredictedCurve
-from executors.measure import MeasurePlan, knee_of, search_levels
+from executors.measuring.knee_curve import PredictedCurve
+from executors.measuring.loop import MeasurePlan, knee_of, search_levels
 from executors.perf import default_params, predict_load
-from executors.simulated import predicted_plan
+from executors.simulated.executor import predicted_plan
 from search_spaces import SLO, Measurement, Workload, slo_violation
 
 TTFT = SLO(metric="p90_ttft_ms", op="<=", value=2000.0)
@@ -212,7 +213,7 @@ def test_trials_are_aimed_by_a_model_measured_on_the_machine(tmp_path) -> None:
     from advisor.tune import tune
     from benchmarks.truths import perturbed
     from db import queries
-    from executors.simulated import SimulatedExecutor, simulate_levels
+    from executors.simulated.executor import SimulatedExecutor, simulate_levels
     from search_spaces import TrialState
 
     params = default_params("H200")

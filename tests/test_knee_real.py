@@ -51,7 +51,7 @@ from advisor.job import job_from_dict
 from advisor.study import open_study
 from advisor.tune import EXECUTED_ATTR
 from db import queries
-from executors import procs
+from executors.processes import procs
 from tests.trial_processes import kill, still_running, trial_processes
 from search_spaces import PREFIX_REUSE_LIMIT, TrialState
 from tests.shared_runs import PROBE_JOB, evaluate_probe
@@ -186,8 +186,8 @@ def test_levels_use_fresh_prompts_and_carry_intervals(study) -> None:
         for m in t.measurements:
             # read from the servers' /metrics over the level. Fresh prompts keep repeats out (the same seed
             # for every level read 93% on a GPU), and each level's seed is one whose prompts send no first KV
-            # block sent before on the deployment (executors/prompt_seeds.py: on this 2,048-id tokenizer, seeds
-            # taken as they were read up to 12% of a 16-prompt level)
+            # block sent before on the deployment (executors/measuring/prompt_seeds.py: on this 2,048-id tokenizer,
+            # seeds taken as they were read up to 12% of a 16-prompt level)
             assert m.prefix_cache_hit_rate is not None and m.prefix_cache_hit_rate <= 0.01, m
             assert (m.prefix_cache_hit_rate > PREFIX_REUSE_LIMIT) == ("prefix-cache-reuse" in m.flags), m
             assert "counters-unknown" not in m.flags

@@ -46,7 +46,7 @@ from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import queries
 from executors import cpu_platform, place, serve_args
-from executors.render import Endpoint
+from executors.vllm.render import Endpoint
 from tests.vllm_parser import parse_serve_args
 from ui import data
 

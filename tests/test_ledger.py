@@ -24,7 +24,7 @@ from advisor.study import open_study
 from advisor.trial_record import EXECUTED_ATTR, EXTRA_ATTR, OPTUNA_CONSTRAINTS_KEY
 from db import queries
 from executors import DeploymentFailed, Executor, FailureKind
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState
 from ui import data
 

@@ -1,4 +1,4 @@
-"""The knee search (executors/measure.py) against probes whose knee is known, and the objectives it feeds.
+"""The knee search (executors/measuring/loop.py) against probes whose knee is known, and the objectives it feeds.
 
 The probes here are deterministic stand-ins for a deployment (a level meets the SLO exactly when its load is at
 most ``K``), so every property can be checked exactly; the real probe runs in tests/test_knee_real.py.
@@ -10,7 +10,7 @@ import pytest
 
 from advisor.job import job_from_dict
 from advisor.objectives import copies, score, scoped
-from executors.measure import MeasurePlan, knee_of, search_levels
+from executors.measuring.loop import MeasurePlan, knee_of, search_levels
 from search_spaces import SLO, Measurement, Workload
 
 SLOS = (SLO(metric="p90_ttft_ms", op="<=", value=2000.0),)

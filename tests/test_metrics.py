@@ -12,7 +12,7 @@ import pytest
 
 from db import connect, queries
 from db.ranking import RunRow, metric_sign, objective_maximized, rank_deployments
-from executors.bench_result import parse_result
+from executors.measuring.bench_result import parse_result
 from search_spaces import (
     SLO,
     Measurement,

@@ -16,8 +16,8 @@ from advisor.errors import BadInput
 from advisor.job import job_from_dict
 from advisor.space_report import require_valid_candidates
 from advisor.tune import tune
-from executors.model_folder import at_depth, hf_config
 from executors.perf import decode_throughput_per_gpu, prefill_throughput_per_gpu
+from executors.vllm.model_folder import at_depth, hf_config
 from search_spaces import MODEL_PRESETS, ClusterSpec, ModelProfile, RoleConfig, Workload, model_preset
 from search_spaces.deployment import Role
 from search_spaces.hardware import GPU_TABLE, format_tflops
@@ -243,7 +243,7 @@ def test_unknown_architecture_is_one_line(tmp_path: Path) -> None:
 def test_the_dense_stand_in_reads_as_its_moe_and_a_dense_model_is_refused(tmp_path: Path) -> None:
     """The CPU build's multi-node stand-in (``make_tiny_moe(dense=True)``: ``Qwen3ForCausalLM`` with the MoE's expert
     keys) is read as the tiny MoE; a dense Qwen3 without them is no family the tuner describes."""
-    from executors.tiny_model import make_tiny_moe
+    from executors.vllm.tiny_model import make_tiny_moe
 
     folder = make_tiny_moe(tmp_path / "tiny-dense", dense=True)
     model = ModelProfile.from_hf_config(folder)

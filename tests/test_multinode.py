@@ -32,15 +32,15 @@ import pytest
 
 import db
 from db import queries
-from executors import procs
-from executors.tiny_model import make_tiny_moe
+from executors.processes import procs
+from executors.vllm.tiny_model import make_tiny_moe
 from search_spaces import Mode, TrialState
 from tests import hosts as two_hosts
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray, pytest.mark.multinode]
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
-SERVER_MARKS = ("vllm", "vllm_router", "executors.vllm_cli")
+SERVER_MARKS = ("vllm", "vllm_router", "executors.vllm.cli")
 
 
 @pytest.fixture(scope="module")

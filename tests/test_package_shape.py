@@ -155,7 +155,8 @@ def test_every_sub_package_is_shipped():
     found = {".".join(p.parent.relative_to(ROOT).parts)
              for pkg in _SPLIT_PACKAGES for p in (ROOT / pkg).rglob("__init__.py")}
     assert found <= listed, sorted(found - listed)
-    assert {"advisor.exports", "advisor.proposers", "executors.perf"} <= found
+    assert {"advisor.exports", "advisor.proposers", "executors.measuring", "executors.perf", "executors.processes",
+            "executors.ray", "executors.simulated", "executors.vllm"} <= found
 
 
 def test_no_module_is_left_under_its_old_name():
@@ -163,7 +164,9 @@ def test_no_module_is_left_under_its_old_name():
     sub-package, no module of its name, of its parts' names, or of its family's old prefix."""
     left = []
     for pkg, sub, prefix in (("advisor", "exports", "export_"), ("advisor", "proposers", "guide_"),
-                             ("executors", "perf", "perf_")):
+                             ("executors", "perf", "perf_"), ("executors", "measuring", "bench_"),
+                             ("executors", "processes", "proc"), ("executors", "vllm", "vllm_"),
+                             ("executors", "ray", "ray_"), ("executors", "simulated", "simulated_")):
         parts = {p.stem for p in (ROOT / pkg / sub).glob("*.py")} - {"__init__"}
         assert parts, sub
         left += [p.name for p in (ROOT / pkg).glob("*.py")
@@ -171,8 +174,8 @@ def test_no_module_is_left_under_its_old_name():
     assert left == []
 
 
-@pytest.mark.parametrize("module", ["db", "db.queries", "db.engine", "executors.procs", "executors.bench",
-                                    "executors.perf"])
+@pytest.mark.parametrize("module", ["db", "db.queries", "db.engine", "executors.processes.procs",
+                                    "executors.measuring.bench", "executors.perf"])
 def test_split_modules_keep_their_public_names(module):
     import importlib
 

@@ -1,5 +1,5 @@
 """Many deployments predicted at once (``executors.perf.levels.Batch``, the lockstep knee search
-``executors.measure.search_many``) against each deployment predicted alone (a batch of one, ``search_levels``):
+``executors.measuring.loop.search_many``) against each deployment predicted alone (a batch of one, ``search_levels``):
 the guide ranks thousands together, a trial is predicted alone, and the answer must not depend on the company a
 deployment keeps — the batch mixes modes, pads each decode step grid to the longest, shares role constants and
 bisects every level in lockstep.
@@ -20,9 +20,9 @@ from advisor.proposers.model_rank import predicted_outcome, predicted_outcomes
 from advisor.job import job_from_dict
 from benchmarks.truths import perturbed
 from executors import place
-from executors.measure import MeasurePlan, search_levels, search_many
+from executors.measuring.loop import MeasurePlan, search_levels, search_many
 from executors.perf import Batch, default_params
-from executors.simulated import model_levels, model_levels_many
+from executors.simulated.executor import model_levels, model_levels_many
 from search_spaces import SLO, Measurement, Workload, check, slo_violation
 
 PRESETS = ["h200-dsv3", "h200-qwen3-235b", "gb300-rack-dsv3", "cpu-tiny-moe"]

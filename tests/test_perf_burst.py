@@ -12,7 +12,7 @@ import pytest
 from advisor.calibrate import Problem, Sample, calibrate
 from advisor.job import TuningJob
 from executors import place
-from executors.bench_result import first_wave
+from executors.measuring.bench_result import first_wave
 from executors.perf import decode_step_time, default_params, predict, prefill_step_time
 from executors.perf.burst import predict_as_sent, schedule
 from search_spaces import (
@@ -80,7 +80,7 @@ def test_the_schedule_keeps_vllms_limits():
 
 
 def test_the_first_wave_left_out_is_the_bench_parsers():
-    """The requests ``Schedule.first_wave`` marks are those ``executors.bench_result.first_wave`` finds in a
+    """The requests ``Schedule.first_wave`` marks are those ``executors.measuring.bench_result.first_wave`` finds in a
     benchmark's JSON of the same requests (start times, TTFTs, inter-token gaps)."""
     rng = np.random.default_rng(1)
     for c, n in ((1, 8), (8, 16), (16, 24), (32, 200)):
@@ -161,8 +161,8 @@ def test_a_knee_search_predicted_as_sent_walks_levels_as_sent():
     """``predicted_plan(as_sent=True)`` (a real trial on a profile fitted as sent): every level the model's own knee
     search made, and the curve the search aims by, are levels as the benchmark sends them, and its start is that
     search's knee — not the steady one's."""
-    from executors.measure import MeasurePlan, knee_of
-    from executors.simulated import levels_as_sent, model_levels, predicted_plan
+    from executors.measuring.loop import MeasurePlan, knee_of
+    from executors.simulated.executor import levels_as_sent, model_levels, predicted_plan
     from search_spaces import SLO
 
     wl = Workload(isl=LengthDist(mean=2048, range_ratio=0.2), osl=LengthDist(mean=256, range_ratio=0.2),

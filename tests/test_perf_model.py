@@ -21,7 +21,7 @@ from executors.perf import (
     prefill_step_time,
     prefill_throughput_per_gpu,
 )
-from executors.simulated import SimulatedExecutor
+from executors.simulated.executor import SimulatedExecutor
 from search_spaces import (
     ClusterSpec,
     DeploymentConfig,

@@ -6,9 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from executors import procs
-from executors.platform import cpu_platform, gpu_platform
-from executors.serving import compile_cache_env, engine_start_env, vllm_cache_root
+from executors.processes import procs
+from executors.vllm.platform import cpu_platform, gpu_platform
+from executors.vllm.serving import compile_cache_env, engine_start_env, vllm_cache_root
 
 _IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 _CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
@@ -112,7 +112,7 @@ def test_vllm_cache_slot_held_by_another_process_is_not_shared(tmp_path: Path) -
     import subprocess
     import sys
 
-    code = ("import sys, time; from pathlib import Path; from executors.serving import vllm_cache_root; "
+    code = ("import sys, time; from pathlib import Path; from executors.vllm.serving import vllm_cache_root; "
             "print(vllm_cache_root(Path(sys.argv[1]), 'mixed-0', 'k'), flush=True); time.sleep(30)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               cwd=Path(__file__).resolve().parents[1])

@@ -17,10 +17,10 @@ import db
 from advisor.errors import BadInput
 from advisor.job import job_from_dict, load_job
 from advisor.profile import PROBE_MEMORY_SHARE, default_depths, plan_profile, prefill_loads, resolve_params
-from executors.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from executors.perf import default_params
 from executors.perf.burst import AS_SENT, STEADY
 from executors.perf.params import reference_params
+from executors.vllm.model_folder import at_depth, hf_config, word_tokenizer, write_model_folder
 from search_spaces import ModelProfile, model_preset
 
 
@@ -227,7 +227,7 @@ def _checkpoint(job, depth: int, plan) -> Path:
     """Write what an unfinished profile would have left after measuring ``depth`` (values of the tiny model's
     order on the CPU build), where a rerun of the same profile looks for it."""
     from advisor.profile import checkpoint_path, source_config
-    from executors.serving import engine_version
+    from executors.vllm.serving import engine_version
 
     model = job.model_profile()
     folder = job.resolve_path(job.executor.run_dir) / "profile-models" / f"{model.shape_key}-L{depth}"

@@ -53,10 +53,10 @@ import db
 from advisor.calibrate import Problem, Sample, fitted_values
 from advisor.job import job_from_dict, load_job
 from executors import place
-from executors.measure import MeasurePlan
-from executors.bench_result import first_wave_left_out
+from executors.measuring.loop import MeasurePlan
+from executors.measuring.bench_result import first_wave_left_out
 from executors.perf import PerfParams, default_params
-from executors.simulated import levels_as_sent, predicted_knee
+from executors.simulated.executor import levels_as_sent, predicted_knee
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 
 pytestmark = [pytest.mark.vllm]
@@ -227,7 +227,7 @@ def other_shape(profiled) -> dict[str, Any]:
     """One real level of another model shape (``OTHER_SHAPE``), served by vLLM's CPU build as a user's model
     folder, with no profile of its own (``executor.profile: off``)."""
     from advisor.executor_factory import model_path_for
-    from executors.model_folder import write_model_folder
+    from executors.vllm.model_folder import write_model_folder
 
     work = profiled["work"]
     tiny = model_path_for(load_job(work / "profile.yaml"))

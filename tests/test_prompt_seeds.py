@@ -1,5 +1,5 @@
-"""Random prompts that share no first KV block across one deployment's levels (executors/prompt_seeds.py), on the
-tiny CI model's tokenizer (2,048 ids, byte-level BPE). That the reproduction names the first blocks vLLM's own
+"""Random prompts that share no first KV block across one deployment's levels (executors/measuring/prompt_seeds.py), on
+the tiny CI model's tokenizer (2,048 ids, byte-level BPE). That the reproduction names the first blocks vLLM's own
 sampler sends is checked by benchmarks/prompt_collisions.py (every prompt of its cases); that the server then
 reads ≤ 1% prefix-cache hits per level, by tests/test_knee_real.py."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from executors import prompt_seeds
-from executors.measure import LevelProbe, LevelRunner, MeasurePlan
-from executors.tiny_model import make_tiny_moe
+from executors.measuring import prompt_seeds
+from executors.measuring.loop import LevelProbe, LevelRunner, MeasurePlan
+from executors.vllm.tiny_model import make_tiny_moe
 from search_spaces import Dataset, Workload
 from tests.shared_runs import PROBE_JOB
 

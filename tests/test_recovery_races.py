@@ -28,8 +28,8 @@ from advisor import tune as tune_mod
 from advisor.job import job_from_dict
 from db import queries
 from executors.base import Deployment
-from executors.measure import MeasurePlan
-from executors.simulated import SimulatedExecutor, default_params
+from executors.measuring.loop import MeasurePlan
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import Measurement, TrialState, Workload
 from tests.cli_run import advisor
 
@@ -99,8 +99,8 @@ KILLED_IN_TEARDOWN = textwrap.dedent('''
     from pathlib import Path
     from advisor import tune as tune_mod
     from advisor.job import job_from_dict
-    from executors.simulated import SimulatedExecutor, default_params
-    from executors.procs import terminate_as_interrupt
+    from executors.simulated.executor import SimulatedExecutor, default_params
+    from executors.processes.procs import terminate_as_interrupt
 
     class HungTeardown(SimulatedExecutor):
         def teardown(self, deployment):

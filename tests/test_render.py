@@ -1,4 +1,4 @@
-"""``executors.render`` against the real parsers of the installed vLLM and vllm-router.
+"""``executors.vllm.render`` against the real parsers of the installed vLLM and vllm-router.
 
 (a) Every ``vllm serve`` argument list rendered for the presets' candidates — on the GPU and the CPU
     platform, for every instance and node shard — parses with vLLM's own ``vllm serve`` parser (built the
@@ -52,7 +52,7 @@ from executors import (
     router_args,
     serve_args,
 )
-from executors.render import DEFAULT_NIXL_PORT, role_mapping, uses_nixl
+from executors.vllm.render import DEFAULT_NIXL_PORT, role_mapping, uses_nixl
 from search_spaces import (
     KNOBS,
     ClusterSpec,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from executors import bench
-from executors.bench_result import STALL_FACTOR, STALL_FLOOR_S, stall_of, token_pauses
-from executors.measure import LevelProbe, LevelRunner, MeasurePlan
+from executors.measuring import bench
+from executors.measuring.bench_result import STALL_FACTOR, STALL_FLOOR_S, stall_of, token_pauses
+from executors.measuring.loop import LevelProbe, LevelRunner, MeasurePlan
 from search_spaces import SLO, LengthDist, Workload
 
 DATA = Path(__file__).parent / "data" / "stalls"

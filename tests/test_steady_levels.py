@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from advisor.job import BadInput, job_from_dict
-from executors import bench
-from executors.measure import LevelProbe, LevelRunner, MeasurePlan
+from executors.measuring import bench
+from executors.measuring.loop import LevelProbe, LevelRunner, MeasurePlan
 from search_spaces import LengthDist, Workload
 
 #: a real ``vllm bench serve --save-result --save-detailed`` result (vLLM 0.26.0, one H200, c=16): it carries

@@ -19,9 +19,9 @@ from advisor.cli import friendly
 from advisor.job import job_from_dict
 from db import queries
 from executors.base import Deployment
-from executors.measure import MeasurePlan, search_levels
-from executors.procs import interrupt_of
-from executors.simulated import SimulatedExecutor, default_params
+from executors.measuring.loop import MeasurePlan, search_levels
+from executors.processes.procs import interrupt_of
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import Measurement, TrialState, Workload
 
 STOP_AT_LEVEL = 3

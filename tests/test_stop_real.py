@@ -24,7 +24,7 @@ import db
 from advisor.calibrate import measured_samples
 from advisor.job import job_from_dict
 from db import queries
-from executors import procs
+from executors.processes import procs
 from search_spaces import TrialState
 from tests.trial_processes import Seen, kill, snapshot, still_running, trial_processes
 

@@ -19,7 +19,7 @@ from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import queries
 from executors import Topology, place
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 
 STUDY = "topo"
 

@@ -15,7 +15,7 @@ from advisor import api
 from advisor.job import job_from_dict
 from advisor.tune import tune
 from db import queries
-from executors.simulated import SimulatedExecutor, default_params
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import TrialState
 
 

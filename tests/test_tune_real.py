@@ -25,8 +25,8 @@ import pytest
 
 import db
 from db import queries
-from executors import procs
-from executors.ray_cluster import NO_DRAIN
+from executors.processes import procs
+from executors.ray.cluster import NO_DRAIN
 from search_spaces import Mode, TrialState
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ray]
@@ -166,7 +166,7 @@ def test_best_and_export_on_the_real_study_and_the_launch_script_runs(study) -> 
     router_port = int(shlex.split(script.strip().splitlines()[-1])[shlex.split(script.strip().splitlines()[-1])
                                                                       .index("--port") + 1])
     # from the export folder (the script's server logs land beside it), with the checkout importable: the CPU
-    # platform's engine command is `python -m executors.vllm_cli`
+    # platform's engine command is `python -m executors.vllm.cli`
     proc = procs.start(["bash", str(out / "launch.sh")], name="launch", log_path=work / "launch.log", cwd=out,
                        env={"PYTHONPATH": str(ROOT)})
     try:
@@ -246,9 +246,9 @@ def test_every_level_stores_the_routing_it_ran_with(study) -> None:
 
 
 def test_every_server_asks_for_amx_where_the_cpu_has_it(study) -> None:
-    """executors/vllm_cpu_amx.py: on a CPU with AMX every vLLM process asks Linux for the permission before any
+    """executors/vllm/cpu_amx.py: on a CPU with AMX every vLLM process asks Linux for the permission before any
     kernel can use it (without it a P/D decode server died with SIGILL); on one without, nothing is asked."""
-    from executors.vllm_cpu_amx import cpu_has_amx
+    from executors.vllm.cpu_amx import cpu_has_amx
 
     done = [t for t in _trials(study["url"]) if t.state is TrialState.COMPLETE]
     assert done

@@ -60,7 +60,7 @@ def add_baseline(database: db.Database, job: TuningJob, number: int) -> None:
     from advisor.baseline import baseline_config
     from advisor.objectives import score
     from executors import place
-    from executors.simulated import SimulatedExecutor, default_params
+    from executors.simulated.executor import SimulatedExecutor, default_params
 
     cfg = baseline_config(job)
     topo = place(cfg, job.cluster)
@@ -82,7 +82,7 @@ def _record(database: db.Database, job: TuningJob, number: int, cfg, proposer: s
     real executors store what the servers routed with (``Measurement.expert_routing``)."""
     from advisor.objectives import score
     from executors import place
-    from executors.simulated import SimulatedExecutor, default_params
+    from executors.simulated.executor import SimulatedExecutor, default_params
 
     topo = place(cfg, job.cluster)
     run = SimulatedExecutor(job.model_profile(), default_params(job.cluster.gpu)).evaluate(topo, job.workload)

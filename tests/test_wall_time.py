@@ -17,8 +17,8 @@ from advisor import tune as tune_mod
 from advisor.job import TuningJob, job_from_dict
 from db import queries
 from executors.base import Deployment
-from executors.measure import MeasurePlan, search_levels
-from executors.simulated import SimulatedExecutor, default_params
+from executors.measuring.loop import MeasurePlan, search_levels
+from executors.simulated.executor import SimulatedExecutor, default_params
 from search_spaces import Measurement, TrialState, Workload
 
 LEVEL_S = 1.0

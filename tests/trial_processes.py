@@ -13,7 +13,7 @@ import signal
 from collections.abc import Iterable
 from typing import Any
 
-from executors import procs
+from executors.processes import procs
 
 #: (pid, start time in clock ticks after boot) → the command line the process shows.
 Seen = dict[tuple[int, int], str]

@@ -2,7 +2,7 @@
 (``json``; both ``advisor.exports.launch``), Kubernetes manifests (``k8s``, one LeaderWorkerSet per role:
 ``advisor.exports.k8s``) and a Ray Serve LLM application (``ray-serve``: ``advisor.exports.ray_serve``). This
 package's face holds what every format shares (the evidence, the options, the model name, writing). Every format
-is written from the ``{flag: value}`` mapping of each node shard that ``executors.render`` builds
+is written from the ``{flag: value}`` mapping of each node shard that ``executors.vllm.render`` builds
 (``ShardCommand.flags``), the one real runs launch from; no format reads an argv back.
 
 A format writes one file (``launch.sh``, ``deployment.json``) or a folder of files (``k8s/``, ``ray-serve/``).

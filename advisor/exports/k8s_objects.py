@@ -7,7 +7,7 @@ worker pod on each further node, so ``size`` = nodes of the instance and ``repli
 node shard (``nvidia.com/gpu``) and, where the cluster has RDMA and the instance spans nodes, one RDMA device
 (``rdma/ib``).
 
-Every ``vllm serve`` line is written from the ``{flag: value}`` mapping ``executors.render.serve_flags`` builds
+Every ``vllm serve`` line is written from the ``{flag: value}`` mapping ``executors.vllm.render.serve_flags`` builds
 — the one real runs launch from — for the instance's head shard (the leader) and its second shard (every
 worker), with two values put in: the leader's address is ``$(LWS_LEADER_ADDRESS)`` (the kubelet expands it:
 the LWS controller puts it in each container's environment) and the worker's start rank is
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from advisor.executor_factory import platform_for
 from executors import Endpoint, Instance, Platform, Topology, serve_command
-from executors.render import (
+from executors.vllm.render import (
     DEFAULT_DP_RPC_PORT,
     DP_START_RANK,
     ENV_REF,

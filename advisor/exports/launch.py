@@ -1,6 +1,6 @@
 """The two single-file formats: ``vllm`` (a launch script: one ``vllm serve`` per node shard and the router) and
 ``json`` (the configuration, its placement, every shard's flags and argv, and the evidence), both from the launch
-plan ``executors.render`` builds, the one real runs start from."""
+plan ``executors.vllm.render`` builds, the one real runs start from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from advisor.executor_factory import platform_for
 from executors import launch_script
-from executors.render import launch_plan
+from executors.vllm.render import launch_plan
 
 if TYPE_CHECKING:
     from advisor.exports import Evidence

@@ -2,7 +2,7 @@
 
 Two files of the same content: ``serve_config.yaml`` (for ``serve run`` / ``serve deploy``) and
 ``llm_app.py`` (``serve run llm_app:app``). Each role is one ``LLMConfig`` whose ``engine_kwargs`` are the
-``{flag: value}`` mapping ``executors.render.serve_flags`` builds for the role's head node, each flag named
+``{flag: value}`` mapping ``executors.vllm.render.serve_flags`` builds for the role's head node, each flag named
 as vLLM names its engine argument (``render.engine_kwarg``: ``--max-num-seqs`` → ``max_num_seqs``; a flag
 without a value → ``True``, a negated one such as ``--no-async-scheduling`` → ``async_scheduling: false``; JSON
 values such as ``--kv-transfer-config`` stay dicts). Only the flags Ray Serve owns are left out — the served name
@@ -24,7 +24,7 @@ import yaml
 
 from advisor.executor_factory import platform_for
 from executors import Endpoint, Instance, Platform, Topology
-from executors.render import (
+from executors.vllm.render import (
     DP_ADDRESS,
     DP_RPC_PORT,
     DP_SIZE_LOCAL,

@@ -52,7 +52,7 @@ from advisor.job import ObjectiveMode, TuningJob
 from advisor.objectives import Outcome
 from advisor.proposers.model_rank import predicted_outcomes
 from advisor.proposers.shape_sample import best_of_each_shape, params_shape, shape_of, stratified
-from executors.measure import MeasurePlan
+from executors.measuring.loop import MeasurePlan
 from executors.perf import CALIBRATABLE, PerfParams, memo
 from search_spaces import DeploymentConfig, Measurement, check
 

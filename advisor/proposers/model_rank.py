@@ -9,9 +9,9 @@ from dataclasses import replace
 from advisor.job import TuningJob
 from advisor.objectives import Outcome, score
 from executors import place
-from executors.measure import MeasurePlan
+from executors.measuring.loop import MeasurePlan
 from executors.perf import LazyLevel, PerfParams, collector_paused
-from executors.simulated import model_levels, model_levels_many
+from executors.simulated.executor import model_levels, model_levels_many
 from search_spaces import DeploymentConfig, check
 
 

@@ -34,7 +34,8 @@ This package's face is the model's public API (what other packages import); the 
 * ``executors.perf.deployments`` — what does not depend on the load level (KV hand-off, a lone request's prefill,
   the decode step grid), gathered per deployment;
 * ``executors.perf.levels`` — the load-level (closed-loop queueing) model over arrays of (deployment, level) pairs
-  (``Batch``: the guide's rankings, ``executors.simulated.model_levels_many``), ``predict`` and ``predict_load``;
+  (``Batch``: the guide's rankings, ``executors.simulated.executor.model_levels_many``), ``predict`` and
+  ``predict_load``;
 * ``executors.perf.measurement`` — percentiles and the assembly of ``Measurement``s (``LevelTable``).
 * ``executors.perf.burst`` — a level as the benchmark sends it, step by step (``predict_as_sent``): the view a fit
   or a check compares with measured short levels (a profile's probes); the guide ranks by the steady state above.

@@ -72,8 +72,8 @@ class Schedule:
 
     @property
     def first_wave(self) -> np.ndarray:
-        """The requests sent at once as the level began, as ``executors.bench_result.first_wave`` leaves them out:
-        at most the ``c`` earliest and half the run; none below c = 2."""
+        """The requests sent at once as the level began, as ``executors.measuring.bench_result.first_wave`` leaves them
+        out: at most the ``c`` earliest and half the run; none below c = 2."""
         n = len(self.arrive)
         if self.concurrency < 2:
             return np.zeros(n, dtype=bool)
@@ -188,8 +188,8 @@ def predict_as_sent(topology: Topology, model: ModelProfile, workload: Workload,
                     first_wave_out: Sequence[bool] | None = None) -> list[Measurement]:
     """The Measurement of each concurrency of ``levels`` as the benchmark sends it (``requests[i]`` requests;
     default the workload's count), its latencies without the first wave where ``first_wave_out[i]`` (as the bench
-    parser leaves it out, ``executors.bench_result.first_wave``). Fields the simulation does not produce (ITL, the
-    raw breakdown) are the steady model's; ``raw["level_model"]`` says which view made the level."""
+    parser leaves it out, ``executors.measuring.bench_result.first_wave``). Fields the simulation does not produce (ITL,
+    the raw breakdown) are the steady model's; ``raw["level_model"]`` says which view made the level."""
     p = params or default_params(topology.cluster.gpu)
     batch = Batch([topology], model, workload, p)
     cs = [max(1, int(c)) for c in levels]

@@ -4,8 +4,8 @@ batch caps, prefill/decode interference, prefill capacity, KV hand-off, M/D/1 qu
 is a batch of one. Part of ``executors.perf`` (``docs/performance-model.md`` §4).
 
 Why arrays: the guide ranks every valid candidate of a space by the model's knee (thousands of candidates, about
-seven levels each); the knee searches run in lockstep (``executors.measure.search_many``), each round asking every
-unfinished search its next load, and one NumPy operation does one step of every candidate's level.
+seven levels each); the knee searches run in lockstep (``executors.measuring.loop.search_many``), each round asking
+every unfinished search its next load, and one NumPy operation does one step of every candidate's level.
 """
 
 from __future__ import annotations

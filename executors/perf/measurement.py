@@ -240,5 +240,5 @@ class LazyLevel:
         return self.table.built(self.j, self.purpose, self.flags)
 
     def meets(self, slos: tuple[SLO, ...]) -> bool:
-        """``executors.measure.feasible(slos, self)``, from the table's violations."""
+        """``executors.measuring.loop.feasible(slos, self)``, from the table's violations."""
         return self.table.violations(slos)[self.j] <= 0

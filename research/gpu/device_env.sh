@@ -19,10 +19,10 @@ if ls .whl2/*.whl >/dev/null 2>&1 && ! python3 -c 'import scipy.optimize' 2>/dev
 fi
 mkdir -p /tmp/da-gpu
 # The jobs here say `cluster.gpu: H200`, and the lent machine is not always one: a call that names no kind may get an
-# H100 (5 Dec). The local executor refuses a job whose kind is not the card's (executors/gpu_kind.py), so on any other
+# H100 (5 Dec). The local executor refuses a job whose kind is not the card's (executors/vllm/gpu_kind.py), so on any other
 # Hopper card the jobs of this device copy of the tree are rewritten to the card's kind, and results say which card
 # made them (DA_GPU_KIND, printed here and in steps.log).
-DA_GPU_KIND=$(python3 -c 'from executors.gpu_kind import kind_of, local_gpu_names; n = local_gpu_names() or [""]; print(kind_of(n[0]) or "")')
+DA_GPU_KIND=$(python3 -c 'from executors.vllm.gpu_kind import kind_of, local_gpu_names; n = local_gpu_names() or [""]; print(kind_of(n[0]) or "")')
 export DA_GPU_KIND
 echo "device GPU kind: ${DA_GPU_KIND:-unknown} ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
 if [ -n "$DA_GPU_KIND" ] && [ "$DA_GPU_KIND" != H200 ]; then

@@ -16,10 +16,10 @@ import db
 from advisor.job import load_job
 from advisor.profile import resolve_params
 from executors import place
-from executors.measure import MeasurePlan
+from executors.measuring.loop import MeasurePlan
 from executors.perf import default_params
 from executors.perf.params import reference_params
-from executors.simulated import levels_as_sent, predicted_knee
+from executors.simulated.executor import levels_as_sent, predicted_knee
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig, gpu_spec, vllm_default_batch
 
 

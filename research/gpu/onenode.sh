@@ -41,7 +41,7 @@ case "$1" in
     echo "device GPU: $kind"
     time env PIP_NO_INDEX=1 PIP_FIND_LINKS=/tmp/whl bash scripts/setup.sh 2>&1 | tail -25
     tail -20 .venv/setup-logs/pip-install.log 2>/dev/null
-    [ -e research/gpu/models/qwen15-moe-a27b/tokenizer.json ] || .venv/bin/python -c 'import json; from executors.model_folder import write_model_folder as w; p = "research/gpu/models/qwen15-moe-a27b"; w(json.load(open(p + "/config.json")), p)'
+    [ -e research/gpu/models/qwen15-moe-a27b/tokenizer.json ] || .venv/bin/python -c 'import json; from executors.vllm.model_folder import write_model_folder as w; p = "research/gpu/models/qwen15-moe-a27b"; w(json.load(open(p + "/config.json")), p)'
     .venv/bin/advisor validate $J 2>&1 | tail -3 ;;
   tune)
     cd $R || exit 1

@@ -51,11 +51,11 @@ import db  # noqa: E402
 from advisor.job import TuningJob, load_job  # noqa: E402
 from advisor.profile import matching_profile, probe_job, resolve_params  # noqa: E402
 from executors import place  # noqa: E402
-from executors.bench_result import first_wave_left_out  # noqa: E402
-from executors.measure import MeasurePlan  # noqa: E402
+from executors.measuring.bench_result import first_wave_left_out  # noqa: E402
+from executors.measuring.loop import MeasurePlan  # noqa: E402
 from executors.perf import PerfParams, default_params, predict  # noqa: E402
 from executors.perf.burst import AS_SENT, STEADY, predict_as_sent  # noqa: E402
-from executors.simulated import predicted_knee  # noqa: E402
+from executors.simulated.executor import predicted_knee  # noqa: E402
 from search_spaces import ClusterSpec, DeploymentConfig, Measurement, Mode, Role, RoleConfig  # noqa: E402
 
 METRICS = ("throughput_per_gpu", "p50_ttft_ms", "p50_tpot_ms", "p90_ttft_ms", "p90_tokens_per_s_per_user")
@@ -163,7 +163,7 @@ def bracket_levels(levels: list[Measurement], slos: list[Any]) -> int | None:
     not. The database keeps a trial's levels by concurrency; vLLM's result JSON dates each run (to the second, and
     a level's levels are ten seconds or more apart), so that date orders them (a close call's second run follows
     its first at once)."""
-    from executors.measure import feasible
+    from executors.measuring.loop import feasible
 
     ok = bad = False
     dated = all(m.raw.get("date") for m in levels)
@@ -217,7 +217,7 @@ def reparsed(folder: str | None) -> Any:
     a second run once more before pooling (``LevelProbe._unstall``), and that third run was never made."""
     if not folder:
         return lambda m: m
-    from executors.bench_result import parse_result, pool_results, stall_of
+    from executors.measuring.bench_result import parse_result, pool_results, stall_of
 
     files: dict[tuple[str, int], Path] = {}
     for path in Path(folder).glob("**/bench/c*.json"):
@@ -303,7 +303,7 @@ def cmd_heldout(a: argparse.Namespace) -> None:
 def check_folder(job: TuningJob, depth: int) -> Path:
     """The job's model shape at ``depth`` layers, written once under the run folder for this script's checks."""
     from advisor.profile import source_config
-    from executors.model_folder import at_depth, write_model_folder
+    from executors.vllm.model_folder import at_depth, write_model_folder
 
     cfg, tok = source_config(job)
     return write_model_folder(at_depth(cfg, depth), job.resolve_path(job.executor.run_dir) / "check-models"
@@ -458,7 +458,7 @@ def cmd_stack(a: argparse.Namespace) -> None:
 def main() -> None:
     # `timeout` at the device call's limit sends SIGTERM: without this the stack check's vLLM server outlived
     # the script holding 39 GiB of the GPU (3 Dec); as KeyboardInterrupt, `finally: ex.close()` stops it
-    from executors.procs import terminate_as_interrupt
+    from executors.processes.procs import terminate_as_interrupt
 
     terminate_as_interrupt()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -3,7 +3,7 @@
 The device run (``research/gpu/run_h200.sh``) brings back its results database and every level's saved
 ``vllm bench serve`` JSON. This script
 
-1. re-reads each level from its saved JSON with today's ``executors.bench.parse_result`` into a fresh results
+1. re-reads each level from its saved JSON with today's ``executors.measuring.bench.parse_result`` into a fresh results
    database (the device run's parser predated the fix for vLLM 0.26's JSON, which saves no ``latencies`` list,
    and stored no TPOT or tokens/s/user; the /metrics fields — imbalance, prefix hits, preemptions — are kept
    from the device database, and the trial's timings, deployment and number are copied as they were);
@@ -40,7 +40,7 @@ from advisor.calibrate import calibrate, measured_samples  # noqa: E402
 from advisor.job import TuningJob, job_from_dict  # noqa: E402
 from advisor.objectives import score  # noqa: E402
 from db import queries  # noqa: E402
-from executors.bench import parse_result  # noqa: E402
+from executors.measuring.bench import parse_result  # noqa: E402
 from search_spaces import Measurement, TrialState, slo_violation  # noqa: E402
 
 OUT = ROOT / "research" / "results" / "h200"  # the default --out (the 1 x H200 run)

@@ -89,7 +89,7 @@ def test_the_refits_and_the_stack_check_are_the_docs() -> None:
 def test_the_pauses_are_the_detectors_and_the_docs(raw: Path) -> None:
     """Every measured level's longest pause, re-measured from its raw bench JSON with the detector the executors
     use (``bench_result.stall_of``), is the committed ``stalls-r5.json`` and the docs' figures."""
-    from executors.bench_result import stall_of
+    from executors.measuring.bench_result import stall_of
 
     table = json.loads((RESULTS.parent / "stalls-r5.json").read_text())
     text = " ".join(SECTION.split())

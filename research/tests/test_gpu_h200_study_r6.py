@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from executors import bench
-from executors.bench_result import stall_of
+from executors.measuring import bench
+from executors.measuring.bench_result import stall_of
 from research.tests.gpu_records import ROOT, raw_or_skip, recorded_study, written_record
 from search_spaces import TrialState
 

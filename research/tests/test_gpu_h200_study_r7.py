@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from executors.bench_result import stall_of
+from executors.measuring.bench_result import stall_of
 from research import itl_modes
 from research.tests.gpu_records import ROOT, raw_or_skip, recorded_study, written_record
 from search_spaces import TrialState

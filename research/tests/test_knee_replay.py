@@ -1,5 +1,5 @@
 """The knee search as it is now, replayed on a real H200 study's measured levels (``research/knee_replay.py``): the
-knee search's aim (``executors/knee_curve.py``) closes a bracket it missed no later than bisection would."""
+knee search's aim (``executors/measuring/knee_curve.py``) closes a bracket it missed no later than bisection would."""
 
 from __future__ import annotations
 

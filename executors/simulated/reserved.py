@@ -21,8 +21,8 @@ import time
 from typing import Any
 
 from executors.base import Deployment, DeploymentFailed, FailureKind
-from executors.measure import MeasurePlan
-from executors.simulated import SimulatedExecutor
+from executors.measuring.loop import MeasurePlan
+from executors.simulated.executor import SimulatedExecutor
 from executors.topology import Topology
 from search_spaces import Measurement, ModelProfile, Workload
 

@@ -11,7 +11,7 @@ instant after the fork cannot leave a process without one, and a process that re
 environment mark) is still found by it.
 
 Here: starting, waiting and stopping. Reading ``/proc`` (owner marks, a group's members, shared memory) is
-``executors.proc_scan``, reading logs (tail, error line) ``executors.proc_logs``; both are re-exported, so
+``executors.processes.scan``, reading logs (tail, error line) ``executors.processes.logs``; both are re-exported, so
 ``procs.NAME`` is the one way callers reach them.
 """
 
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from executors.proc_logs import error_line, exit_reason, last_lines, read_tail
-from executors.proc_scan import (
+from executors.processes.logs import error_line, exit_reason, last_lines, read_tail
+from executors.processes.scan import (
     OWNER_ENV,
     SHM_DIR,
     SHM_PREFIXES,

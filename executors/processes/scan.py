@@ -1,7 +1,7 @@
 """What /proc says about processes: our marks, a group's members, which are alive, the shared memory they map.
 
-Everything here reads ``/proc`` and never signals: finding is kept apart from stopping (``executors.procs``), so
-the rules that decide which processes are ours read in one place. Two marks, because one does not survive
+Everything here reads ``/proc`` and never signals: finding is kept apart from stopping (``executors.processes.procs``),
+so the rules that decide which processes are ours read in one place. Two marks, because one does not survive
 everything: the ``OWNER_ENV`` variable every process we start carries (inherited by its children, but erased from
 ``/proc/PID/environ`` by a process that renames itself — ``vllm-router`` becomes ``vllm::router``, vLLM's engines
 ``VLLM::EngineCore`` — through ``setproctitle``), and the launch record (``<log>.pid``) each process writes before

@@ -5,7 +5,7 @@ way each SLO metric moves with load is known better than its level. So when the 
 each SLO metric's predicted curve is scaled by measured / predicted at the measured loads — one load: a constant
 factor; several: the factor interpolated in log load between them and held beyond them (a secant on the model's
 curve) — and the knee is estimated where the scaled curves cross their bounds (``PredictedCurve.knee``). The
-search (``executors.measure``) aims its next level there, with a safety margin. Where the scaled curve meets a
+search (``executors.measuring.loop``) aims its next level there, with a safety margin. Where the scaled curve meets a
 bound at no load at all (the model's curve has a floor — a lone request's prefill — that the factor blows up past
 the bound), the curve is shifted along the load axis instead: the machine shows at load x what the model predicts
 at s·x (``_shifted``). On the perturbed truths of ``benchmarks/knee_search.py`` the vertical scaling took fewer

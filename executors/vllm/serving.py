@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from executors import broken_env, procs
 from executors.base import DeploymentFailed, FailureKind
-from executors.platform import Platform
+from executors.processes import broken_env, procs
+from executors.vllm.platform import Platform
 from search_spaces.workload import ExpertRouting, Workload
 
 _OOM_MARKS = ("out of memory", "outofmemory", "cannot allocate memory", "memoryerror")

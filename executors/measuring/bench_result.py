@@ -4,7 +4,7 @@ From the per-request records ``--save-detailed`` adds we compute tokens/s per us
 (``1000 / TPOT``), the concurrency the client really sustained, the share of tokens delivered in bursts and
 bootstrap intervals; two runs of one level pool into one sample. Every percentile goes through ``percentile``:
 an empty sample is ``None`` ("no data"), never 0 ms. Pure functions of the saved JSON, apart from running the
-benchmark (``executors.bench``), so recorded results can be parsed again anywhere (``research/gpu``).
+benchmark (``executors.measuring.bench``), so recorded results can be parsed again anywhere (``research/gpu``).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from executors import procs
+from executors.processes import procs
 
-#: This package's folder: the code every helper we launch imports (``-m executors.…``).
-CODE_DIR = Path(__file__).resolve().parent
+#: The ``executors`` package's folder: the code every helper we launch imports (``-m executors.…``).
+CODE_DIR = Path(__file__).resolve().parents[1]
 
 #: An error line saying a module does not import (what ``error_line`` picks from a traceback's last line).
 _IMPORT_FAILED = re.compile(r"^\s*(?:\([^)]*\)\s*)?(?:ModuleNotFoundError|ImportError)\b|No module named ")

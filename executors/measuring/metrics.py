@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executors import procs
+from executors.processes import procs
 
 Sample = tuple[str, tuple[tuple[str, str], ...]]  # (sample name, sorted labels)
 

@@ -1,4 +1,5 @@
-"""``python -m executors.server_standby MODULE``: the next deployment's ``vllm serve``, started before its flags exist.
+"""``python -m executors.vllm.server_standby MODULE``: the next deployment's ``vllm serve``, started before its
+flags exist.
 
 Why: on the H200 every deploy spends 22-26 s between the launch and vLLM's first log line (``deploy_phases``:
 the API server importing vLLM — torch, transformers, every CLI subcommand), about a quarter of a
@@ -30,9 +31,9 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from executors import procs
-from executors.platform import Platform
-from executors.vllm_executor import DEPLOYMENT_TIME
+from executors.processes import procs
+from executors.vllm.executor import DEPLOYMENT_TIME
+from executors.vllm.platform import Platform
 
 _ENV = "DEPLOY_ADVISOR_SERVER_STANDBY"
 
@@ -66,7 +67,7 @@ class Standby:
         module = _module(platform.engine_cmd)
         assert module is not None, "usable() first"
         self.name, self.ddir, self.env, self.cmd = name, ddir, dict(env), list(platform.engine_cmd)
-        self.proc = procs.start([self.cmd[0], "-m", "executors.server_standby", module],
+        self.proc = procs.start([self.cmd[0], "-m", "executors.vllm.server_standby", module],
                                 name=name, log_path=ddir / f"{name}.log", env=self.env, cwd=ddir, talk=True)
 
     def matches(self, name: str, ddir: Path, env: Mapping[str, str]) -> bool:
@@ -96,8 +97,8 @@ class Standby:
 def main() -> None:
     module = sys.argv[1]
     os.dup2(2, 1)  # the server's output goes to its log (stderr), never into the pipe
-    if module == "executors.vllm_cli":
-        from executors import vllm_cli
+    if module == "executors.vllm.cli":
+        from executors.vllm import cli as vllm_cli
 
         vllm_cli.install_version_shim()
     for name in _PRELOAD:

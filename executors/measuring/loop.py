@@ -12,7 +12,7 @@ A trial answers "how much can this deployment serve while every SLO holds?". On 
    until the bracket's high end is within ``knee_tolerance`` of its low end, at most ``max_levels`` levels.
    With the model's curve in the plan (``MeasurePlan.curve``), each step and bisection is instead aimed where
    that curve, scaled by the levels measured so far, crosses the SLO bounds (``_Search._aim``,
-   ``executors.knee_curve``); the widening steps and bisection remain where the curve says nothing.
+   ``executors.measuring.knee_curve``); the widening steps and bisection remain where the curve says nothing.
    The knee is the highest *measured* level meeting every SLO — never an interpolation.
 3. **Fixed levels** (``workload.load_levels``) measured after, where the search did not already measure them.
 4. **Close calls.** A level whose 95% interval of an SLO's metric straddles the bound is measured once more
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from executors import bench, metrics, prompt_seeds
 from executors.base import DeploymentFailed, FailureKind, Timings
-from executors.knee_curve import PredictedCurve
-from executors.procs import interrupt_of
+from executors.measuring import bench, metrics, prompt_seeds
+from executors.measuring.knee_curve import PredictedCurve
+from executors.processes.procs import interrupt_of
 from search_spaces import PREFIX_REUSE_LIMIT, SLO, Dataset, Measurement, Workload, slo_violation
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class MeasurePlan:
 
     slos: tuple[SLO, ...] = ()
     start: float | None = None
-    #: the model's SLO metrics over loads (``executors.simulated.predicted_plan``): where the search aims its
+    #: the model's SLO metrics over loads (``executors.simulated.executor.predicted_plan``): where the search aims its
     #: next level once it has measured one (``knee_curve``); None: widening steps only
     curve: PredictedCurve | None = None
     #: ``time.monotonic()`` after which no level starts (the tuner's ``--wall-time``): the search stops with

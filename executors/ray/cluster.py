@@ -2,7 +2,7 @@
 cluster holds the job before the first trial, waiting on Ray without deafening Ctrl-C, telling a cluster
 failure from a configuration's, and giving back a deployment's agents and placement groups.
 
-Kept apart from ``executors.ray_executor`` (placing and running one deployment) because none of this depends on
+Kept apart from ``executors.ray.executor`` (placing and running one deployment) because none of this depends on
 a deployment: it is what any driver talking to this Ray cluster needs.
 """
 
@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from executors import procs
 from executors.base import DeploymentFailed, FailureKind, PreflightFailed
+from executors.processes import procs
 from search_spaces import ClusterSpec
 
 log = logging.getLogger(__name__)

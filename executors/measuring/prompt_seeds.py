@@ -32,7 +32,7 @@ import numpy as np
 from search_spaces import Dataset, Workload
 
 if TYPE_CHECKING:
-    from executors.bench import LevelSpec
+    from executors.measuring.bench import LevelSpec
 
 log = logging.getLogger(__name__)
 

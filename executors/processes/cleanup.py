@@ -25,7 +25,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from executors import procs
+from executors.processes import procs
 
 GONE = "not in the Ray cluster any more — its processes died with it or must be stopped by hand"
 

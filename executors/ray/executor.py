@@ -9,9 +9,9 @@ Per deployment:
 
 * one placement group per instance, one bundle ``{"GPU": n, "CPU": 0.01}`` per node shard
   (``STRICT_PACK`` for a single-node instance, ``STRICT_SPREAD`` across nodes otherwise: one shard a node);
-* one ``NodeAgent`` actor (``executors.ray_agent``) per shard, scheduled into its bundle and holding the
+* one ``NodeAgent`` actor (``executors.ray.agent``) per shard, scheduled into its bundle and holding the
   bundle's GPUs, so Ray's accounting hands each instance distinct GPU slots. The agent starts ``vllm serve`` (command lines from
-  ``executors.render``; multi-node data parallelism as head + ``--headless`` ranks addressed at the head
+  ``executors.vllm.render``; multi-node data parallelism as head + ``--headless`` ranks addressed at the head
   node's IP) as a process group it owns, reports pgid and port, and stops it. On GPUs the server
   inherits the ``CUDA_VISIBLE_DEVICES`` Ray gave the agent; on the CPU build the slot ids Ray assigned
   become ``VLLM_CPU_OMP_THREADS_BIND`` (one core per slot) and ``CUDA_VISIBLE_DEVICES`` is dropped;
@@ -23,7 +23,7 @@ Across nodes (docs/multinode.md) every server binds and is addressed by its own 
 free on that node; ``port_base`` fixes the ports as the launch script does, checked where they are bound.
 What the cluster did wrong — a placement timeout, a taken port, a lost node or agent — is
 ``FailureKind.ENVIRONMENT``; ``preflight`` compares the job's cluster with Ray's before the first trial
-(``executors.ray_cluster``: connecting, checking, waiting on Ray).
+(``executors.ray.cluster``: connecting, checking, waiting on Ray).
 
 Teardown (always; also for a half-started deployment): stop every group through its agent, kill the
 agents, remove the placement groups. Placement-group ids, pgids (with each process's node and log), ports,
@@ -41,18 +41,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executors import bench, procs
+from executors.measuring import bench
+from executors.processes import procs
 from executors.base import Deployment, DeploymentFailed, FailureKind
-from executors.measure import LevelRunner, ServerView
-from executors.platform import Platform
-from executors.ray_agent import NodeAgent
-from executors.ray_cluster import (
+from executors.measuring.loop import LevelRunner, ServerView
+from executors.vllm.platform import Platform
+from executors.ray.agent import NodeAgent
+from executors.ray.cluster import (
     check_cluster, environment_failure, has_gpus, init_ray, ray_get, release, stop_head,
 )
-from executors.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
-from executors.serving import compile_cache_env, server_unhealthy, start_failure
+from executors.vllm.render import DEFAULT_DP_RPC_PORT, Endpoint, fixed_ports, fixed_router_ports, router_args
+from executors.vllm.serving import compile_cache_env, server_unhealthy, start_failure
 from executors.topology import Instance, Topology
-from executors.vllm_executor import VllmExecutor
+from executors.vllm.executor import VllmExecutor
 from search_spaces import ClusterSpec, Mode, Workload
 from search_spaces.workload import routing_env
 

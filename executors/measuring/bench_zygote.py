@@ -1,4 +1,4 @@
-"""``python -m executors.bench_zygote``: vLLM's own ``vllm bench serve``, imported once and forked per level.
+"""``python -m executors.measuring.bench_zygote``: vLLM's own ``vllm bench serve``, imported once and forked per level.
 
 Why: on the CPU build the benchmark client spends about 7 s of a 2-core machine importing vLLM (torch, the
 tokenizers) before it sends its first request, while a CI level measures for under a second; a knee search of
@@ -33,11 +33,11 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from executors import procs
-from executors.platform import Platform
+from executors.processes import procs
+from executors.vllm.platform import Platform
 
-#: The engine command whose ``bench serve`` this module reproduces (``executors.platform.cpu_platform``).
-LAUNCHER = [sys.executable, "-m", "executors.vllm_cli"]
+#: The engine command whose ``bench serve`` this module reproduces (``executors.vllm.platform.cpu_platform``).
+LAUNCHER = [sys.executable, "-m", "executors.vllm.cli"]
 
 
 #: vLLM's own CLI module, as a GPU platform runs it (``python3 -m vllm.entrypoints.cli.main``).
@@ -67,8 +67,8 @@ def _same_python(platform: Platform) -> bool:
 
 class ZygoteGone(RuntimeError):
     """The zygote exited, stopped answering or could not start: ``reason`` says how and its last words (its log's
-    error line, else its last lines), ``tail`` is its log. Always the environment's failure (``executors.bench``):
-    levels are forked children, so no level's load ends the zygote."""
+    error line, else its last lines), ``tail`` is its log. Always the environment's failure
+    (``executors.measuring.bench``): levels are forked children, so no level's load ends the zygote."""
 
     def __init__(self, reason: str, tail: str = "") -> None:
         super().__init__(reason)
@@ -96,7 +96,7 @@ class Zygote:
         if self.proc is None or not self.proc.alive:
             self._buf = b""
             try:
-                self.proc = procs.start([sys.executable, "-m", "executors.bench_zygote"], name="bench-zygote",
+                self.proc = procs.start([sys.executable, "-m", "executors.measuring.bench_zygote"], name="bench-zygote",
                                         log_path=self.log_dir / "bench-zygote.log", env=self.platform.env,
                                         cwd=self.log_dir, talk=True)
             except OSError as e:  # this interpreter or the level's folder is gone
@@ -173,7 +173,7 @@ def _preload() -> None:
     """What ``vllm bench serve`` imports, imported once here (fork shares it with every level)."""
     import importlib
 
-    from executors import vllm_cli
+    from executors.vllm import cli as vllm_cli
 
     vllm_cli.install_version_shim()
     importlib.import_module("vllm.entrypoints.cli.benchmark.serve")  # torch, transformers, the datasets

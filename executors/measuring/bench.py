@@ -3,11 +3,11 @@
 One run of ``vllm bench serve --save-result --save-detailed`` per concurrency of the ``Workload``, all
 against the same deployment's entry URL (the router). Its JSON holds the aggregate numbers (throughput,
 ``p{50,90,99}_{ttft,tpot,itl,e2el}_ms``) and, with ``--save-detailed``, one record per request; reading it
-into a ``Measurement`` is ``executors.bench_result`` (re-exported here: ``bench.parse_result``,
+into a ``Measurement`` is ``executors.measuring.bench_result`` (re-exported here: ``bench.parse_result``,
 ``bench.percentile``, ``bench.pool_results``).
 
 Datasets: ``random`` and ``prefix`` (``--random-prefix-len``: one shared prefix of ``prefix_reuse × ISL``
-tokens) are vLLM's own; ``agentic`` and ``trace`` are JSONL files from ``executors.datasets`` sent through
+tokens) are vLLM's own; ``agentic`` and ``trace`` are JSONL files from ``executors.measuring.datasets`` sent through
 vLLM's ``custom`` dataset.
 """
 
@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from executors import broken_env, procs
-from executors.bench_result import (
+from executors.measuring.bench_result import (
     BOOTSTRAP_SAMPLES,
     BOOTSTRAP_SEED,
     COALESCED_WARN,
@@ -42,16 +41,17 @@ from executors.bench_result import (
     summarize_raw,
     without_first_wave,
 )
-from executors.bench_zygote import Zygote, ZygoteGone
-from executors.datasets import custom_dataset
-from executors.platform import Platform
+from executors.measuring.bench_zygote import Zygote, ZygoteGone
+from executors.measuring.datasets import custom_dataset
+from executors.processes import broken_env, procs
+from executors.vllm.platform import Platform
 from search_spaces import LATENCIES, PERCENTILES, Dataset, Workload
 
 
 class BenchFailed(RuntimeError):
     """The load generator gave no result: ``reason`` is one line (its error line, else how it ended and its last
     lines), ``tail`` its log. ``environment``: it failed for its environment — its module does not import, the
-    bench zygote died, this tuner's code folder is gone (``executors.broken_env``) —, which says nothing about
+    bench zygote died, this tuner's code folder is gone (``executors.processes.broken_env``) —, which says nothing about
     the deployment it measured."""
 
     def __init__(self, reason: str, tail: str = "", environment: bool = False) -> None:
@@ -221,7 +221,7 @@ def run_bench(
 
     Raises ``BenchFailed`` (with vLLM's error line) when it exits non-zero, writes no result, or runs past
     ``timeout_s`` (then its group is stopped). ``on_start(pgid)`` is told the group id at once. With a
-    ``zygote`` (``executors.bench_zygote``) the level is forked from an already imported vLLM instead — only
+    ``zygote`` (``executors.measuring.bench_zygote``) the level is forked from an already imported vLLM instead — only
     where ``bench_zygote.usable`` says the client does not distort the measurement (GPU platforms): on the CPU
     build, levels forked from one imported vLLM read a c=1 median TTFT of 47-80 ms where a fresh command read
     8.8-12.9 ms, in deployments of one hour taking turns (``benchmarks/bench_client_bursts.py``).

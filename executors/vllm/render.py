@@ -16,8 +16,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from executors.platform import Platform
 from executors.topology import Instance, NodeShard, Topology
+from executors.vllm.platform import Platform
 from search_spaces import DeploymentConfig, Mode, Role, RoleConfig
 from search_spaces.deployment import FlagValue, flag_name, flags_of
 

@@ -1,6 +1,6 @@
 """The Ray executor's agent: an actor on one node that starts, watches and stops that node's processes.
 
-``executors.ray_executor`` schedules one ``NodeAgent`` into each placement-group bundle (and one without GPUs
+``executors.ray.executor`` schedules one ``NodeAgent`` into each placement-group bundle (and one without GPUs
 for the router and the load generator); the agent owns the process groups it starts there, so teardown — or the
 agent's death — stops exactly them. Everything it answers is plain data (dicts, lists), as Ray carries it
 between nodes. Kept apart from the executor, which runs on the driver, because this code runs on the nodes.
@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from executors import bench, bench_zygote, metrics, procs
-from executors.platform import Platform
+from executors.measuring import bench, bench_zygote, metrics
+from executors.processes import procs
+from executors.vllm.platform import Platform
 from search_spaces import Workload
 
 
@@ -102,7 +103,7 @@ class NodeAgent:
     def bench(self, platform_json: str, workload_json: str, spec: bench.LevelSpec, url: str, model: str,
               tokenizer: str, out_dir: str, timeout_s: float) -> dict[str, Any]:
         """One level of ``vllm bench serve`` on this node, forked from the node's zygote where the platform
-        allows (executors/bench_zygote.py); its groups are registered here, so ``stop_all`` stops them."""
+        allows (executors/measuring/bench_zygote.py); its groups are registered here, so ``stop_all`` stops them."""
         platform = Platform.model_validate_json(platform_json)
         if self.zygote is None and bench_zygote.usable(platform):
             Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -187,7 +187,7 @@ def make_tiny_moe(path: str | Path, *, dense: bool = False) -> Path:
     return out
 
 
-if __name__ == "__main__":  # python -m executors.tiny_model DIR
+if __name__ == "__main__":  # python -m executors.vllm.tiny_model DIR
     import sys
 
     print(make_tiny_moe(sys.argv[1] if len(sys.argv) > 1 else "tiny-moe"))

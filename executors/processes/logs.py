@@ -1,8 +1,8 @@
 """Reading a process's log: its last lines, and the most informative error line of a vLLM log.
 
 A failed start or a crash is reported to the user as one line (``error_line``) and a tail; both come from the
-log file every process we start writes (``executors.procs.start``), here, so the local executor, the Ray agent,
-the benchmark driver and cleanup all word a failure alike.
+log file every process we start writes (``executors.processes.procs.start``), here, so the local executor, the Ray
+agent, the benchmark driver and cleanup all word a failure alike.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """What the executors that run real vLLM servers share: the local one (``executors.local``) and the Ray one
-(``executors.ray_executor``).
+(``executors.ray.executor``).
 
 Both take the same settings, give each deployment its own folder (and KV shared-storage folder), render a
-server's command line the same way, run the same measurement loop (``executors.measure``; each says only how it
-runs one level, ``_levels``) and keep their resource record on disk after teardown when they can. Written once here, so a change to any of these reaches
-both executors; only where the processes run (subprocesses here, Ray actors there) differs.
+server's command line the same way, run the same measurement loop (``executors.measuring.loop``; each says only how it
+runs one level, ``_levels``) and keep their resource record on disk after teardown when they can. Written once here, so
+a change to any of these reaches both executors; only where the processes run (subprocesses here, Ray actors there)
+differs.
 """
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from executors.base import Deployment, Executor
-from executors.measure import LevelRunner, MeasurePlan, measure_deployment
-from executors.platform import Platform
-from executors.render import Endpoint, serve_args, serve_command
-from executors.serving import cache_key, check_routing, deployment_platform, engine_version
+from executors.measuring.loop import LevelRunner, MeasurePlan, measure_deployment
 from executors.topology import Instance, NodeShard, Topology
+from executors.vllm.platform import Platform
+from executors.vllm.render import Endpoint, serve_args, serve_command
+from executors.vllm.serving import cache_key, check_routing, deployment_platform, engine_version
 from search_spaces import Measurement, Mode, Workload
 from search_spaces.workload import ExpertRouting
 
@@ -78,7 +79,7 @@ class VllmExecutor(Executor):
 
     def _serve_command(self, inst: Instance, shard: NodeShard, head: Endpoint, platform: Platform,
                        topology: Topology) -> list[str]:
-        """The full ``vllm serve`` command line of one node shard of ``inst`` (``executors.render``)."""
+        """The full ``vllm serve`` command line of one node shard of ``inst`` (``executors.vllm.render``)."""
         args = serve_args(inst, shard, cfg=topology.config, model=str(self.model_path), platform=platform,
                           head=head, served_model_name=self.served_model_name, max_model_len=self.max_model_len,
                           extra=self.extra_serve_args, log_balancedness=self.eplb_log_balancedness)
@@ -86,7 +87,8 @@ class VllmExecutor(Executor):
 
     def measure(self, deployment: Deployment, workload: Workload,
                 plan: MeasurePlan | None = None) -> list[Measurement]:
-        """The one measurement loop (``executors.measure``) on the running deployment; ``_levels`` runs its levels."""
+        """The one measurement loop (``executors.measuring.loop``) on the running deployment; ``_levels`` runs its
+        levels."""
         assert deployment.url, "deploy() did not finish"
         check_routing(workload, self.expert_routing)
         with self._levels(deployment, workload, deployment.handle.dir / "bench") as runner:

@@ -1,0 +1,1 @@
+"""The measurement loop and its load generator: load levels, ``vllm bench serve``, datasets, server counters."""

@@ -1,0 +1,1 @@
+"""Processes we own: starting, finding, reading and stopping them; telling a broken environment apart."""

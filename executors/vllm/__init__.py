@@ -1,0 +1,1 @@
+"""Running vLLM: platforms, command lines, plugins, model folders, what the real-vLLM executors share."""
