@@ -16,7 +16,7 @@ import db
 from advisor import tune as tune_mod
 from advisor.calibrate import measured_samples
 from advisor.cli import friendly
-from advisor.job import job_from_dict
+from advisor.job import TuningJob, job_from_dict
 from db import queries
 from executors.base import Deployment
 from executors.measuring.loop import MeasurePlan, search_levels
@@ -50,15 +50,23 @@ class StoppedAtThirdLevel(SimulatedExecutor):
         self.torn_down += 1
 
 
-def test_a_stop_mid_levels_keeps_the_levels_measured(tmp_path: Path) -> None:
+def _tune_until_stopped(tmp_path: Path, executor: type[StoppedAtThirdLevel],
+                        match: str | None = None) -> tuple[TuningJob, str]:
+    """A study on ``executor`` whose first trial is stopped at its third level: the stop ends ``tune`` and the
+    deployment is torn down once. Returns the job and the storage URL."""
     url = f"sqlite:///{tmp_path / 'stop.db'}"
     job = job_from_dict({"name": "stop", "preset": "gb300-rack-dsv3", "sampler": {"kind": "random", "seed": 3},
                          "budget": {"trials": 3},
                          "workload": {"knee_search": False, "load_levels": [8, 16, 32, 64, 128]}})
-    ex = StoppedAtThirdLevel(job.model_profile(), default_params(job.cluster.gpu))
-    with pytest.raises(KeyboardInterrupt):
+    ex = executor(job.model_profile(), default_params(job.cluster.gpu))
+    with pytest.raises(KeyboardInterrupt, match=match):
         tune_mod.tune(job, storage=url, executor=ex)
     assert ex.torn_down == 1
+    return job, url
+
+
+def test_a_stop_mid_levels_keeps_the_levels_measured(tmp_path: Path) -> None:
+    job, url = _tune_until_stopped(tmp_path, StoppedAtThirdLevel)
     database = db.connect(url)
     try:
         trials = [queries.get_trial(database, "stop", t.number) for t in queries.list_trials(database, "stop")]
@@ -107,14 +115,8 @@ def test_a_stop_inside_a_pydantic_dump_is_still_a_stop(tmp_path: Path) -> None:
     with pytest.raises(PydanticSerializationError) as wrapped:
         _StopInDump().model_dump()
     assert interrupt_of(wrapped.value) is not None  # what pydantic does with it, and what finds it again
-    url = f"sqlite:///{tmp_path / 'stop.db'}"
-    job = job_from_dict({"name": "stop", "preset": "gb300-rack-dsv3", "sampler": {"kind": "random", "seed": 3},
-                         "budget": {"trials": 3},
-                         "workload": {"knee_search": False, "load_levels": [8, 16, 32, 64, 128]}})
-    ex = StoppedInsideADump(job.model_profile(), default_params(job.cluster.gpu))
-    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):  # not one trial's error, and the study goes no further
-        tune_mod.tune(job, storage=url, executor=ex)
-    assert ex.torn_down == 1
+    # not one trial's error, and the study goes no further
+    _, url = _tune_until_stopped(tmp_path, StoppedInsideADump, match="SIGTERM")
     database = db.connect(url)
     try:
         trials = [queries.get_trial(database, "stop", t.number) for t in queries.list_trials(database, "stop")]
