@@ -4,6 +4,7 @@ environment override either way. The fork itself ran on the H200 (docs/benchmark
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -23,9 +24,33 @@ def test_gpu_platform_running_this_python_forks_and_the_cpu_build_does_not():
     assert not bench_zygote.usable(cpu_platform(kv_storage_path="/tmp/kv"))  # a fresh command per level on CPU
 
 
-def test_another_interpreters_vllm_is_never_forked_from_here():
-    assert not bench_zygote.usable(gpu_platform(engine_cmd=["vllm"]))  # a script: maybe another environment
+def _vllm_script(folder, interpreter: str):
+    folder.mkdir(exist_ok=True)
+    script = folder / "vllm"
+    script.write_text(f"#!{interpreter}\nimport sys\nfrom vllm.entrypoints.cli.main import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_the_vllm_script_of_this_environment_forks(tmp_path, monkeypatch):
+    """A GPU platform names ``vllm`` by default; a pip console script whose Python imports this vLLM forks."""
+    _vllm_script(tmp_path / "bin", sys.executable)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert bench_zygote.usable(gpu_platform())
+    assert bench_zygote.usable(gpu_platform(engine_cmd=[str(tmp_path / "bin" / "vllm")]))
+
+
+def test_another_interpreters_vllm_is_never_forked_from_here(tmp_path, monkeypatch):
+    # A Python that cannot import vLLM (isolated, no site-packages): its script is another environment's.
+    isolated = tmp_path / "py"
+    isolated.mkdir()
+    (isolated / "python3").write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
+    (isolated / "python3").chmod(0o755)
+    _vllm_script(tmp_path / "bin", str(isolated / "python3"))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert not bench_zygote.usable(gpu_platform(engine_cmd=["vllm"]))
     assert not bench_zygote.usable(gpu_platform(engine_cmd=["/nonexistent/python3", "-m", "vllm.entrypoints.cli.main"]))
+    assert not bench_zygote.usable(gpu_platform(engine_cmd=["vllm-nightly", "serve"]))  # not vLLM's CLI as known
 
 
 def test_the_environment_overrides_the_platform(monkeypatch):
@@ -34,4 +59,4 @@ def test_the_environment_overrides_the_platform(monkeypatch):
     assert not bench_zygote.usable(here)
     monkeypatch.setenv("DEPLOY_ADVISOR_BENCH_ZYGOTE", "1")
     assert bench_zygote.usable(cpu_platform(kv_storage_path="/tmp/kv"))
-    assert not bench_zygote.usable(gpu_platform(engine_cmd=["vllm"]))  # forced on, still only this interpreter's
+    assert not bench_zygote.usable(gpu_platform(engine_cmd=["/nonexistent/vllm"]))  # forced on, still only this one's

@@ -13,7 +13,8 @@ path}``; this process answers ``{"pid": N}`` at once (N is also the level's proc
 when it exits. End of input ends this process. ``Zygote`` is the parent's side.
 
 Only where the client does not distort the measurement and ``vllm bench serve`` is this Python's vLLM
-(``usable``): a GPU platform whose engine command runs vLLM's CLI with this interpreter. Not on the CPU build:
+(``usable``): a GPU platform whose engine command runs vLLM's CLI (the ``vllm`` script included) with a Python
+that imports this interpreter's vLLM. Not on the CPU build:
 there, on 2 cores, levels forked from the zygote read a c=1 median TTFT of 47-80 ms where a fresh command read
 8.8-12.9 ms on the same deployments (``benchmarks/bench_client_bursts.py``); a fresh command per level stays
 the CPU build's guard. On a GPU host the client has cores of its own, and a fresh command costs ~30 s of
@@ -23,6 +24,7 @@ import per level (15-26 s levels whose client takes longer to start than to meas
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -53,16 +55,53 @@ def usable(platform: Platform) -> bool:
 
 
 def _same_python(platform: Platform) -> bool:
-    """The platform's ``vllm`` is this interpreter's (the zygote imports vLLM here and forks)."""
-    import shutil
-
+    """The platform's ``vllm`` is this interpreter's (the zygote imports vLLM here and forks): its engine command
+    runs vLLM's CLI, directly (``python -m vllm.entrypoints.cli.main``) or through the ``vllm`` console script a
+    GPU platform names by default, with a Python that imports the very vLLM package this one imports. A script
+    of another environment (its own venv's vLLM, a Python without vLLM) keeps a fresh command per level."""
     cmd = list(platform.engine_cmd)
     if cmd == LAUNCHER:
         return True
-    if len(cmd) != 3 or cmd[1:] != _VLLM_CLI:
+    python = _cli_python(cmd)
+    if python is None:
         return False
-    exe = shutil.which(cmd[0])
-    return exe is not None and os.path.realpath(exe) == os.path.realpath(sys.executable)
+    here = _vllm_package(sys.executable)
+    return here is not None and _vllm_package(python) == here
+
+
+def _cli_python(cmd: Sequence[str]) -> str | None:
+    """The interpreter an engine command runs vLLM's CLI with, or None when it is not vLLM's CLI."""
+    import shutil
+
+    if len(cmd) == 3 and list(cmd[1:]) == _VLLM_CLI:
+        return shutil.which(cmd[0])
+    if len(cmd) != 1 or os.path.basename(cmd[0]) != "vllm":
+        return None
+    script = shutil.which(cmd[0])
+    if script is None:
+        return None
+    try:
+        with open(script, "rb") as f:
+            first = f.readline(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    # pip's console scripts start "#!/path/to/python"; a long path's "#!/bin/sh" exec trick is not followed.
+    if not first.startswith("#!"):
+        return None
+    interpreter = first[2:].strip().split()
+    return shutil.which(interpreter[0]) if len(interpreter) == 1 else None
+
+
+@functools.lru_cache(maxsize=8)
+def _vllm_package(python: str) -> str | None:
+    """Where ``python`` finds the ``vllm`` package (its spec's origin, found without importing it), or None."""
+    probe = "import importlib.util as u; s = u.find_spec('vllm'); print(s.origin if s and s.origin else '')"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    origin = out.stdout.strip() if out.returncode == 0 else ""
+    return os.path.realpath(origin) if origin else None
 
 
 class ZygoteGone(RuntimeError):
