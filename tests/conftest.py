@@ -4,6 +4,8 @@ assert on (``tests/shared_runs.py``: one vLLM cold start instead of one per file
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -22,14 +24,29 @@ def pytest_configure_node(node) -> None:
     node.workerinput["terminal_env"] = {k: os.environ.get(k) for k in TERMINAL_ENV}
 
 
+#: One vLLM cache folder for the whole run (``executors.vllm.serving.cache_home``): each test deploys from a run
+#: folder of its own, and without it every server of the run compiled and inspected the tiny model from nothing.
+CACHE_ENV = "DEPLOY_ADVISOR_CACHE_DIR"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """In an xdist worker: the command's terminal variables, as if the tests ran in the command itself."""
-    given = getattr(config, "workerinput", {}).get("terminal_env")
-    for k, v in (given or {}).items():
+    """In the command: one vLLM cache folder for the run, unless the caller names one (xdist's workers and the
+    processes tests start inherit it). In an xdist worker: the command's terminal variables, as if the tests ran
+    in the command itself."""
+    given = getattr(config, "workerinput", None)
+    if given is None and not os.environ.get(CACHE_ENV):
+        os.environ[CACHE_ENV] = config._deploy_advisor_cache = tempfile.mkdtemp(prefix="deploy-advisor-vllm-cache-")
+    for k, v in ((given or {}).get("terminal_env") or {}).items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    made = getattr(config, "_deploy_advisor_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

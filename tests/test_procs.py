@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from executors.processes import procs
 from executors.vllm.platform import cpu_platform, gpu_platform
 from executors.vllm.serving import compile_cache_env, engine_start_env, vllm_cache_root
@@ -13,6 +15,12 @@ from executors.vllm.serving import compile_cache_env, engine_start_env, vllm_cac
 _IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
 _CHILD = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); " \
          "print('up', flush=True); time.sleep(60)"
+
+
+@pytest.fixture(autouse=True)
+def _cache_beside_the_studies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests read the default layout; the test run's shared cache folder (conftest) is set aside."""
+    monkeypatch.delenv("DEPLOY_ADVISOR_CACHE_DIR", raising=False)
 
 
 def _wait_up(p: procs.ManagedProcess) -> None:
@@ -151,3 +159,22 @@ def test_group_whose_leader_died_is_found_by_its_mark_and_stopped(tmp_path: Path
         assert procs.live_group_pids(stranger.pgid)  # an unmarked group is never touched
     finally:
         procs.stop_all([p, stranger], term_timeout=1.0)
+
+
+def test_a_shared_cache_folder_serves_every_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$DEPLOY_ADVISOR_CACHE_DIR``: studies in unrelated run folders share one slot per model and instance, its
+    model inspection and its Triton kernels; without it each run folder keeps its own."""
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("DEPLOY_ADVISOR_CACHE_DIR", str(shared))
+    one = compile_cache_env(tmp_path / "a" / "runs" / "study-1", "mixed-0", "k")
+    (Path(one["VLLM_CACHE_ROOT"]) / "modelinfos").mkdir()
+    (Path(one["VLLM_CACHE_ROOT"]) / "modelinfos" / "x.json").write_text("{}")
+    other = compile_cache_env(tmp_path / "b" / "elsewhere" / "study-2", "mixed-0", "k")
+    assert other == one and Path(one["VLLM_CACHE_ROOT"]).parent == shared / "vllm-cache"
+    assert one["TRITON_CACHE_DIR"] == str((shared / "triton-cache").resolve())
+    decode = vllm_cache_root(tmp_path / "c" / "study-3", "decode-0", "k")
+    assert decode.parent == shared / "vllm-cache" and (decode / "modelinfos" / "x.json").exists()
+    monkeypatch.delenv("DEPLOY_ADVISOR_CACHE_DIR")
+    alone = compile_cache_env(tmp_path / "d" / "study-4", "mixed-0", "k")
+    assert Path(alone["VLLM_CACHE_ROOT"]).parent == tmp_path / "d" / "study-4" / "vllm-cache"
+    assert alone["TRITON_CACHE_DIR"] == str((tmp_path / "d" / "triton-cache").resolve())

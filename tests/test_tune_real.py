@@ -58,6 +58,9 @@ def ray_head(tmp_path_factory):
     port = _ray_port()
     tmp = tmp_path_factory.mktemp("ray")
     env = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **NO_DRAIN}  # stops in seconds, not 30
+    # the levels' client forks from one imported vLLM on the node's agent, as on the GPU hosts (the CPU build's
+    # fresh command per level is test_executors_real's and test_stop_real's): ~8 s of import saved per level
+    env["DEPLOY_ADVISOR_BENCH_ZYGOTE"] = "1"
     ray_bin = str(Path(sys.executable).with_name("ray"))
     proc = procs.start([ray_bin, "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--num-gpus=2",
                         "--include-dashboard=false", f"--temp-dir={tmp / 't'}", "--node-ip-address=127.0.0.1"],

@@ -7,6 +7,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -78,6 +79,28 @@ def cache_key(model_path: str | Path, engine: str, platform: Platform) -> str:
     return h.hexdigest()[:12]
 
 
+#: A folder that holds vLLM's caches for every study and run folder (``cache_home``); unset: beside the studies.
+CACHE_DIR_ENV = "DEPLOY_ADVISOR_CACHE_DIR"
+
+
+def cache_home(run_dir: Path) -> Path:
+    """The folder whose ``vllm-cache/`` and ``triton-cache/`` a study's servers use: ``$DEPLOY_ADVISOR_CACHE_DIR``
+    when set, else ``executor.run_dir`` (``run_dir``'s parent: the study folders sit in it).
+
+    Why a setting: vLLM's compile cache and model inspection are keyed by what they depend on (the config's hash,
+    the module's source), so every study of one model on one build can share them; by default they live beside
+    the study folders of one ``executor.run_dir``. Studies run from different run folders (a test suite's
+    temporary folders, a user's one-off studies) each started cold: on the CPU build a server's start spent
+    ~13 s inspecting the model class and ~30 s compiling what a server of the same config had compiled before.
+    """
+    return _shared_home() or Path(run_dir).parent
+
+
+def _shared_home() -> Path | None:
+    shared = os.environ.get(CACHE_DIR_ENV, "").strip()
+    return Path(shared).expanduser() if shared else None
+
+
 def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     """vLLM's cache folder (``VLLM_CACHE_ROOT``) for one instance slot, kept in the run folder across trials
     *and* tuner runs.
@@ -91,9 +114,11 @@ def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     inspection every other slot already did, of this study and of the studies beside it (``run_dir`` is
     ``executor.run_dir/<study>``): small JSON files, written atomically, one per model class, which vLLM checks
     against its module's source hash before it uses one. On the H200 a study's first server, whose folder
-    had none, spent 24 s inspecting the class its profile's servers had inspected minutes before.
+    had none, spent 24 s inspecting the class its profile's servers had inspected minutes before. Under
+    ``$DEPLOY_ADVISOR_CACHE_DIR`` (``cache_home``) the slots of every study live in that folder's ``vllm-cache/``.
     """
-    base = Path(run_dir) / "vllm-cache"
+    shared = _shared_home()
+    base = (shared or Path(run_dir)) / "vllm-cache"
     base.mkdir(parents=True, exist_ok=True)
     stem = f"{key}-{instance}" if key else instance
     for n in range(1, 64):
@@ -103,7 +128,8 @@ def vllm_cache_root(run_dir: Path, instance: str, key: str = "") -> Path:
     else:
         raise RuntimeError(f"no free vLLM cache slot under {base} for {stem}")
     if not root.exists():
-        for seen in sorted(Path(run_dir).parent.glob("*/vllm-cache/*/modelinfos")):
+        seeds = base.glob("*/modelinfos") if shared else Path(run_dir).parent.glob("*/vllm-cache/*/modelinfos")
+        for seen in sorted(seeds):
             shutil.copytree(seen, root / "modelinfos", dirs_exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
     return root
@@ -123,7 +149,7 @@ def compile_cache_env(run_dir: Path, instance: str, key: str = "") -> dict[str, 
     study that follows it. The graphs themselves stay per hash, as vLLM keys them.
     """
     return {"VLLM_CACHE_ROOT": str(vllm_cache_root(run_dir, instance, key)),
-            "TRITON_CACHE_DIR": str((Path(run_dir).parent / "triton-cache").resolve())}
+            "TRITON_CACHE_DIR": str((cache_home(run_dir) / "triton-cache").resolve())}
 
 
 #: The variable naming how vLLM starts its engine core (``vllm serve`` sets ``spawn`` when it is unset).
