@@ -7,6 +7,8 @@
 #        PIP_FIND_LINKS=/tmp/whl: the project's dependencies the image lacks), PYTHONPATH unset
 #   bash research/gpu/onenode.sh tune      `.venv/bin/advisor tune` detached (setsid), followed until it ends or HARD_S
 #   bash research/gpu/onenode.sh follow    follow it again; at its end `advisor best` and `advisor trials`, all -> $OUT
+#   bash research/gpu/onenode.sh knee      after setup: benchmarks/knee_noise.py on vLLM's defaults of the same model,
+#        bursts against steady levels of 2 x c prompts, 2 searches each (~8 min), its JSON and log -> $OUT
 # The study runs from /tmp/da-repo, so a later call's copy of the working tree never changes its code under it.
 set -uo pipefail
 source .gpu/s/run.sh env   # NVLink multicast off, offline; its PYTHONPATH (the bundle's /tmp/site) is not used
@@ -52,4 +54,14 @@ case "$1" in
     follow || exit 0; pack ;;
   pack)
     pack ;;
+  knee)
+    cd $R || exit 1
+    kind=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    case "$kind" in *H200*) g=H200 ;; *) g=H100 ;; esac
+    command -v vllm >/dev/null && unset ENGINE_CMD  # the GPU platform's default `vllm` script, as a user's job has it
+    timeout "${HARD_S:-540}" .venv/bin/python benchmarks/knee_noise.py --model research/gpu/models/qwen15-moe-a27b \
+      --gpu $g --metric p90_ttft_ms --bound 1000 --max-seqs 1024 --batched-tokens 8192 --isl 1024 --osl 128 \
+      --max-load 512 --start 32 --repeats 2 --settings burst-2c,steady-2c --out "$OUT/knee_noise_gpu.json" \
+      > "$OUT/knee_noise.log" 2>&1
+    tail -n 30 "$OUT/knee_noise.log" ;;
 esac
