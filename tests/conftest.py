@@ -27,6 +27,7 @@ def pytest_configure_node(node) -> None:
 #: One vLLM cache folder for the whole run (``executors.vllm.serving.cache_home``): each test deploys from a run
 #: folder of its own, and without it every server of the run compiled and inspected the tiny model from nothing.
 CACHE_ENV = "DEPLOY_ADVISOR_CACHE_DIR"
+_MADE_CACHE = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     in the command itself."""
     given = getattr(config, "workerinput", None)
     if given is None and not os.environ.get(CACHE_ENV):
-        os.environ[CACHE_ENV] = config._deploy_advisor_cache = tempfile.mkdtemp(prefix="deploy-advisor-vllm-cache-")
+        os.environ[CACHE_ENV] = config.stash[_MADE_CACHE] = tempfile.mkdtemp(prefix="deploy-advisor-vllm-cache-")
     for k, v in ((given or {}).get("terminal_env") or {}).items():
         if v is None:
             os.environ.pop(k, None)
@@ -44,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    made = getattr(config, "_deploy_advisor_cache", None)
+    made = config.stash.get(_MADE_CACHE, None)
     if made:
         shutil.rmtree(made, ignore_errors=True)
 
